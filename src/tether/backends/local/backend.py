@@ -1,0 +1,206 @@
+"""The local backend: conversations on disk, one provider call per send (reference §4.4).
+
+A send settles orphaned tool calls (unless it carries approvals), appends the input at a step
+boundary, calls the provider once, stamps the chunks with a fresh run id, and appends the
+assistant message once the provider call finished. Provider failures become an `error_message`
+chunk and a `llm_api_error` stop; a stream that ends without a stop reason is an error.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+
+import orjson
+
+from tether.backends.local.store import LocalStore
+from tether.backends.local.transcript import Transcript, settle_orphaned_tool_calls
+from tether.core.prompt import compile_system_prompt
+from tether.core.tools import ToolContext
+from tether.errors import ProviderError
+from tether.protocol.chunks import (
+    AssistantText,
+    Chunk,
+    ErrorChunk,
+    Reasoning,
+    RetryNotice,
+    StopReason,
+    ToolCallRequest,
+    UsageStatistics,
+    now_ms,
+)
+from tether.protocol.llm import ProviderRequest
+from tether.protocol.messages import (
+    AssistantMessage,
+    AssistantPart,
+    Message,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultMessage,
+    Usage,
+)
+from tether.protocol.turns import ConversationRef, TurnInput
+from tether.providers.base import Provider
+
+
+class LocalBackend:
+    def __init__(
+        self,
+        store: LocalStore,
+        provider: Provider,
+        *,
+        model_handle: str,
+        system: str,
+        cwd: Path,
+        platform: str,
+        today: str,
+    ) -> None:
+        self.store = store
+        self.provider = provider
+        self.model_handle = model_handle
+        self.system = compile_system_prompt(system, cwd=str(cwd), platform=platform, date=today)
+        self.api_ms = 0
+
+    def _transcript(self, conversation: ConversationRef) -> Transcript:
+        return self.store.transcript(conversation.agent_id, conversation.conversation_id)
+
+    async def record(self, conversation: ConversationRef, turn_input: TurnInput) -> None:
+        transcript = self._transcript(conversation)
+        transcript.load()
+        transcript.append(input_messages(turn_input))
+
+    async def send(
+        self, conversation: ConversationRef, turn_input: TurnInput, ctx: ToolContext
+    ) -> AsyncIterator[Chunk]:
+        transcript = self._transcript(conversation)
+        history = transcript.load()
+        if not turn_input.approvals:
+            history = settle(transcript, history)
+        new = input_messages(turn_input)
+        transcript.append(new)
+        history = [*history, *new]
+
+        run_id = f"local-run-{uuid.uuid4().hex[:12]}"
+        prefix, _, model_id = self.model_handle.partition("/")
+        request = ProviderRequest(
+            model=model_id,
+            system=self.system,
+            messages=tuple(history),
+            tools=ctx.specs(),
+            session_id=conversation.conversation_id,
+        )
+        parts = _PartsBuilder()
+        usage: UsageStatistics | None = None
+        stop: StopReason | None = None
+        started = time.monotonic()
+        try:
+            async for chunk in self.provider.stream(request):
+                chunk = replace(chunk, run_id=run_id)
+                if isinstance(chunk, UsageStatistics):
+                    usage = chunk
+                elif isinstance(chunk, StopReason):
+                    stop = chunk
+                elif not isinstance(chunk, RetryNotice):
+                    parts.add(chunk)
+                yield chunk
+        except ProviderError as exc:
+            yield ErrorChunk(exc.message, exc.error_type, exc.detail, exc.retryable, run_id)
+            yield StopReason("llm_api_error", run_id)
+            return
+        finally:
+            self.api_ms += int((time.monotonic() - started) * 1000)
+        if stop is None:
+            msg = "Local provider stream ended without a stop reason."
+            yield ErrorChunk(msg, "local_backend_error", "", False, run_id)
+            yield StopReason("error", run_id)
+            return
+        assistant = AssistantMessage(
+            id=f"letta-msg-{uuid.uuid4().hex[:16]}",
+            content=parts.build(),
+            timestamp=now_ms(),
+            api=self.provider.api,
+            provider=prefix,
+            model=model_id,
+            usage=_usage(usage),
+            stop_reason=stop.stop_reason,
+        )
+        transcript.append([assistant])
+
+
+def settle(transcript: Transcript, history: list[Message]) -> list[Message]:
+    """§4.4 step 1: close what an earlier, interrupted turn left open, durably."""
+    kept, appended = settle_orphaned_tool_calls(history)
+    rolled_back = [m for m in history if m not in kept]
+    for message in rolled_back:
+        transcript.rollback(message.id)
+    if appended:
+        transcript.append(appended)
+    return [*kept, *appended]
+
+
+def input_messages(turn_input: TurnInput) -> list[Message]:
+    out: list[Message] = []
+    ts = now_ms()
+    for a in turn_input.approvals:
+        out.append(
+            ToolResultMessage(
+                id=f"letta-msg-{uuid.uuid4().hex[:16]}",
+                tool_call_id=a.tool_call_id,
+                tool_name=a.tool_name,
+                content=(TextPart(a.output),),
+                is_error=a.is_error,
+                timestamp=ts,
+            )
+        )
+    if turn_input.user is not None:
+        out.append(turn_input.user)
+    return out
+
+
+class _PartsBuilder:
+    """Assembles streamed chunks into the assistant message's parts, in stream order."""
+
+    def __init__(self) -> None:
+        self._parts: list[AssistantPart] = []
+
+    def add(self, chunk: Chunk) -> None:
+        last = self._parts[-1] if self._parts else None
+        if isinstance(chunk, AssistantText):
+            if isinstance(last, TextPart):
+                self._parts[-1] = TextPart(last.text + chunk.content)
+            else:
+                self._parts.append(TextPart(chunk.content))
+        elif isinstance(chunk, Reasoning):
+            if isinstance(last, ThinkingPart):
+                self._parts[-1] = ThinkingPart(
+                    last.thinking + chunk.reasoning, chunk.signature or last.signature
+                )
+            else:
+                self._parts.append(ThinkingPart(chunk.reasoning, chunk.signature))
+        elif isinstance(chunk, ToolCallRequest):
+            try:
+                args = orjson.loads(chunk.arguments) if chunk.arguments.strip() else {}
+            except orjson.JSONDecodeError:
+                args = {}
+            self._parts.append(
+                ToolCallPart(chunk.tool_call_id, chunk.name, args if isinstance(args, dict) else {})
+            )
+
+    def build(self) -> tuple[AssistantPart, ...]:
+        return tuple(self._parts)
+
+
+def _usage(u: UsageStatistics | None) -> Usage | None:
+    if u is None:
+        return None
+    return Usage(
+        u.prompt_tokens,
+        u.completion_tokens,
+        u.cached_input_tokens,
+        u.cache_write_tokens,
+        u.reasoning_tokens,
+    )

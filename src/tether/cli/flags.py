@@ -1,0 +1,205 @@
+"""The main run's flag catalogue (reference §1.2): parsing, validation and conflicts.
+
+Every malformed flag is a `UsageError` naming the flag; unknown options are errors (exit 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tether.errors import UsageError
+
+OUTPUT_FORMATS = ("text", "json", "stream-json")
+SYSTEM_PRESETS = ("default", "letta-code", "tether", "blank")
+REFLECTION_TRIGGERS = ("off", "step-count", "compaction-event")
+MEMFS_STARTUP = ("blocking", "background", "skip")
+SKILL_SOURCES = ("all", "bundled", "global", "agent", "project")
+
+
+@dataclass(slots=True)
+class RunFlags:
+    headless: bool
+    prompt: str | None  # None: read from stdin
+    model: str | None = None
+    agent: str | None = None
+    new_agent: bool = False
+    conversation: str | None = None
+    new_conversation: bool = False
+    max_turns: int | None = None
+    output_format: str = "text"
+    input_format: str | None = None
+    include_partial: bool = False
+    permission_mode: str = "standard"
+    system_preset: str | None = None
+    system_custom: str | None = None
+    system_append: str | None = None
+    allowed_tools: list[str] = field(default_factory=list)
+    disallowed_tools: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message} (see `tether --help`)")
+
+
+def _parser() -> _Parser:
+    p = _Parser(prog="tether", add_help=True, allow_abbrev=False)
+    p.add_argument("prompt_words", nargs="*")
+    p.add_argument(
+        "-p", "--prompt", action="store_true", help="run headless: one turn loop, then exit"
+    )
+    p.add_argument(
+        "-m", "--model", help="model handle, e.g. anthropic/claude-opus-4-8, openai/gpt-5.5"
+    )
+    p.add_argument("-a", "--agent", help="agent id")
+    p.add_argument("--new-agent", action="store_true")
+    p.add_argument("-C", "--conversation", "--conv", dest="conversation")
+    p.add_argument("--new", action="store_true", dest="new_conversation")
+    p.add_argument("--max-turns")
+    p.add_argument("--output-format", default="text")
+    p.add_argument("--input-format")
+    p.add_argument("--include-partial-messages", action="store_true")
+    p.add_argument("--permission-mode")
+    p.add_argument("--yolo", action="store_true")
+    p.add_argument("-s", "--system")
+    p.add_argument("--system-custom")
+    p.add_argument("--system-append")
+    p.add_argument(
+        "--allowedTools", "--allowed-tools", dest="allowed_tools", action="append", default=[]
+    )
+    p.add_argument(
+        "--disallowedTools",
+        "--disallowed-tools",
+        dest="disallowed_tools",
+        action="append",
+        default=[],
+    )
+    # Accepted for Letta Code SDK compatibility; validated, used by later subsystems.
+    p.add_argument("--init-blocks")
+    p.add_argument("--memory-blocks")
+    p.add_argument("--block-value", action="append", default=[])
+    p.add_argument("--reflection-behavior")
+    p.add_argument("--reflection-trigger")
+    p.add_argument("--reflection-step-count")
+    p.add_argument("--memfs-startup")
+    p.add_argument("--skill-sources")
+    p.add_argument("--no-skills", action="store_true")
+    p.add_argument("--tags")
+    return p
+
+
+def parse_run_flags(argv: Sequence[str], *, stdin_is_tty: bool | None = None) -> RunFlags:
+    ns = _parser().parse_intermixed_args(list(argv))
+    if stdin_is_tty is None:
+        stdin_is_tty = sys.stdin is not None and sys.stdin.isatty()
+    words = " ".join(ns.prompt_words).strip()
+    headless = bool(ns.prompt) or (not words and not stdin_is_tty) or ns.input_format is not None
+    flags = RunFlags(headless=headless, prompt=words or None)
+    flags.model = ns.model
+    flags.agent = ns.agent
+    flags.new_agent = ns.new_agent
+    flags.conversation = ns.conversation
+    if ns.conversation and ns.conversation.startswith("agent-") and not ns.agent:
+        # `--conversation agent-…` is shorthand for `--agent agent-… --conversation default`
+        flags.agent, flags.conversation = ns.conversation, "default"
+    flags.new_conversation = ns.new_conversation
+    flags.max_turns = _positive_int("--max-turns", ns.max_turns)
+    flags.output_format = _choice("--output-format", ns.output_format, OUTPUT_FORMATS)
+    if ns.input_format is not None:
+        flags.input_format = _choice("--input-format", ns.input_format, ("stream-json",))
+        if flags.output_format != "stream-json":
+            raise UsageError("--input-format stream-json requires --output-format stream-json")
+    flags.include_partial = ns.include_partial_messages
+    flags.permission_mode = _permission_mode(ns.permission_mode, ns.yolo)
+    if ns.system is not None:
+        flags.system_preset = _choice("--system", ns.system, SYSTEM_PRESETS)
+    if ns.system is not None and ns.system_custom is not None:
+        raise UsageError("--system and --system-custom are mutually exclusive")
+    flags.system_custom = ns.system_custom
+    flags.system_append = ns.system_append
+    flags.allowed_tools = _tool_list(ns.allowed_tools)
+    flags.disallowed_tools = _tool_list(ns.disallowed_tools)
+    flags.tags = [t.strip() for t in (ns.tags or "").split(",") if t.strip()]
+    _validate_compat(ns)
+    _check_conflicts(flags)
+    return flags
+
+
+def _permission_mode(value: str | None, yolo: bool) -> str:
+    from tether.core.permissions import normalize_mode
+
+    if yolo:
+        if value is not None and normalize_mode(value) != "unrestricted":
+            raise UsageError("--yolo conflicts with --permission-mode " + value)
+        return "unrestricted"
+    if value is None:
+        value = os.environ.get("TETHER_PERMISSION_MODE") or "standard"
+    return normalize_mode(value)
+
+
+def _tool_list(values: list[str]) -> list[str]:
+    """Comma lists; until the rules engine lands only whole tool names are understood."""
+    out: list[str] = []
+    for value in values:
+        for name in value.split(","):
+            name = name.strip()
+            if not name:
+                continue
+            if "(" in name or "*" in name:
+                raise UsageError(
+                    f"tool rule {name!r}: rule patterns are not supported yet; give whole tool names"
+                )
+            out.append(name)
+    return out
+
+
+def _validate_compat(ns: argparse.Namespace) -> None:
+    if ns.reflection_trigger is not None:
+        _choice("--reflection-trigger", ns.reflection_trigger, REFLECTION_TRIGGERS)
+    if ns.reflection_behavior is not None:
+        _choice("--reflection-behavior", ns.reflection_behavior, ("reminder", "auto-launch"))
+    if ns.reflection_step_count is not None:
+        _positive_int("--reflection-step-count", ns.reflection_step_count)
+    if ns.memfs_startup is not None:
+        _choice("--memfs-startup", ns.memfs_startup, MEMFS_STARTUP)
+    if ns.skill_sources is not None:
+        for source in ns.skill_sources.split(","):
+            _choice("--skill-sources", source.strip(), SKILL_SOURCES)
+    for item in ns.block_value:
+        if "=" not in item:
+            raise UsageError(f"--block-value {item!r}: expected LABEL=VALUE")
+
+
+def _check_conflicts(f: RunFlags) -> None:
+    conv = f.conversation
+    if conv is not None and conv != "default" and (f.agent or f.new_agent):
+        raise UsageError("--conversation <id> cannot be combined with --agent or --new-agent")
+    if conv == "default" and not f.agent:
+        raise UsageError("--conversation default needs --agent <id>")
+    if f.new_conversation and conv is not None:
+        raise UsageError("--new cannot be combined with --conversation")
+    if f.agent and f.new_agent:
+        raise UsageError("--agent cannot be combined with --new-agent")
+
+
+def _choice(flag: str, value: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise UsageError(f"{flag} {value!r} is not valid; choose one of: {', '.join(choices)}")
+    return value
+
+
+def _positive_int(flag: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise UsageError(f"{flag} expects a positive integer, got {value!r}") from None
+    if n <= 0:
+        raise UsageError(f"{flag} expects a positive integer, got {value!r}")
+    return n

@@ -1,0 +1,51 @@
+"""The `tether` console script: fast paths first, subcommands before any bootstrap, then a run.
+
+Nothing heavy is imported here: `tether --version` must cost little more than `python -c pass`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+SUBCOMMANDS = ("version", "agents", "messages", "connect")
+
+
+def entry() -> None:
+    sys.exit(main(sys.argv[1:]))
+
+
+def main(argv: Sequence[str]) -> int:
+    argv = list(argv)
+    if argv in (["--version"], ["-v"], ["version"]):
+        from tether import __version__
+
+        _write(f"{__version__} (tether)\n")
+        return 0
+    if argv and argv[0] in SUBCOMMANDS:
+        from tether.cli.commands import run_subcommand
+
+        return run_subcommand(argv[0], argv[1:])
+
+    from tether.cli.flags import parse_run_flags
+    from tether.errors import UsageError
+
+    try:
+        flags = parse_run_flags(argv)
+    except UsageError as exc:
+        sys.stderr.write(f"Error: {exc}\n")
+        return 1
+    if flags.headless:
+        from tether.cli.headless import run_headless
+
+        return run_headless(flags)
+    sys.stderr.write(
+        "Error: the interactive terminal UI is not available in this build yet; "
+        'run headless with `tether -p "your prompt"` (or pipe the prompt on stdin)\n'
+    )
+    return 1
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()

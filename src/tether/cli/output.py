@@ -1,0 +1,135 @@
+"""Headless renderers: the same turn events written as text, one json result, or stream-json lines.
+
+stdout is written and flushed line by line (real clients do not set PYTHONUNBUFFERED); a failed
+write (the reader went away) is reported on stderr and turns the exit code into 1.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import orjson
+
+from tether.core.turn import Event, TurnOutcome
+from tether.protocol import wire
+from tether.protocol.chunks import AssistantText, Chunk, Reasoning, RetryNotice
+from tether.protocol.turns import LocalToolCall, LocalToolReturn, TurnError
+
+
+class StdoutGone(Exception):
+    pass
+
+
+def write_line(obj: dict[str, Any], *, indent: bool = False) -> None:
+    data = orjson.dumps(obj, option=orjson.OPT_INDENT_2 if indent else 0) + b"\n"
+    try:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    except (BrokenPipeError, ValueError, OSError) as exc:
+        raise StdoutGone(str(exc)) from exc
+
+
+class Renderer:
+    """Receives every turn event; `finish` writes the end of the turn in the chosen format."""
+
+    def __init__(self, fmt: str, envelope: wire.Envelope, *, partial: bool) -> None:
+        self.fmt = fmt
+        self.env = envelope
+        self.partial = partial
+        self._pending: list[Chunk] = []  # one text or reasoning run, merged when not partial
+        self.errors: list[TurnError] = []
+
+    def emit_init(self, **fields: Any) -> None:
+        if self.fmt == "stream-json":
+            write_line(wire.system_init(self.env, **fields))
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, TurnError):
+            self.errors.append(event)
+        if self.fmt != "stream-json":
+            return
+        if isinstance(event, AssistantText | Reasoning) and not self.partial:
+            if self._pending and self._pending[0].otid != event.otid:
+                self._flush()
+            self._pending.append(event)
+            return
+        self._flush()
+        if isinstance(event, RetryNotice):
+            write_line(wire.retry_event(self.env, event))
+        elif isinstance(event, LocalToolCall):
+            write_line(wire.tool_call_event(self.env, event))
+        elif isinstance(event, LocalToolReturn):
+            write_line(wire.tool_return_event(self.env, event))
+        elif isinstance(event, TurnError):
+            write_line(wire.error_event(self.env, event))
+        elif event.message_type in ("approval_request_message", "error_message"):
+            return  # the reference drops approval requests; errors become `error` events
+        else:
+            write_line(wire.chunk_event(self.env, event, partial=self.partial))
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        first = self._pending[0]
+        if isinstance(first, AssistantText):
+            text = "".join(c.content for c in self._pending if isinstance(c, AssistantText))
+            merged: Chunk = AssistantText(first.otid, text, first.run_id, first.date)
+        else:
+            assert isinstance(first, Reasoning)
+            text = "".join(c.reasoning for c in self._pending if isinstance(c, Reasoning))
+            sig = next(
+                (
+                    c.signature
+                    for c in reversed(self._pending)
+                    if isinstance(c, Reasoning) and c.signature
+                ),
+                None,
+            )
+            merged = Reasoning(first.otid, text, sig, first.run_id, first.date)
+        self._pending.clear()
+        write_line(wire.chunk_event(self.env, merged, partial=False))
+
+    def finish(self, outcome: TurnOutcome, *, duration_ms: int, api_ms: int) -> int:
+        """Write the turn's end; returns the exit code (0, 1 or 130)."""
+        self._flush()
+        if outcome.error is not None:
+            if self.fmt != "stream-json":
+                sys.stderr.write(f"Error: {outcome.error.message}\n")
+            return 130 if outcome.interrupted else 1
+        text = outcome.result_text or "No assistant response found"
+        usage = wire.usage_dict(outcome.usage, outcome.steps)
+        if self.fmt == "stream-json":
+            write_line(
+                wire.result_event(
+                    self.env,
+                    subtype="success",
+                    duration_ms=duration_ms,
+                    duration_api_ms=api_ms,
+                    num_turns=outcome.steps,
+                    result=text,
+                    run_ids=outcome.run_ids,
+                    usage=usage,
+                )
+            )
+        elif self.fmt == "json":
+            write_line(
+                wire.json_result(
+                    self.env,
+                    duration_ms=duration_ms,
+                    duration_api_ms=api_ms,
+                    num_turns=outcome.steps,
+                    result=text,
+                    usage=usage,
+                ),
+                indent=True,
+            )
+        else:
+            try:
+                sys.stdout.write(text + "\n")
+                sys.stdout.flush()
+            except (BrokenPipeError, ValueError, OSError) as exc:
+                raise StdoutGone(str(exc)) from exc
+            if not outcome.result_text:
+                return 1
+        return 0

@@ -1,0 +1,109 @@
+"""Running one batch of admitted tool calls with the reference's concurrency rules.
+
+Read-only calls run concurrently; writes are serialised per absolute path; shell, network and
+unknown effects share one global lock. Results come back in the order the model proposed them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tether.core.tools import Effect, Tool, ToolContext, ToolResult, ToolRunContext
+from tether.protocol.turns import ApprovalResult
+
+RESULT_CAP = 32_000
+INTERRUPTED = "Interrupted by user"
+
+
+@dataclass(frozen=True, slots=True)
+class AdmittedCall:
+    tool_call_id: str
+    name: str
+    tool: Tool | None
+    args: Mapping[str, Any]
+
+
+RunContextFactory = Callable[[str], ToolRunContext]
+
+
+class BatchLocks:
+    """The locks one batch shares; the global exec lock is per batch runner instance."""
+
+    def __init__(self) -> None:
+        self.exec_lock = asyncio.Lock()
+        self._paths: dict[Path, asyncio.Lock] = {}
+
+    def for_path(self, path: Path) -> asyncio.Lock:
+        return self._paths.setdefault(path, asyncio.Lock())
+
+
+async def execute_batch(
+    calls: list[AdmittedCall],
+    ctx: ToolContext,
+    make_run_context: RunContextFactory,
+    abort: asyncio.Event,
+    on_result: Callable[[ApprovalResult], None] | None = None,
+) -> list[ApprovalResult]:
+    locks = BatchLocks()
+
+    async def one(call: AdmittedCall) -> ApprovalResult:
+        result = await _run_locked(call, ctx, locks, make_run_context, abort)
+        if on_result is not None:
+            on_result(result)
+        return result
+
+    return list(await asyncio.gather(*(one(c) for c in calls)))
+
+
+async def _run_locked(
+    call: AdmittedCall,
+    ctx: ToolContext,
+    locks: BatchLocks,
+    make_run_context: RunContextFactory,
+    abort: asyncio.Event,
+) -> ApprovalResult:
+    if call.tool is None:
+        available = ", ".join(sorted(ctx.tools))
+        return _result(
+            call, ToolResult(f"Tool not found: {call.name}. Available tools: {available}", True)
+        )
+    tool = call.tool
+    async with AsyncExitStack() as stack:
+        if tool.effect is Effect.WRITE:
+            for path in sorted(set(tool.paths(call.args, ctx.cwd))):
+                await stack.enter_async_context(locks.for_path(path))
+        elif tool.effect is not Effect.READ:
+            await stack.enter_async_context(locks.exec_lock)
+        if abort.is_set():
+            return _result(call, ToolResult(INTERRUPTED, True))
+        run_ctx = make_run_context(call.tool_call_id)
+        run_ctx.abort = abort
+        try:
+            outcome = await tool.run(call.args, run_ctx)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a tool bug becomes the model's error result, not a crash
+            outcome = ToolResult(f"{type(exc).__name__}: {exc}", True)
+    return _result(call, outcome)
+
+
+def _result(call: AdmittedCall, outcome: ToolResult) -> ApprovalResult:
+    text = outcome.output
+    if len(text) > RESULT_CAP:
+        text = (
+            text[:RESULT_CAP]
+            + f"\n[output truncated: {len(outcome.output) - RESULT_CAP} more characters]"
+        )
+    return ApprovalResult(
+        tool_call_id=call.tool_call_id,
+        tool_name=call.name,
+        output=text,
+        is_error=outcome.is_error,
+        stdout=outcome.stdout,
+        stderr=outcome.stderr,
+    )

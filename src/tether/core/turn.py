@@ -1,0 +1,278 @@
+"""The turn loop: send, stream, classify proposed tool calls, run the admitted ones, continue.
+
+One user turn is several backend sends: each send is one provider call; while the model stops
+with `requires_approval` the engine answers every call (result or denial) and sends those
+answers as the next input, until `end_turn`, a limit, an interrupt or an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tether.core.approvals import Classified, DecideFn, classify_approvals
+from tether.core.execution import INTERRUPTED, AdmittedCall, RunContextFactory, execute_batch
+from tether.core.tools import ToolContext
+from tether.protocol.chunks import (
+    AssistantText,
+    Chunk,
+    ErrorChunk,
+    Reasoning,
+    StopReason,
+    ToolCallRequest,
+    UsageStatistics,
+)
+from tether.protocol.messages import Usage, UserMessage
+from tether.protocol.turns import (
+    ApprovalResult,
+    ConversationRef,
+    LocalToolCall,
+    LocalToolReturn,
+    TurnError,
+    TurnInput,
+)
+
+Event = Chunk | LocalToolCall | LocalToolReturn | TurnError
+
+
+class Backend(Protocol):
+    """Where a conversation lives: one provider call per `send`, the harness drives the loop."""
+
+    def send(
+        self, conversation: ConversationRef, turn_input: TurnInput, ctx: ToolContext
+    ) -> AsyncIterator[Chunk]:
+        """Persist the input, call the model once, persist its answer; ends with a StopReason."""
+        ...
+
+    async def record(self, conversation: ConversationRef, turn_input: TurnInput) -> None:
+        """Persist input without calling the model (answers that must not be stranded)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalAnswer:
+    allow: bool
+    message: str = ""
+    updated_input: dict | None = None
+    interrupt: bool = False
+
+
+class Approver(Protocol):
+    """Who answers `ask`: a headless policy, an SDK over stream-json, a TUI dialog, a client."""
+
+    async def ask(self, item: Classified, ctx: ToolContext) -> ApprovalAnswer: ...
+
+
+@dataclass(slots=True)
+class TurnDeps:
+    backend: Backend
+    snapshot: Callable[[], ToolContext]
+    decide: DecideFn
+    approver: Approver
+    make_run_context: RunContextFactory
+    emit: Callable[[Event], None]
+    abort: asyncio.Event = field(default_factory=asyncio.Event)
+    max_turns: int | None = None
+
+
+@dataclass(slots=True)
+class TurnOutcome:
+    stop_reason: str = "end_turn"
+    steps: int = 0
+    usage: Usage = field(default_factory=Usage)
+    run_ids: list[str] = field(default_factory=list)
+    last_text: str = ""
+    last_reasoning: str = ""
+    last_tool_result: str = ""
+    error: TurnError | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stop_reason == "cancelled"
+
+    @property
+    def result_text(self) -> str:
+        return self.last_text or self.last_reasoning or self.last_tool_result
+
+
+async def run_turn(deps: TurnDeps, conversation: ConversationRef, user: UserMessage) -> TurnOutcome:
+    out = TurnOutcome()
+    turn_input = TurnInput(user=user)
+    while True:
+        if not turn_input.approvals and _limit_reached(deps, out):
+            return _fail(
+                deps,
+                out,
+                f"Maximum turns limit reached ({out.steps}/{deps.max_turns} steps)",
+                "max_steps",
+            )
+        ctx = deps.snapshot()
+        calls, stop = await _stream_step(deps, conversation, turn_input, ctx, out)
+        if deps.abort.is_set():
+            return _fail(deps, out, "Interrupted by SIGINT", "cancelled")
+        if stop is None or stop.stop_reason not in ("end_turn", "requires_approval"):
+            if out.error is None:
+                reason = stop.stop_reason if stop else "error"
+                return _fail(deps, out, f"Turn ended with stop reason {reason}", reason)
+            return out
+        if stop.stop_reason == "end_turn":
+            out.stop_reason = "end_turn"
+            return out
+        if not calls:
+            return _fail(deps, out, "Model requested approval without any tool call", "error")
+        answers = await _answer_calls(deps, calls, ctx)
+        if deps.abort.is_set():
+            await deps.backend.record(
+                conversation, TurnInput(approvals=_settle_interrupted(calls, answers))
+            )
+            return _fail(deps, out, "Interrupted by SIGINT", "cancelled")
+        if answers.interrupt:
+            await deps.backend.record(conversation, TurnInput(approvals=tuple(answers.results)))
+            return _fail(deps, out, "Interrupted by the approval response", "cancelled")
+        turn_input = TurnInput(approvals=tuple(answers.results))
+        if _limit_reached(deps, out):
+            # Answer the calls durably first, so the limit never strands a tool call.
+            await deps.backend.record(conversation, turn_input)
+            return _fail(
+                deps,
+                out,
+                f"Maximum turns limit reached ({out.steps}/{deps.max_turns} steps)",
+                "max_steps",
+            )
+
+
+async def _stream_step(
+    deps: TurnDeps,
+    conversation: ConversationRef,
+    turn_input: TurnInput,
+    ctx: ToolContext,
+    out: TurnOutcome,
+) -> tuple[list[ToolCallRequest], StopReason | None]:
+    calls: list[ToolCallRequest] = []
+    stop: StopReason | None = None
+    text_run: str | None = None
+
+    async def consume() -> None:
+        nonlocal stop, text_run
+        async for chunk in deps.backend.send(conversation, turn_input, ctx):
+            if chunk.run_id and chunk.run_id not in out.run_ids:
+                out.run_ids.append(chunk.run_id)
+            if isinstance(chunk, AssistantText):
+                if text_run != chunk.otid:
+                    out.last_text, text_run = "", chunk.otid
+                out.last_text += chunk.content
+            elif isinstance(chunk, Reasoning):
+                out.last_reasoning += chunk.reasoning
+            elif isinstance(chunk, ToolCallRequest):
+                calls.append(chunk)
+            elif isinstance(chunk, UsageStatistics):
+                out.steps += chunk.step_count
+                out.usage += Usage(
+                    chunk.prompt_tokens,
+                    chunk.completion_tokens,
+                    chunk.cached_input_tokens,
+                    chunk.cache_write_tokens,
+                    chunk.reasoning_tokens,
+                )
+            elif isinstance(chunk, ErrorChunk):
+                out.error = TurnError(
+                    chunk.message,
+                    "llm_api_error",
+                    chunk.run_id,
+                    {
+                        "message_type": "error_message",
+                        "message": chunk.message,
+                        "error_type": chunk.error_type,
+                        "detail": chunk.detail,
+                        "run_id": chunk.run_id,
+                    },
+                )
+            elif isinstance(chunk, StopReason):
+                stop = chunk
+            deps.emit(chunk)
+
+    task = asyncio.ensure_future(consume())
+    aborted = asyncio.ensure_future(deps.abort.wait())
+    try:
+        await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        aborted.cancel()
+        if not task.done():
+            task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+    if out.error is not None:
+        out.stop_reason = out.error.stop_reason
+        deps.emit(out.error)
+    return calls, stop
+
+
+@dataclass(slots=True)
+class _Answers:
+    results: list[ApprovalResult]
+    interrupt: bool = False
+
+
+async def _answer_calls(deps: TurnDeps, calls: list[ToolCallRequest], ctx: ToolContext) -> _Answers:
+    classified = classify_approvals(calls, ctx, deps.decide)
+    answers: dict[str, ApprovalResult] = {}
+    admitted: list[AdmittedCall] = []
+    interrupt = False
+    for item in classified:
+        call = item.call
+        deps.emit(LocalToolCall(call.tool_call_id, call.name, call.arguments or "{}"))
+        if item.verdict == "ask":
+            reply = await deps.approver.ask(item, ctx)
+            if reply.allow:
+                args = reply.updated_input if reply.updated_input is not None else item.args
+                admitted.append(AdmittedCall(call.tool_call_id, call.name, item.tool, args))
+                continue
+            interrupt = interrupt or reply.interrupt
+            answers[call.tool_call_id] = _denial(call, reply.message)
+        elif item.verdict == "deny":
+            answers[call.tool_call_id] = _denial(call, item.decision.reason)
+        else:
+            admitted.append(AdmittedCall(call.tool_call_id, call.name, item.tool, item.args))
+    for result in answers.values():
+        deps.emit(LocalToolReturn(result))
+    if admitted and not interrupt:
+        executed = await execute_batch(
+            admitted,
+            ctx,
+            deps.make_run_context,
+            deps.abort,
+            lambda r: deps.emit(LocalToolReturn(r)),
+        )
+        answers.update((r.tool_call_id, r) for r in executed)
+    for call in calls:  # every call is answered, even when an interrupt skipped execution
+        answers.setdefault(call.tool_call_id, _denial(call, INTERRUPTED))
+    return _Answers([answers[c.tool_call_id] for c in calls], interrupt)
+
+
+def _denial(call: ToolCallRequest, reason: str) -> ApprovalResult:
+    return ApprovalResult(
+        call.tool_call_id, call.name, reason or "Tool execution denied.", True, denied=True
+    )
+
+
+def _settle_interrupted(
+    calls: list[ToolCallRequest], answers: _Answers
+) -> tuple[ApprovalResult, ...]:
+    return (
+        tuple(answers.results) if answers.results else tuple(_denial(c, INTERRUPTED) for c in calls)
+    )
+
+
+def _limit_reached(deps: TurnDeps, out: TurnOutcome) -> bool:
+    return deps.max_turns is not None and out.steps >= deps.max_turns
+
+
+def _fail(deps: TurnDeps, out: TurnOutcome, message: str, stop_reason: str) -> TurnOutcome:
+    out.stop_reason = stop_reason
+    out.error = TurnError(message, stop_reason, out.run_ids[-1] if out.run_ids else None)
+    deps.emit(out.error)
+    return out

@@ -1,0 +1,188 @@
+"""Stream chunks: the Letta-style vocabulary providers produce and every frontend renders.
+
+Each chunk knows its wire form (`to_wire()`), which is field for field the reference's Letta
+message chunk (`message_type` plus its fields). Provider adapters emit these; the backend stamps
+run ids; headless, stream-json and the App Server render them unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+
+def iso_now() -> str:
+    """ISO-8601 UTC with milliseconds, the reference's `date` / `timestamp` form."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantText:
+    """A piece of assistant text; consecutive pieces of one text run share `otid`."""
+
+    otid: str
+    content: str
+    run_id: str | None = None
+    date: str = field(default_factory=iso_now)
+    message_type: Literal["assistant_message"] = "assistant_message"
+
+    def to_wire(self) -> dict[str, Any]:
+        return _wire(self, id=self.otid, otid=self.otid, content=self.content)
+
+
+@dataclass(frozen=True, slots=True)
+class Reasoning:
+    otid: str
+    reasoning: str
+    signature: str | None = None
+    run_id: str | None = None
+    date: str = field(default_factory=iso_now)
+    message_type: Literal["reasoning_message"] = "reasoning_message"
+
+    def to_wire(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {"signature": self.signature} if self.signature else {}
+        return _wire(
+            self,
+            id=self.otid,
+            otid=self.otid,
+            reasoning=self.reasoning,
+            source="reasoner_model",
+            **extra,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRequest:
+    """A complete tool call the model proposed: the harness must approve and run it.
+
+    `arguments` is the raw JSON text exactly as the model produced it (it may be invalid JSON;
+    classification reports that to the model rather than guessing).
+    """
+
+    tool_call_id: str
+    name: str
+    arguments: str
+    run_id: str | None = None
+    date: str = field(default_factory=iso_now)
+    message_type: Literal["approval_request_message"] = "approval_request_message"
+
+    def to_wire(self) -> dict[str, Any]:
+        call = {"name": self.name, "arguments": self.arguments, "tool_call_id": self.tool_call_id}
+        return _wire(self, id=f"approval-{self.tool_call_id}", tool_call=call, tool_calls=[call])
+
+
+@dataclass(frozen=True, slots=True)
+class UsageStatistics:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    step_count: int = 1
+    run_id: str | None = None
+    message_type: Literal["usage_statistics"] = "usage_statistics"
+
+    @property
+    def total_tokens(self) -> int:
+        return (
+            self.prompt_tokens
+            + self.completion_tokens
+            + self.cached_input_tokens
+            + self.cache_write_tokens
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        return _wire(
+            self,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            total_tokens=self.total_tokens,
+            step_count=self.step_count,
+            cached_input_tokens=self.cached_input_tokens,
+            cache_write_tokens=self.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens,
+        )
+
+
+StopReasonName = Literal[
+    "end_turn",
+    "requires_approval",
+    "max_tokens_exceeded",
+    "max_steps",
+    "cancelled",
+    "error",
+    "llm_api_error",
+    "no_tool_call",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class StopReason:
+    stop_reason: StopReasonName
+    run_id: str | None = None
+    message_type: Literal["stop_reason"] = "stop_reason"
+
+    def to_wire(self) -> dict[str, Any]:
+        return _wire(self, stop_reason=self.stop_reason)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorChunk:
+    message: str
+    error_type: str = "llm_error"
+    detail: str = ""
+    retryable: bool = False
+    run_id: str | None = None
+    message_type: Literal["error_message"] = "error_message"
+
+    def to_wire(self) -> dict[str, Any]:
+        return _wire(self, message=self.message, error_type=self.error_type, detail=self.detail)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryNotice:
+    """The provider adapter is about to retry (only ever before any model output)."""
+
+    attempt: int
+    max_attempts: int
+    delay_ms: int
+    message: str
+    run_id: str | None = None
+    message_type: Literal["event_message"] = "event_message"
+
+    def to_wire(self) -> dict[str, Any]:
+        data = {
+            "attempt": self.attempt,
+            "max_attempts": self.max_attempts,
+            "delay_ms": self.delay_ms,
+            "message": self.message,
+        }
+        return _wire(self, event_type="retry", event_data=data)
+
+
+Chunk = (
+    AssistantText
+    | Reasoning
+    | ToolCallRequest
+    | UsageStatistics
+    | StopReason
+    | ErrorChunk
+    | RetryNotice
+)
+
+
+def _wire(chunk: Any, **fields: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"message_type": chunk.message_type}
+    date = getattr(chunk, "date", None)
+    if date is not None:
+        out["date"] = date
+    out.update(fields)
+    if chunk.run_id is not None:
+        out["run_id"] = chunk.run_id
+    return out

@@ -1,0 +1,69 @@
+"""What one backend send carries in, and the harness-level events a turn emits besides chunks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tether.protocol.chunks import iso_now
+from tether.protocol.messages import UserMessage
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationRef:
+    agent_id: str
+    conversation_id: str  # "default" = the agent's primary history
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalResult:
+    """The answer to one tool call: its result, or a denial (`denied=True`, `output` = reason)."""
+
+    tool_call_id: str
+    tool_name: str
+    output: str
+    is_error: bool
+    denied: bool = False
+    stdout: tuple[str, ...] | None = None
+    stderr: tuple[str, ...] | None = None
+
+    @property
+    def status(self) -> Literal["success", "error"]:
+        return "error" if self.is_error else "success"
+
+
+@dataclass(frozen=True, slots=True)
+class TurnInput:
+    """Input of one send: answers to the previous step's tool calls, then maybe a user message."""
+
+    approvals: tuple[ApprovalResult, ...] = ()
+    user: UserMessage | None = None
+
+
+# --- harness events (emitted by the turn engine, rendered by frontends) ----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LocalToolCall:
+    """A tool call about to run (or be answered) locally; emitted before execution."""
+
+    tool_call_id: str
+    name: str
+    arguments: str
+    date: str = field(default_factory=iso_now)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalToolReturn:
+    result: ApprovalResult
+    date: str = field(default_factory=iso_now)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnError:
+    """A turn-ending error as the reference's `error` event describes it."""
+
+    message: str
+    stop_reason: str
+    run_id: str | None = None
+    api_error: dict[str, Any] | None = None

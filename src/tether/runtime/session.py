@@ -1,0 +1,125 @@
+"""Which agent, conversation and model a run uses (reference §2.1), and where tether keeps state.
+
+Agent: `--agent` → `--new-agent` → this project's last agent → the global last agent → a new
+one. Conversation: `--conversation default|<id>` → `--new` → otherwise a fresh conversation
+every run (so two runs never race on one history). Model: `--model` → the conversation's →
+the agent's → the first configured provider.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tether.backends.local.records import AgentRecord
+from tether.backends.local.store import LocalStore
+from tether.errors import UsageError
+
+
+def tether_home(env: Mapping[str, str]) -> Path:
+    value = env.get("TETHER_HOME")
+    return Path(value).expanduser() if value else Path.home() / ".tether"
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    agent: AgentRecord
+    conversation_id: str
+    model: str
+    created_agent: bool
+
+
+NO_MODEL = (
+    "No model configured. Set ANTHROPIC_API_KEY or OPENAI_API_KEY (or OPENAI_COMPATIBLE_BASE_URL, "
+    "OLLAMA_BASE_URL, LMSTUDIO_BASE_URL, LLAMA_CPP_BASE_URL), run `tether connect <provider> "
+    "--api-key KEY`, or pass --model <provider>/<model>."
+)
+
+
+def resolve_session(
+    store: LocalStore,
+    *,
+    agent_id: str | None,
+    new_agent: bool,
+    conversation: str | None,
+    new_conversation: bool,
+    model: str | None,
+    system: str,
+    tags: list[str],
+    cwd: Path,
+    env: Mapping[str, str],
+) -> Session:
+    created = False
+    if conversation is not None and conversation != "default":
+        conv = store.get_conversation(conversation)
+        agent = store.get_agent(conv.agent_id)
+        conversation_id = conv.id
+        conv_model = conv.model
+    else:
+        if agent_id is not None:
+            agent = store.get_agent(agent_id)
+        elif not new_agent and (last := _last_agent(store, cwd)) is not None:
+            agent = last
+        else:
+            agent = store.create_agent(model=model, system=system, tags=tuple(tags))
+            created = True
+        if conversation == "default":
+            conversation_id = store.default_conversation(agent.id).id
+        else:
+            conversation_id = store.create_conversation(agent.id).id
+        conv_model = None
+    handle = model or conv_model or agent.model or _default_model(store.home, env)
+    if handle is None:
+        raise UsageError(NO_MODEL)
+    _remember_agent(store, cwd, agent.id)
+    return Session(agent, conversation_id, handle, created)
+
+
+def _default_model(home: Path, env: Mapping[str, str]) -> str | None:
+    from tether.providers.catalog import default_handle
+
+    return default_handle(home, env)
+
+
+def _state_file(store: LocalStore) -> Path:
+    return store.home / "state" / "last-agents.json"
+
+
+def _read_state(store: LocalStore) -> dict[str, Any]:
+    try:
+        data = orjson.loads(_state_file(store).read_bytes())
+    except (FileNotFoundError, orjson.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _last_agent(store: LocalStore, cwd: Path) -> AgentRecord | None:
+    from tether.errors import NotFound
+
+    state = _read_state(store)
+    projects = state.get("projects") if isinstance(state.get("projects"), dict) else {}
+    for candidate in (projects.get(str(cwd)), state.get("global")):
+        if isinstance(candidate, str):
+            try:
+                return store.get_agent(candidate)
+            except NotFound:
+                continue
+    return None
+
+
+def _remember_agent(store: LocalStore, cwd: Path, agent_id: str) -> None:
+    """The LRU lives under TETHER_HOME, not in the project folder (headless runs leave no trace there)."""
+    state = _read_state(store)
+    projects = state.get("projects") if isinstance(state.get("projects"), dict) else {}
+    projects[str(cwd)] = agent_id
+    state = {"global": agent_id, "projects": projects}
+    path = _state_file(store)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(orjson.dumps(state, option=orjson.OPT_INDENT_2))
+    os.replace(tmp, path)
