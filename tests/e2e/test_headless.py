@@ -118,7 +118,9 @@ def test_standard_mode_runs_read_only_tools_inside_cwd(workdir: Path, tmp_path: 
         run = run_tether(["-p", "read", "--model", model, "--output-format", "stream-json"],
                          env=tether_env(fake.url, model), cwd=workdir)
     assert run.code == 0, run.stderr
-    inside_ret, outside_ret = run.of_type("message", "tool_return_message")
+    calls = [c["tool_call"]["tool_call_id"] for c in run.of_type("message", "tool_call_message")]
+    returns = {r["tool_call_id"]: r for r in run.of_type("message", "tool_return_message")}
+    inside_ret, outside_ret = returns[calls[0]], returns[calls[1]]
     assert inside_ret["status"] == "success" and "inside" in inside_ret["tool_return"]
     assert outside_ret["status"] == "error" and "secret" not in outside_ret["tool_return"]
 
@@ -201,7 +203,7 @@ def test_max_turns_never_strands_a_tool_call(workdir: Path, tether_home: Path) -
     assert [m["role"] for m in messages] == ["user", "assistant", "toolResult"]
 
 
-def test_bad_flags_are_clear_errors(workdir: Path) -> None:
+def test_bad_flags_are_clear_errors(workdir: Path, tether_home: Path) -> None:
     env = dict(os.environ)
     for args, needle in [
         (["-p", "x", "--max-turns", "0"], "--max-turns expects a positive integer"),
@@ -209,11 +211,12 @@ def test_bad_flags_are_clear_errors(workdir: Path) -> None:
         (["-p", "x", "--permission-mode", "sometimes"], "Invalid permission mode 'sometimes'"),
         (["-p", "x", "--frobnicate"], "unrecognized arguments: --frobnicate"),
         (["-p", "x", "--new", "--conversation", "local-conv-1"], "--new cannot be combined"),
-        (["-p", "x", "--model", "nope/model"], "unknown provider"),
+        (["-p", "x", "--model", "nope/model"], "valid providers: anthropic/"),
     ]:
         run = run_tether(args, env=env, cwd=workdir)
         assert run.code == 1, args
         assert needle.lower() in run.stderr.lower(), (args, run.stderr)
+    assert not (tether_home / "agents").exists()  # bad input created nothing
 
 
 def test_no_model_configured_names_the_ways_to_configure(workdir: Path) -> None:

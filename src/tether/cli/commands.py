@@ -9,11 +9,14 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from tether.errors import TetherError, UsageError
+
+if TYPE_CHECKING:
+    from tether.backends.local.store import LocalStore
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,7 +43,7 @@ def _print_json(obj: Any) -> None:
     sys.stdout.buffer.flush()
 
 
-def _store():  # type: ignore[no-untyped-def]
+def _store() -> LocalStore:
     from tether.backends.local.store import LocalStore
     from tether.runtime.session import tether_home
 
@@ -103,9 +106,9 @@ def _connect(argv: list[str]) -> int:
     p.add_argument("--base-url")
     p.add_argument("--timeout")
     ns = p.parse_args(argv)
-    if ns.provider not in PROVIDER_PREFIXES:
+    if ns.provider not in PRESETS and ns.provider not in ALIASES:
         raise UsageError(
-            f"unknown provider {ns.provider!r}; choose one of: {', '.join(PROVIDER_PREFIXES)}"
+            f"unknown provider {ns.provider!r}; choose one of: {', '.join(PRESETS)}"
         )
     if ns.api_key is None and ns.base_url is None:
         raise UsageError("tether connect needs --api-key and/or --base-url")

@@ -37,7 +37,7 @@ class Renderer:
         self.fmt = fmt
         self.env = envelope
         self.partial = partial
-        self._pending: list[Chunk] = []  # one text or reasoning run, merged when not partial
+        self._pending: list[AssistantText | Reasoning] = []  # one text or reasoning run, merged when not partial
         self.errors: list[TurnError] = []
 
     def emit_init(self, **fields: Any) -> None:
@@ -51,10 +51,10 @@ class Renderer:
             return
         if isinstance(event, AssistantText | Reasoning) and not self.partial:
             if self._pending and self._pending[0].otid != event.otid:
-                self._flush()
+                self.flush()
             self._pending.append(event)
             return
-        self._flush()
+        self.flush()
         if isinstance(event, RetryNotice):
             write_line(wire.retry_event(self.env, event))
         elif isinstance(event, LocalToolCall):
@@ -68,7 +68,7 @@ class Renderer:
         else:
             write_line(wire.chunk_event(self.env, event, partial=self.partial))
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
         if not self._pending:
             return
         first = self._pending[0]
@@ -92,7 +92,7 @@ class Renderer:
 
     def finish(self, outcome: TurnOutcome, *, duration_ms: int, api_ms: int) -> int:
         """Write the turn's end; returns the exit code (0, 1 or 130)."""
-        self._flush()
+        self.flush()
         if outcome.error is not None:
             if self.fmt != "stream-json":
                 sys.stderr.write(f"Error: {outcome.error.message}\n")

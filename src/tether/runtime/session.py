@@ -66,6 +66,8 @@ def resolve_session(
         elif not new_agent and (last := _last_agent(store, cwd)) is not None:
             agent = last
         else:
+            if model is None and _default_model(store.home, env) is None:
+                raise UsageError(NO_MODEL)  # before anything is created
             agent = store.create_agent(model=model, system=system, tags=tuple(tags))
             created = True
         if conversation == "default":
@@ -102,7 +104,8 @@ def _last_agent(store: LocalStore, cwd: Path) -> AgentRecord | None:
     from tether.errors import NotFound
 
     state = _read_state(store)
-    projects = state.get("projects") if isinstance(state.get("projects"), dict) else {}
+    projects = state.get("projects")
+    projects = projects if isinstance(projects, dict) else {}
     for candidate in (projects.get(str(cwd)), state.get("global")):
         if isinstance(candidate, str):
             try:
@@ -115,7 +118,8 @@ def _last_agent(store: LocalStore, cwd: Path) -> AgentRecord | None:
 def _remember_agent(store: LocalStore, cwd: Path, agent_id: str) -> None:
     """The LRU lives under TETHER_HOME, not in the project folder (headless runs leave no trace there)."""
     state = _read_state(store)
-    projects = state.get("projects") if isinstance(state.get("projects"), dict) else {}
+    projects = state.get("projects")
+    projects = projects if isinstance(projects, dict) else {}
     projects[str(cwd)] = agent_id
     state = {"global": agent_id, "projects": projects}
     path = _state_file(store)

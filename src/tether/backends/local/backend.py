@@ -53,7 +53,8 @@ class LocalBackend:
         store: LocalStore,
         provider: Provider,
         *,
-        model_handle: str,
+        provider_name: str,
+        model_id: str,
         system: str,
         cwd: Path,
         platform: str,
@@ -61,7 +62,8 @@ class LocalBackend:
     ) -> None:
         self.store = store
         self.provider = provider
-        self.model_handle = model_handle
+        self.provider_name = provider_name
+        self.model_id = model_id
         self.system = compile_system_prompt(system, cwd=str(cwd), platform=platform, date=today)
         self.api_ms = 0
 
@@ -85,9 +87,8 @@ class LocalBackend:
         history = [*history, *new]
 
         run_id = f"local-run-{uuid.uuid4().hex[:12]}"
-        prefix, _, model_id = self.model_handle.partition("/")
         request = ProviderRequest(
-            model=model_id,
+            model=self.model_id,
             system=self.system,
             messages=tuple(history),
             tools=ctx.specs(),
@@ -123,8 +124,8 @@ class LocalBackend:
             content=parts.build(),
             timestamp=now_ms(),
             api=self.provider.api,
-            provider=prefix,
-            model=model_id,
+            provider=self.provider_name,
+            model=self.model_id,
             usage=_usage(usage),
             stop_reason=stop.stop_reason,
         )
@@ -134,9 +135,8 @@ class LocalBackend:
 def settle(transcript: Transcript, history: list[Message]) -> list[Message]:
     """§4.4 step 1: close what an earlier, interrupted turn left open, durably."""
     kept, appended = settle_orphaned_tool_calls(history)
-    rolled_back = [m for m in history if m not in kept]
-    for message in rolled_back:
-        transcript.rollback(message.id)
+    if len(kept) < len(history):  # only ever the never-finished trailing assistant message
+        transcript.rollback(history[-1].id)
     if appended:
         transcript.append(appended)
     return [*kept, *appended]

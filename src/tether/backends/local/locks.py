@@ -1,0 +1,135 @@
+"""How the local store touches shared files safely across processes: exclusive flocks and
+atomic, fsynced writes.
+
+Locks are `fcntl.flock` on a dedicated lock file. flock belongs to the open file description,
+so two opens in one process exclude each other just as two processes do, and the kernel drops
+the lock when the holder dies (even by SIGKILL). The descriptor is close-on-exec, so tools the
+runtime spawns never inherit a turn lock; a bare `fork()` without exec would share it, which
+tether never does while holding one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+# Polling starts fast (a counter lock is held for microseconds) and backs off so a long wait
+# for a turn lock does not spin.
+_FIRST_POLL_S = 0.005
+_MAX_POLL_S = 0.05
+
+
+@contextlib.contextmanager
+def exclusive_flock(path: Path, *, wait: float, busy: Callable[[], Exception]) -> Iterator[None]:
+    """Hold an exclusive flock on `path` (created if absent) for the `with` body.
+
+    If someone else holds it, poll for up to `wait` seconds, then raise `busy()`.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + max(0.0, wait)
+        pause = _FIRST_POLL_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise busy() from None
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, _MAX_POLL_S)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename or create inside `directory` durable (the entry lives in the directory)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _tmp_path(path: Path) -> Path:
+    # Readers list `*.json` / open exact names, so a `.tmp-` sibling left by a crash is ignored.
+    return path.with_name(f"{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def _write_tmp(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_path(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so a reader (or a crash) sees the old bytes or the new, never
+    a mix: temp file, fsync, rename, fsync the directory."""
+    tmp = _write_tmp(path, data)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+def create_exclusive(path: Path, data: bytes) -> bool:
+    """Create `path` holding exactly `data` unless it already exists; True if this call made it.
+
+    The file appears complete or not at all (hard link of a fsynced temp file), so two
+    processes racing to create the same record or transcript header cannot leave half of one.
+    """
+    tmp = _write_tmp(path, data)
+    try:
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:
+            # Filesystems without hard links: O_EXCL still picks one winner; only a crash
+            # between create and write could leave a short file there.
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            except FileExistsError:
+                return False
+            try:
+                write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    fsync_dir(path.parent)
+    return True
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """os.write may write less than asked (signals, huge buffers); finish the job."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]

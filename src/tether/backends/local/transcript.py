@@ -1,0 +1,431 @@
+"""One conversation's append-only `messages.jsonl` (reference §4.3): its format, its active
+view, its crash repair, and the settlement of tool calls an interrupted turn left open (§4.4).
+
+Format: a `session` header line, then one LF-terminated JSON entry per line:
+
+    {"type":"message","id":<8 hex>,"parentId":<previous entry id|null>,"timestamp":<iso>,
+     "message":<message_to_dict(...)>}
+    {"type":"compaction","id","parentId","timestamp","summary","firstKeptEntryId"|null,
+     "tokensBefore","message":<the summary message>,"details"?}
+    {"type":"rollback","id","parentId","timestamp","messageId"}        <- tether extension
+
+The active view replays the entries: a message entry whose message id is already in the view
+replaces that snapshot in place (latest wins), otherwise it joins the end; a compaction entry
+makes the view `[summary message] + the view from the message that firstKeptEntryId carried`;
+a rollback entry removes that message from the view.
+
+Extension to the reference: the `rollback` entry. The backend may persist an assistant
+message before its provider call finished (`stopReason: null`); settlement drops such a
+message from the active view and records that durably with a rollback entry rather than
+rewriting history. A reader that does not know the entry type fails loudly (as tether does on
+any unknown type), so the extension can never be half-understood.
+
+Durability: an entry counts once its LF is on disk and fsynced. A torn last line (no LF, or
+not JSON) is left out of the view and cut off before the next append; damage anywhere else
+raises `TranscriptCorrupt` with the 1-based line number.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import secrets
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+import orjson
+
+from tether.backends.local.locks import create_exclusive, write_all
+from tether.errors import ProtocolError, TranscriptCorrupt
+from tether.protocol.messages import (
+    AssistantMessage,
+    Message,
+    TextPart,
+    ToolCallPart,
+    ToolResultMessage,
+    message_from_dict,
+    message_to_dict,
+)
+
+SESSION_VERSION = 3
+
+_StatKey = tuple[int, int, int]
+
+
+def entry_timestamp() -> str:
+    # Milliseconds and `Z`, like the reference writer's `Date.toISOString()`.
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Transcript:
+    """The messages.jsonl at `path`. Not thread-safe; one writer at a time (the turn lock).
+
+    The parsed view stays in memory: `load()` and `append()` re-read only what another process
+    added since (detected by inode, size and mtime), never the whole file again.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._key: _StatKey | None = None
+        self._collect: list[dict[str, Any]] | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._header: dict[str, Any] | None = None
+        self._view: dict[str, Message] = {}
+        self._latest_entry: dict[str, str] = {}  # message id in view -> its latest entry id
+        self._entry_message: dict[str, str | None] = {}  # entry id -> message id it carried
+        self._last_entry_id: str | None = None
+        self._good_size = 0  # bytes up to and including the last good LF
+        self._good_lines = 0  # lines in those bytes, header included
+        self._disk_size = 0  # bytes on disk when last read (more than good: a torn tail)
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def ensure_created(self, cwd: str | None = None) -> None:
+        """Write the session header if the file does not exist yet (atomically: a racing
+        process either wins or sees a complete header)."""
+        if self.path.exists():
+            return
+        header = {
+            "type": "session",
+            "version": SESSION_VERSION,
+            "id": str(uuid.uuid4()),
+            "timestamp": entry_timestamp(),
+            "cwd": cwd if cwd is not None else os.getcwd(),
+        }
+        create_exclusive(self.path, orjson.dumps(header) + b"\n")
+
+    def load(self) -> list[Message]:
+        """The active view, in order. A missing file is an empty conversation."""
+        self._sync()
+        return list(self._view.values())
+
+    def header(self) -> dict[str, Any] | None:
+        self._sync()
+        return dict(self._header) if self._header is not None else None
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every entry after the header, as stored (a fresh, validating read of the file)."""
+        fresh = Transcript(self.path)
+        fresh._collect = []
+        fresh._sync()
+        return fresh._collect
+
+    def _sync(self) -> None:
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115 - closed below; stat and read one file
+        except FileNotFoundError:
+            self._reset()
+            self._key = None
+            return
+        with f:
+            st = os.fstat(f.fileno())
+            key = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if key == self._key:
+                return
+            grown = (
+                self._key is not None
+                and self._header is not None
+                and st.st_ino == self._key[0]
+                and st.st_size >= self._good_size
+            )
+            if grown:
+                f.seek(self._good_size)
+            else:
+                self._reset()
+            start = self._good_size
+            data = f.read()
+        try:
+            with _gc_paused():
+                self._ingest(data)
+        except BaseException:
+            self._reset()
+            self._key = None
+            raise
+        self._disk_size = start + len(data)
+        self._key = key
+
+    def _ingest(self, data: bytes) -> None:
+        """Apply the complete lines in `data` (which runs to end of file) to the view."""
+        end = data.rfind(b"\n") + 1
+        lines = data[:end].split(b"\n")
+        lines.pop()  # after the last LF: empty
+        torn_tail = len(data) > end
+        first = 0
+        if self._header is None:
+            self._read_header(lines[0] if lines else None, torn_tail or bool(data))
+            first = 1
+        base = self._good_lines  # line number of lines[0], minus one
+        last = len(lines) - 1
+        loads = orjson.loads
+        good = end
+        for i in range(first, len(lines)):
+            try:
+                entry = loads(lines[i])
+            except orjson.JSONDecodeError as exc:
+                if i == last and not torn_tail:
+                    # An unparsable final line is a write the crash cut short: drop it.
+                    good = end - len(lines[i]) - 1
+                    lines.pop()
+                    break
+                raise TranscriptCorrupt(str(self.path), base + i + 1, f"not JSON: {exc}") from None
+            self._apply(entry, base + i + 1)
+        self._good_size += good
+        self._good_lines += len(lines)
+
+    def _read_header(self, line: bytes | None, nonempty: bool) -> None:
+        path = str(self.path)
+        if line is None:
+            why = "the session header line is incomplete" if nonempty else "the file is empty"
+            raise TranscriptCorrupt(path, 1, why)
+        try:
+            header = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise TranscriptCorrupt(path, 1, f"session header is not JSON: {exc}") from None
+        if not isinstance(header, dict) or header.get("type") != "session":
+            raise TranscriptCorrupt(path, 1, 'the first line is not a {"type":"session"} header')
+        self._header = header
+
+    def _apply(self, entry: Any, line: int) -> None:
+        if type(entry) is not dict:
+            self._corrupt(line, "entry is not a JSON object")
+        if self._collect is not None:
+            self._collect.append(entry)
+        kind = entry.get("type")
+        eid = entry.get("id")
+        if not isinstance(eid, str):
+            self._corrupt(line, f"{kind} entry lacks a string id")
+        if kind == "message":
+            self._add_message(eid, self._message(entry, "message", line))
+        elif kind == "compaction":
+            summary = self._message(entry, "compaction", line)
+            first_kept = entry.get("firstKeptEntryId")
+            if first_kept is not None and not isinstance(first_kept, str):
+                self._corrupt(line, "compaction firstKeptEntryId must be a string or null")
+            kept_from = self._entry_message.get(first_kept) if first_kept is not None else None
+            if first_kept is not None and kept_from not in self._view:
+                self._corrupt(
+                    line, f"compaction firstKeptEntryId {first_kept!r} names no message in view"
+                )
+            self._compact(eid, summary, kept_from)
+        elif kind == "rollback":
+            mid = entry.get("messageId")
+            if not isinstance(mid, str):
+                self._corrupt(line, "rollback entry lacks a string messageId")
+            self._roll_back(eid, mid)
+        else:
+            self._corrupt(line, f"unknown entry type {kind!r}")
+
+    def _message(self, entry: dict[str, Any], kind: str, line: int) -> Message:
+        try:
+            return message_from_dict(entry.get("message"), f"{kind} entry")
+        except ProtocolError as exc:
+            self._corrupt(line, str(exc))
+
+    def _corrupt(self, line: int, why: str) -> NoReturn:
+        raise TranscriptCorrupt(str(self.path), line, why)
+
+    # --- the view ---------------------------------------------------------------------------
+
+    def _note_entry(self, eid: str, message_id: str | None) -> None:
+        self._entry_message[eid] = message_id
+        self._last_entry_id = eid
+
+    def _add_message(self, eid: str, message: Message) -> None:
+        self._view[message.id] = message  # an existing key keeps its place: replaced in place
+        self._latest_entry[message.id] = eid
+        self._note_entry(eid, message.id)
+
+    def _compact(self, eid: str, summary: Message, kept_from: str | None) -> None:
+        kept: list[str] = []
+        if kept_from is not None:
+            ids = list(self._view)
+            kept = ids[ids.index(kept_from) :]
+        view = {summary.id: summary}
+        latest = {summary.id: eid}
+        for mid in kept:
+            if mid != summary.id:
+                view[mid] = self._view[mid]
+                latest[mid] = self._latest_entry[mid]
+        self._view, self._latest_entry = view, latest
+        self._note_entry(eid, summary.id)
+
+    def _roll_back(self, eid: str, message_id: str) -> None:
+        # A rollback of a message not in view (already compacted away) changes nothing.
+        self._view.pop(message_id, None)
+        self._latest_entry.pop(message_id, None)
+        self._note_entry(eid, None)
+
+    # --- writing ----------------------------------------------------------------------------
+
+    def append(self, messages: Sequence[Message]) -> None:
+        """One step boundary: an entry per message whose snapshot changed, one write, one fsync."""
+        self._sync_for_write()
+        pending: list[tuple[str, Message]] = []
+        snapshot: dict[str, bytes] = {}
+        lines: list[bytes] = []
+        parent = self._last_entry_id
+        taken: set[str] = set()
+        for message in messages:
+            body = orjson.dumps(message_to_dict(message))
+            if message.id in snapshot:
+                before: bytes | None = snapshot[message.id]
+            elif message.id in self._view:
+                before = orjson.dumps(message_to_dict(self._view[message.id]))
+            else:
+                before = None
+            if body == before:
+                continue  # unchanged re-persist
+            snapshot[message.id] = body
+            eid = self._new_entry_id(taken)
+            lines.append(_entry_bytes("message", eid, parent, b'"message":' + body))
+            pending.append((eid, message))
+            parent = eid
+        if not lines:
+            return
+        self._write(lines)
+        for eid, message in pending:
+            self._add_message(eid, message)
+
+    def rollback(self, message_id: str) -> None:
+        """Durably drop `message_id` from the active view (see the module docstring)."""
+        self._sync()
+        if message_id not in self._view:
+            return
+        eid = self._new_entry_id(set())
+        fields = b'"messageId":' + orjson.dumps(message_id)
+        self._write([_entry_bytes("rollback", eid, self._last_entry_id, fields)])
+        self._roll_back(eid, message_id)
+
+    def append_compaction(
+        self,
+        summary_message: Message,
+        *,
+        summary: str,
+        first_kept_message_id: str | None,
+        tokens_before: int,
+        details: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Record a compaction: the view becomes `[summary_message]` plus the view from
+        `first_kept_message_id` on (None keeps nothing). Returns the entry id."""
+        self._sync_for_write()
+        if first_kept_message_id is not None and first_kept_message_id not in self._view:
+            raise ValueError(f"message {first_kept_message_id!r} is not in the active view")
+        first_kept = (
+            self._latest_entry[first_kept_message_id] if first_kept_message_id is not None else None
+        )
+        fields: dict[str, Any] = {
+            "summary": summary,
+            "firstKeptEntryId": first_kept,
+            "tokensBefore": tokens_before,
+            "message": message_to_dict(summary_message),
+        }
+        if details is not None:
+            fields["details"] = dict(details)
+        eid = self._new_entry_id(set())
+        body = orjson.dumps(fields)[1:-1]  # the object's members, spliced after the common keys
+        self._write([_entry_bytes("compaction", eid, self._last_entry_id, body)])
+        self._compact(eid, summary_message, first_kept_message_id)
+        return eid
+
+    def _new_entry_id(self, taken: set[str]) -> str:
+        # 8 hex digits collide by the birthday bound in long files; ids must stay unique
+        # because firstKeptEntryId and parentId refer to them.
+        while True:
+            eid = secrets.token_hex(4)
+            if eid not in self._entry_message and eid not in taken:
+                taken.add(eid)
+                return eid
+
+    def _sync_for_write(self) -> None:
+        self._sync()
+        if self._header is None:
+            self.ensure_created()
+            self._sync()
+
+    def _write(self, lines: list[bytes]) -> None:
+        payload = b"".join(lines)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        try:
+            if self._disk_size > self._good_size:
+                os.ftruncate(fd, self._good_size)  # repair: cut the torn last line
+            write_all(fd, payload)
+            os.fsync(fd)
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        self._good_size += len(payload)
+        self._good_lines += len(lines)
+        self._disk_size = self._good_size
+        # Anything but our own bytes on disk (a writer ignoring the turn lock) forces a re-read.
+        expected = st.st_size == self._good_size
+        self._key = (st.st_ino, st.st_size, st.st_mtime_ns) if expected else None
+
+
+def _entry_bytes(kind: str, eid: str, parent: str | None, fields: bytes) -> bytes:
+    head = orjson.dumps(
+        {"type": kind, "id": eid, "parentId": parent, "timestamp": entry_timestamp()}
+    )
+    return head[:-1] + b"," + fields + b"}\n"
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Parsing 100k entries allocates millions of objects that all live; letting the cyclic
+    collector rescan them every few thousand allocations costs more than the parse itself."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+# --- settlement (§4.4 step 1) -----------------------------------------------------------------
+
+
+def settle_orphaned_tool_calls(
+    messages: Sequence[Message], reason: str = "Turn did not complete"
+) -> tuple[list[Message], list[Message]]:
+    """Close what an interrupted turn left open. Returns (messages to keep, results to append).
+
+    A trailing assistant message without a stop reason never finished: it is dropped (the
+    caller records that with `Transcript.rollback`). Then every tool call with no later tool
+    result gets an error result whose text is `reason` (`Interrupted by user` after an
+    interrupt), in call order, so every call has exactly one result.
+    """
+    kept = list(messages)
+    last = kept[-1] if kept else None
+    if isinstance(last, AssistantMessage) and last.stop_reason is None:
+        kept.pop()
+    answered: set[str] = set()
+    unanswered: list[ToolCallPart] = []
+    for message in reversed(kept):
+        if isinstance(message, ToolResultMessage):
+            answered.add(message.tool_call_id)
+        elif isinstance(message, AssistantMessage):
+            for call in reversed(message.tool_calls):
+                if call.id not in answered:
+                    answered.add(call.id)
+                    unanswered.append(call)
+    unanswered.reverse()
+    now = int(time.time() * 1000)
+    results: list[Message] = [
+        ToolResultMessage(
+            id=f"letta-msg-{uuid.uuid4().hex[:16]}",
+            tool_call_id=call.id,
+            tool_name=call.name,
+            content=(TextPart(reason),),
+            is_error=True,
+            timestamp=now,
+        )
+        for call in unanswered
+    ]
+    return kept, results

@@ -1,0 +1,395 @@
+"""Bidirectional stream-json (`--input-format stream-json`): a client drives turns over stdin.
+
+One reader task parses stdin lines and routes them: `control_response` lines settle the request
+waiting for them (`can_use_tool`, `execute_external_tool`), `control_request` lines are answered
+at once (an `interrupt` aborts the running turn), `user` lines queue up and start turns, with
+lines already buffered coalesced into one turn. Every turn ends with a `result` line; stdin EOF
+ends the session with exit 0. Wire shapes follow the reference §2.6 and §3.4 field for field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from tether.cli.output import Renderer, StdoutGone, write_line
+from tether.cli.runner import Prepared
+from tether.core.approvals import Classified
+from tether.core.tools import Effect, ToolContext, ToolResult, ToolRunContext
+from tether.core.turn import ApprovalAnswer, TurnOutcome, run_turn
+from tether.errors import TetherError
+from tether.protocol import wire
+from tether.protocol.chunks import now_ms
+from tether.protocol.messages import ImagePart, TextPart, UserMessage, UserPart, message_to_dict
+
+STDIN_LIMIT = 64 * 1024 * 1024
+
+
+class Session:
+    """The live protocol state of one bidirectional run."""
+
+    def __init__(self, prepared: Prepared) -> None:
+        self.p = prepared
+        self.env = wire.Envelope(prepared.session.agent.id, prepared.session.conversation_id)
+        self.user_lines: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self.pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self.abort: asyncio.Event | None = None  # set while a turn runs
+        self.eof = False
+
+    # --- output ----------------------------------------------------------------------------
+
+    def send(self, event: dict[str, Any]) -> None:
+        write_line(self.env.wrap(event))
+
+    def respond(self, request_id: str, payload: dict[str, Any] | None = None, error: str | None = None) -> None:
+        if error is not None:
+            response: dict[str, Any] = {"subtype": "error", "request_id": request_id, "error": error}
+        else:
+            response = {"subtype": "success", "request_id": request_id}
+            if payload is not None:
+                response["response"] = payload
+        self.send({"type": "control_response", "response": response})
+
+    def error(self, message: str) -> None:
+        self.send({"type": "error", "message": message, "stop_reason": "error"})
+
+    # --- input -----------------------------------------------------------------------------
+
+    async def read_stdin(self) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=STDIN_LIMIT)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        while True:
+            try:
+                line = await reader.readline()
+            except ValueError:
+                self.error(f"Invalid JSON input: line longer than {STDIN_LIMIT} bytes")
+                continue
+            if not line:
+                break
+            if line.strip():
+                self.route(line)
+        self.eof = True
+        for fut in self.pending.values():
+            if not fut.done():
+                fut.set_exception(EOFError("stdin closed"))
+        await self.user_lines.put(None)
+
+    def route(self, line: bytes) -> None:
+        try:
+            msg = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            self.error("Invalid JSON input")
+            return
+        if not isinstance(msg, dict):
+            self.error("Invalid JSON input")
+            return
+        kind = msg.get("type")
+        if kind == "user":
+            self.user_lines.put_nowait(msg)
+        elif kind == "control_response":
+            response = msg.get("response")
+            rid = response.get("request_id") if isinstance(response, dict) else None
+            fut = self.pending.get(rid) if isinstance(rid, str) else None
+            if fut is not None and not fut.done():
+                fut.set_result(response)  # type: ignore[arg-type]
+        elif kind == "control_request":
+            self.control(msg)
+        else:
+            self.error(f"Unknown message type: {kind}")
+
+    def control(self, msg: dict[str, Any]) -> None:
+        rid = msg.get("request_id")
+        request = msg.get("request")
+        if not isinstance(rid, str) or not isinstance(request, dict):
+            self.error("Invalid control_request: needs a string request_id and a request object")
+            return
+        subtype = request.get("subtype")
+        try:
+            if subtype == "initialize":
+                self.respond(rid, self.describe())
+            elif subtype == "interrupt":
+                if self.abort is not None:
+                    self.abort.set()
+                self.respond(rid)
+            elif subtype == "register_external_tools":
+                self.respond(rid, {"registered": self.register_external(request.get("tools"))})
+            elif subtype == "bootstrap_session_state":
+                self.respond(rid, self.bootstrap(request))
+            elif subtype == "list_messages":
+                self.respond(rid, self.list_messages(request))
+            elif subtype == "recover_pending_approvals":
+                self.respond(rid, {"recovered": 0, "pending_approval": False, "approvals_processed": 0})
+            else:
+                self.respond(rid, error=f"Unknown control request subtype: {subtype}")
+        except TetherError as exc:
+            self.respond(rid, error=str(exc))
+
+    # --- control request handlers -----------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "agent_id": self.p.session.agent.id,
+            "conversation_id": self.p.session.conversation_id,
+            "model": self.p.session.model,
+            "tools": self.p.registry.names(),
+            "memfs_enabled": False,
+            "skill_sources": [],
+            "system_info_reminder_enabled": True,
+            "reflection_trigger": "off",
+            "reflection_step_count": 25,
+        }
+
+    def register_external(self, tools: Any) -> int:
+        if not isinstance(tools, list):
+            raise TetherError("register_external_tools: 'tools' must be a list")
+        count = 0
+        for spec in tools:
+            if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not spec["name"]:
+                raise TetherError("register_external_tools: each tool needs a non-empty string 'name'")
+            params = spec.get("parameters") or {"type": "object", "properties": {}}
+            if not isinstance(params, dict):
+                raise TetherError(f"register_external_tools: {spec['name']}: 'parameters' must be an object")
+            tool = ExternalTool(self, spec["name"], str(spec.get("description", "")), params)
+            self.p.registry.register(tool, override=True)
+            count += 1
+        return count
+
+    def _messages(self) -> list[dict[str, Any]]:
+        transcript = self.p.store.transcript(self.p.session.agent.id, self.p.session.conversation_id)
+        return [message_to_dict(m) for m in transcript.load()]
+
+    def list_messages(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        messages = self._messages()
+        limit = request.get("limit", 50)
+        if not isinstance(limit, int) or limit <= 0:
+            raise TetherError("list_messages: 'limit' must be a positive integer")
+        order = request.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise TetherError("list_messages: 'order' must be 'asc' or 'desc'")
+        ids = [m["id"] for m in messages]
+        before, after = request.get("before"), request.get("after")
+        lo, hi = 0, len(messages)
+        if isinstance(before, str) and before in ids:
+            hi = ids.index(before)
+        if isinstance(after, str) and after in ids:
+            lo = ids.index(after) + 1
+        window = messages[lo:hi]
+        page = window[-limit:][::-1] if order == "desc" else window[:limit]
+        has_more = len(window) > limit
+        out: dict[str, Any] = {"messages": page, "has_more": has_more}
+        if order == "desc" and has_more and page:
+            out["next_before"] = page[-1]["id"]
+        if order == "asc" and has_more and page:
+            out["next_after"] = page[-1]["id"]
+        return out
+
+    def bootstrap(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        listed = self.list_messages({"limit": request.get("limit", 50), "order": request.get("order", "desc")})
+        return {
+            **{k: v for k, v in self.describe().items() if k in ("agent_id", "conversation_id", "model", "tools", "memfs_enabled")},
+            "messages": listed["messages"],
+            "next_before": listed.get("next_before"),
+            "has_more": listed["has_more"],
+            "has_pending_approval": False,
+        }
+
+    # --- requests to the client ------------------------------------------------------------
+
+    async def ask_client(self, request_id: str, request: dict[str, Any]) -> dict[str, Any]:
+        if self.eof:
+            raise EOFError("stdin closed")
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.pending[request_id] = fut
+        try:
+            self.send({"type": "control_request", "request_id": request_id, "request": request})
+            return await fut
+        finally:
+            self.pending.pop(request_id, None)
+
+
+class SdkApprover:
+    """`ask` goes to the client as `can_use_tool`; its answer (allow / deny) comes back in kind."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    async def ask(self, item: Classified, ctx: ToolContext) -> ApprovalAnswer:
+        call = item.call
+        request: dict[str, Any] = {
+            "subtype": "can_use_tool",
+            "tool_name": call.name,
+            "input": item.args,
+            "tool_call_id": call.tool_call_id,
+            "permission_suggestions": [],
+            "blocked_path": None,
+        }
+        from tether.cli.diffs import preview_diffs
+
+        diffs = preview_diffs(call.name, item.args, ctx.cwd)
+        if diffs is not None:
+            request["diffs"] = diffs
+        try:
+            response = await self.session.ask_client(f"perm-{call.tool_call_id}", request)
+        except EOFError:
+            return ApprovalAnswer(False, "stdin closed")
+        payload = _body(response)
+        behavior = payload.get("behavior")
+        if behavior == "allow":
+            updated = payload.get("updatedInput")
+            if updated is not None and not isinstance(updated, dict):
+                return ApprovalAnswer(False, "Invalid response format: updatedInput must be an object")
+            return ApprovalAnswer(True, str(payload.get("message") or ""), updated)
+        if behavior == "deny":
+            return ApprovalAnswer(False, str(payload.get("message") or "Denied by the client"),
+                                  interrupt=bool(payload.get("interrupt")))
+        return ApprovalAnswer(False, "Invalid response format")
+
+
+class ExternalTool:
+    """A tool the client registered and executes itself (`execute_external_tool`)."""
+
+    effect = Effect.EXEC
+    external = True
+
+    def __init__(self, session: Session, name: str, description: str, parameters: dict[str, Any]) -> None:
+        self.session = session
+        self.name = name
+        self.description = description
+        self.parameters = parameters
+
+    def paths(self, args: Mapping[str, Any], cwd: Any) -> list[Any]:
+        return []
+
+    async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
+        request = {"subtype": "execute_external_tool", "tool_call_id": ctx.tool_call_id,
+                   "tool_name": self.name, "input": dict(args)}
+        try:
+            response = await self.session.ask_client(f"ext-{ctx.tool_call_id}", request)
+        except EOFError:
+            return ToolResult("External tool execution failed: stdin closed", True)
+        body = _body(response)
+        content = body.get("content")
+        if not isinstance(content, list):
+            return ToolResult("Invalid external tool result: 'content' must be a list", True)
+        texts = [str(c.get("text", "")) for c in content if isinstance(c, dict) and c.get("type") == "text"]
+        return ToolResult("\n".join(texts), bool(body.get("is_error")))
+
+
+def _body(response: dict[str, Any]) -> dict[str, Any]:
+    """A reply's payload: nested under `response` (can_use_tool) or inline (external results)."""
+    inner = response.get("response")
+    return inner if isinstance(inner, dict) else response
+
+
+def user_content(msg: dict[str, Any]) -> tuple[UserPart, ...]:
+    message = msg.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return (TextPart(content),)
+    if isinstance(content, list):
+        parts: list[UserPart] = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                parts.append(TextPart(part["text"]))
+            elif isinstance(part, dict) and part.get("type") == "image":
+                source: dict[str, Any] = part["source"] if isinstance(part.get("source"), dict) else part
+                data, mime = source.get("data"), source.get("media_type") or source.get("mimeType")
+                if isinstance(data, str) and isinstance(mime, str):
+                    parts.append(ImagePart(data, mime))
+        if parts:
+            return tuple(parts)
+    raise TetherError("user message needs message.content as a string or a list of text/image parts")
+
+
+async def serve(prepared: Prepared) -> int:
+    session = Session(prepared)
+    renderer = Renderer("stream-json", session.env, partial=prepared.flags.include_partial)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def on_signal() -> None:
+        stop.set()
+        if session.abort is not None:
+            session.abort.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    renderer.emit_init(model=prepared.session.model, tools=prepared.registry.names(),
+                       cwd=str(prepared.cwd), permission_mode=prepared.flags.permission_mode)
+    reader = asyncio.ensure_future(session.read_stdin())
+    try:
+        while not stop.is_set():
+            getter = asyncio.ensure_future(session.user_lines.get())
+            stopper = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            if not getter.done():
+                getter.cancel()
+                break
+            first = getter.result()
+            if first is None:
+                break
+            batch = [first]
+            while not session.user_lines.empty():  # coalesce lines that arrived meanwhile
+                nxt = session.user_lines.get_nowait()
+                if nxt is None:
+                    session.user_lines.put_nowait(None)
+                    break
+                batch.append(nxt)
+            await run_one_turn(session, renderer, batch)
+        return 0
+    finally:
+        reader.cancel()
+        await prepared.shutdown()
+
+
+async def run_one_turn(session: Session, renderer: Renderer, batch: list[dict[str, Any]]) -> None:
+    started = time.monotonic()
+    try:
+        parts = tuple(p for msg in batch for p in user_content(msg))
+    except TetherError as exc:
+        session.error(str(exc))
+        return
+    p = session.p
+    session.abort = asyncio.Event()
+    renderer.errors.clear()
+    deps = p.turn_deps(emit=renderer.on_event, approver=SdkApprover(session), abort=session.abort, max_turns=None)
+    api_before = p.backend.api_ms
+    try:
+        with p.store.turn_lock(p.session.agent.id, p.session.conversation_id):
+            outcome = await run_turn(deps, p.conversation, UserMessage(f"ui-msg-{now_ms()}", parts, now_ms()))
+    except TetherError as exc:
+        session.error(str(exc))
+        outcome = TurnOutcome(stop_reason="error")
+    finally:
+        session.abort = None
+    renderer.flush()
+    subtype = "interrupted" if outcome.interrupted else (
+        "error" if outcome.error is not None or outcome.stop_reason not in ("end_turn", "requires_approval")
+        else "success")
+    write_line(wire.result_event(
+        session.env,
+        subtype=subtype,
+        duration_ms=int((time.monotonic() - started) * 1000),
+        duration_api_ms=0 if subtype != "success" else p.backend.api_ms - api_before,
+        num_turns=outcome.steps,
+        result=outcome.result_text,
+        run_ids=outcome.run_ids,
+        usage=wire.usage_dict(outcome.usage, outcome.steps) if subtype == "success" else None,
+        stop_reason=None if subtype == "success" else outcome.stop_reason,
+    ))
+
+
+def run_bidirectional(prepared: Prepared) -> int:
+    try:
+        return asyncio.run(serve(prepared))
+    except StdoutGone as exc:
+        sys.stderr.write(f"Error: could not write to stdout ({exc})\n")
+        return 1

@@ -1,0 +1,255 @@
+"""The Chat Completions adapter (`openai-chat/`, `openai-compatible/` and the local servers).
+
+Requests are shaped for the strictest real server tether meets, llama.cpp: plain-string text
+content (parts only when images are present), assistant `content: ""` never null, tool results
+as `role: "tool"` with string content.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.errors import ProviderError, StreamCut
+from tether.protocol.chunks import Chunk, UsageStatistics
+from tether.protocol.llm import ProviderRequest
+from tether.protocol.messages import (
+    AssistantMessage,
+    ImagePart,
+    Message,
+    TextPart,
+    ToolCallPart,
+    ToolResultMessage,
+    UserMessage,
+)
+from tether.providers.base import Endpoint
+from tether.providers.http import TurnAssembler, as_int, cut, event_json, new_call_id, post_sse
+from tether.providers.retry import DEFAULT_RETRY, RetryPolicy, with_retries
+from tether.providers.sse import SSEEvent
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+class OpenAIChatProvider:
+    api = "openai-completions"
+
+    def __init__(self, endpoint: Endpoint, *, retry: RetryPolicy = DEFAULT_RETRY) -> None:
+        self.endpoint = endpoint
+        self.retry = retry
+
+    def stream(self, request: ProviderRequest) -> AsyncIterator[Chunk]:
+        return with_retries(lambda: self._attempt(request), self.retry)
+
+    async def _attempt(self, request: ProviderRequest) -> AsyncGenerator[Chunk, None]:
+        headers = {}
+        if self.endpoint.api_key:
+            headers["authorization"] = f"Bearer {self.endpoint.api_key}"
+        url = f"{self.endpoint.base_url.rstrip('/')}/chat/completions"
+        body = build_body(request, openai_hosted=self.endpoint.provider == "openai-chat")
+        events = ChatEvents(self.endpoint.provider)
+        try:
+            async with aclosing(post_sse(self.endpoint, url, headers, body)) as sse:
+                async for event in sse:
+                    for chunk in events.feed(event):
+                        yield chunk
+                    if events.done:
+                        return
+        except StreamCut:
+            if not events.finished:
+                raise
+        # The connection ending after a finish_reason, without [DONE] (even mid chunked body),
+        # is a complete answer: some servers stop there.
+        for chunk in events.end_of_stream():
+            yield chunk
+
+
+def build_body(request: ProviderRequest, *, openai_hosted: bool = False) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = []
+    if request.system:
+        messages.append({"role": "system", "content": request.system})
+    messages += to_chat_messages(request.messages)
+    body: dict[str, Any] = {
+        "model": request.model,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    # OpenAI's reasoning models refuse `max_tokens`; llama.cpp and most compatible servers
+    # know only `max_tokens`.
+    body["max_completion_tokens" if openai_hosted else "max_tokens"] = request.max_tokens
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                },
+            }
+            for t in request.tools
+        ]
+    if request.reasoning_effort:
+        body["reasoning_effort"] = request.reasoning_effort
+    body.update(request.extra)
+    return body
+
+
+def to_chat_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    images: list[ImagePart] = []
+    for message in messages:
+        if images and not isinstance(message, ToolResultMessage):
+            out.append({"role": "user", "content": _content(tuple(images))})
+            images = []
+        if isinstance(message, UserMessage):
+            out.append({"role": "user", "content": _content(message.content)})
+        elif isinstance(message, AssistantMessage):
+            entry: dict[str, Any] = {"role": "assistant", "content": message.text}
+            calls = [_tool_call(p) for p in message.content if isinstance(p, ToolCallPart)]
+            if calls:
+                entry["tool_calls"] = calls
+            out.append(entry)
+        else:
+            out.append(
+                {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}
+            )
+            # Tool messages carry text only; images follow the whole run of tool messages as
+            # one user message (a user message inside the run would orphan the later results).
+            images += [p for p in message.content if isinstance(p, ImagePart)]
+    if images:
+        out.append({"role": "user", "content": _content(tuple(images))})
+    return out
+
+
+def _content(parts: tuple[TextPart | ImagePart, ...]) -> str | list[dict[str, Any]]:
+    if not any(isinstance(p, ImagePart) for p in parts):
+        return "\n".join(p.text for p in parts if isinstance(p, TextPart))
+    out: list[dict[str, Any]] = []
+    for p in parts:
+        if isinstance(p, TextPart):
+            out.append({"type": "text", "text": p.text})
+        else:
+            out.append(
+                {"type": "image_url", "image_url": {"url": f"data:{p.mime_type};base64,{p.data}"}}
+            )
+    return out
+
+
+def _tool_call(part: ToolCallPart) -> dict[str, Any]:
+    return {
+        "id": part.id,
+        "type": "function",
+        "function": {"name": part.name, "arguments": json.dumps(part.arguments)},
+    }
+
+
+@dataclass(slots=True)
+class _Call:
+    id: str
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+class ChatEvents:
+    """Maps one Chat Completions stream to chunks. Tool calls go out whole at `finish_reason`;
+    usage and the stop reason at `[DONE]` (or EOF after a finish_reason)."""
+
+    def __init__(self, provider: str = "openai-chat") -> None:
+        self.provider = provider
+        self.out = TurnAssembler()
+        self.done = False
+        self._calls: list[_Call] = []
+        self._slot: dict[int, int] = {}  # stream index -> position in _calls
+        self._finish_reason: str | None = None
+        self._usage = UsageStatistics()
+
+    def feed(self, event: SSEEvent) -> list[Chunk]:
+        if event.data.strip() == "[DONE]":
+            return self._complete()
+        data = event_json(self.provider, event)
+        if "error" in data:
+            raise self._error(data["error"])
+        if isinstance(data.get("usage"), dict):
+            self._usage = _usage(data["usage"])
+        chunks: list[Chunk] = []
+        for choice in data.get("choices") or []:
+            if not isinstance(choice, dict) or as_int(choice.get("index")) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(reasoning, str):
+                chunks += self.out.reasoning(reasoning)
+            if isinstance(delta.get("content"), str):
+                chunks += self.out.text(delta["content"])
+            for call in delta.get("tool_calls") or []:
+                if isinstance(call, dict):
+                    self._call_delta(call)
+            if isinstance(choice.get("finish_reason"), str) and self._finish_reason is None:
+                self._finish_reason = choice["finish_reason"]
+                for c in self._calls:
+                    chunks += self.out.tool_call(c.id, c.name, "".join(c.arguments))
+        return chunks
+
+    def _call_delta(self, delta: dict[str, Any]) -> None:
+        index = as_int(delta.get("index"))
+        new_id = delta.get("id") if isinstance(delta.get("id"), str) and delta["id"] else None
+        slot = self._slot.get(index)
+        # Some servers send every parallel call at index 0, told apart only by a new id.
+        if slot is None or (new_id is not None and new_id != self._calls[slot].id):
+            self.out.break_run()
+            self._calls.append(_Call(new_id or new_call_id()))
+            slot = self._slot[index] = len(self._calls) - 1
+        call = self._calls[slot]
+        function = delta.get("function") or {}
+        if isinstance(function.get("name"), str):
+            call.name += function["name"]
+        if isinstance(function.get("arguments"), str):
+            call.arguments.append(function["arguments"])
+
+    def _complete(self) -> list[Chunk]:
+        self.done = True
+        chunks: list[Chunk] = []
+        if self._finish_reason is None:
+            for c in self._calls:  # [DONE] without finish_reason: the server still finished
+                chunks += self.out.tool_call(c.id, c.name, "".join(c.arguments))
+        return chunks + self.out.finish(self._usage, hit_max_tokens=self._finish_reason == "length")
+
+    @property
+    def finished(self) -> bool:
+        """A finish_reason arrived: what follows (usage, [DONE]) is optional."""
+        return self._finish_reason is not None
+
+    def end_of_stream(self) -> list[Chunk]:
+        if self._finish_reason is None:
+            raise cut(self.provider, "a finish_reason")
+        return self._complete()
+
+    def _error(self, error: Any) -> ProviderError:
+        error = error if isinstance(error, dict) else {"message": str(error)}
+        message = str(error.get("message") or "unknown error")
+        code = error.get("code") or error.get("type") or "error"
+        retryable = code in ("server_error", "rate_limit_exceeded") or (
+            isinstance(code, int) and (code == 429 or code >= 500)
+        )
+        return ProviderError(
+            f"{self.provider} stream error ({code}): {message}",
+            detail=json.dumps(error),
+            retryable=retryable,
+        )
+
+
+def _usage(usage: dict[str, Any]) -> UsageStatistics:
+    cached = as_int((usage.get("prompt_tokens_details") or {}).get("cached_tokens"))
+    return UsageStatistics(
+        # prompt_tokens includes the cached ones; UsageStatistics counts them apart.
+        prompt_tokens=max(0, as_int(usage.get("prompt_tokens")) - cached),
+        completion_tokens=as_int(usage.get("completion_tokens")),
+        cached_input_tokens=cached,
+        reasoning_tokens=as_int(
+            (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+        ),
+    )

@@ -1,0 +1,177 @@
+"""Glob patterns and directory walks, as ripgrep's `--glob` understands them, in pure Python.
+
+A pattern without a slash matches a file's name at any depth (`*.py`); a pattern with one
+matches the path from the search root (`src/**/*.ts`). `**` spans directories, `{a,b}`
+alternates, `[...]` is a character class. Walks never enter `.git` (or other VCS metadata) and
+never follow directory symlinks, so a link loop cannot hang a search.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+SKIPPED_DIRS = frozenset({".git", ".hg", ".svn"})
+_MAGIC = re.compile(r"[*?\[{]")
+
+
+def _translate(pattern: str) -> str:
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "*":
+            if pattern.startswith("**", i):
+                j = i + 2
+                at_segment_start = i == 0 or pattern[i - 1] == "/"
+                if at_segment_start and j < n and pattern[j] == "/":
+                    out.append("(?:[^/]*/)*")  # `**/`: zero or more directories
+                    i = j + 1
+                    continue
+                if at_segment_start and j == n:
+                    out.append(".*")  # trailing `**`: everything below
+                    i = j
+                    continue
+                out.append("[^/]*")
+                i = j
+                continue
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            end = pattern.find("]", i + 2 if pattern[i + 1 : i + 2] in ("!", "^") else i + 1)
+            if end == -1:
+                out.append(re.escape(c))
+            else:
+                body = pattern[i + 1 : end]
+                negate = body[:1] in ("!", "^")
+                if negate:
+                    body = body[1:]
+                body = body.replace("\\", "\\\\")
+                out.append(f"[{'^' if negate else ''}{body}]")
+                i = end
+        elif c == "{":
+            end, alternatives = _split_braces(pattern, i)
+            if end == -1:
+                out.append(re.escape(c))
+            else:
+                out.append("(?:" + "|".join(_translate(alt) for alt in alternatives) + ")")
+                i = end
+        elif c == "\\" and i + 1 < n:
+            i += 1
+            out.append(re.escape(pattern[i]))
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+def _split_braces(pattern: str, start: int) -> tuple[int, list[str]]:
+    """Index of the `}` closing the `{` at `start` and the top-level alternatives, or (-1, [])."""
+    depth = 0
+    current: list[str] = []
+    alternatives: list[str] = []
+    for index in range(start + 1, len(pattern)):
+        c = pattern[index]
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            if depth == 0:
+                alternatives.append("".join(current))
+                return index, alternatives
+            depth -= 1
+        elif c == "," and depth == 0:
+            alternatives.append("".join(current))
+            current = []
+            continue
+        current.append(c)
+    return -1, []
+
+
+@dataclass(frozen=True, slots=True)
+class GlobMatcher:
+    """Matches paths relative to a search root (with `/` separators)."""
+
+    regex: re.Pattern[str]
+    anchored: bool  # the pattern has a slash: match the whole relative path, not the name
+
+    @classmethod
+    def compile(cls, pattern: str, *, ignore_case: bool = False) -> GlobMatcher:
+        pattern = pattern.removeprefix("./")
+        anchored = "/" in pattern.rstrip("/")
+        pattern = pattern.lstrip("/") if anchored else pattern.rstrip("/")
+        flags = re.IGNORECASE if ignore_case else 0
+        return cls(re.compile(rf"\A{_translate(pattern)}\Z", flags | re.DOTALL), anchored)
+
+    def matches(self, relative: str) -> bool:
+        target = relative if self.anchored else relative.rsplit("/", 1)[-1]
+        return self.regex.match(target) is not None
+
+
+def split_literal_root(pattern: str, base: Path) -> tuple[Path, str]:
+    """Move a pattern's leading literal directories into the root: (`/a/b`, `**/*.py`).
+
+    An absolute pattern becomes relative to its own literal prefix, so `/repo/src/**/*.py` walks
+    only `/repo/src`.
+    """
+    parts = pattern.split("/")
+    root = Path("/") if pattern.startswith("/") else base
+    if pattern.startswith("/"):
+        parts = parts[1:]
+    taken = 0
+    for part in parts[:-1]:
+        if _MAGIC.search(part):
+            break
+        taken += 1
+    if taken:
+        root = Path(os.path.normpath(root.joinpath(*parts[:taken])))
+    rest = "/".join(parts[taken:])
+    # A pattern that was anchored by its prefix stays anchored once the prefix is removed.
+    if taken and "/" not in rest:
+        rest = "/" + rest
+    return root, rest
+
+
+def walk_files(
+    root: Path,
+    *,
+    include_hidden: bool = True,
+    skip_dir: Callable[[str, str], bool] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """(path relative to `root`, entry) for every file below `root`, directories in name order."""
+    stack: list[tuple[Path, str]] = [(root, "")]
+    while stack:
+        if should_stop is not None and should_stop():
+            return
+        directory, prefix = stack.pop()
+        try:
+            with os.scandir(directory) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue  # unreadable directories are skipped, as ripgrep does
+        subdirs: list[tuple[Path, str]] = []
+        for entry in entries:
+            if not include_hidden and entry.name.startswith("."):
+                continue
+            relative = prefix + entry.name
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if is_dir:
+                if entry.name in SKIPPED_DIRS or (skip_dir and skip_dir(entry.name, relative)):
+                    continue
+                subdirs.append((Path(entry.path), relative + "/"))
+                continue
+            try:
+                # Regular files only (symlinks to them included): a FIFO would block a reader.
+                regular = entry.is_file()
+            except OSError:
+                continue
+            if regular:
+                yield relative, entry
+        stack.extend(reversed(subdirs))

@@ -1,0 +1,199 @@
+"""Shell children in their own process group: spawn `bash -c`, watch it exit, kill the whole group.
+
+Every command runs with `start_new_session=True`, so its pid is also its process-group id and
+everything it forks (pipelines, `cmd &` grandchildren) can be signalled at once. Killing is
+SIGTERM to the group, up to a grace period for it to empty, then SIGKILL: nothing from a group
+outlives the call that owns it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+KILL_GRACE_S = 1.0
+_POLL_S = 0.02
+# Output beyond this is dropped in memory (and counted); 16 MiB is far past any useful answer.
+CAPTURE_LIMIT_BYTES = 16 * 1024 * 1024
+
+
+class _ShellProtocol(asyncio.SubprocessProtocol):
+    def __init__(self, loop: asyncio.AbstractEventLoop, capture_limit: int) -> None:
+        self.output = bytearray()
+        self.dropped_bytes = 0
+        self._capture_limit = capture_limit
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.finished: asyncio.Future[None] = loop.create_future()  # exited and pipes closed
+
+    def pipe_data_received(self, fd: int, data: bytes | bytearray) -> None:
+        room = max(self._capture_limit - len(self.output), 0)
+        self.output += data[:room]
+        self.dropped_bytes += len(data) - min(room, len(data))
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.finished.done():
+            self.finished.set_result(None)
+
+
+class ShellProcess:
+    """One `bash -c` child leading its own process group."""
+
+    def __init__(self, transport: asyncio.SubprocessTransport, protocol: _ShellProtocol) -> None:
+        self._transport = transport
+        self._protocol = protocol
+        self.pid: int = transport.get_pid()
+
+    @property
+    def pgid(self) -> int:
+        return self.pid
+
+    @property
+    def exited(self) -> asyncio.Future[None]:
+        return self._protocol.exited
+
+    @property
+    def returncode(self) -> int | None:
+        return self._transport.get_returncode()
+
+    def exit_code(self) -> int | None:
+        """The shell's convention: a death by signal N reads as 128+N."""
+        code = self.returncode
+        if code is not None and code < 0:
+            return 128 - code
+        return code
+
+    def output_text(self) -> str:
+        text = self._protocol.output.decode("utf-8", errors="replace")
+        if self._protocol.dropped_bytes:
+            text += (
+                f"\n[{self._protocol.dropped_bytes:,} more bytes of output were discarded "
+                "(capture limit reached)]"
+            )
+        return text
+
+    async def wait_output_closed(self, timeout: float) -> bool:
+        """Wait for EOF on the output pipe (every holder of it gone); False on timeout."""
+        try:
+            await asyncio.wait_for(asyncio.shield(self._protocol.finished), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def kill(self, grace: float = KILL_GRACE_S) -> None:
+        await kill_group(self.pgid, grace)
+
+    def kill_now(self) -> None:
+        """Synchronous SIGKILL of the group, for paths that cannot await (cancellation)."""
+        signal_group(self.pgid, signal.SIGKILL)
+
+    async def close(self) -> None:
+        """Reap the child and close the transport; call once the group is dead or dying.
+
+        Awaiting the exit first keeps asyncio's child watcher from reporting to a closed loop,
+        and closing the transport releases the pipe even if an escaped process still holds it.
+        """
+        if not self.exited.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.exited), KILL_GRACE_S * 2)
+        self._transport.close()
+
+
+async def spawn_shell(
+    command: str,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    log_fd: int | None = None,
+    capture_limit: int = CAPTURE_LIMIT_BYTES,
+) -> ShellProcess:
+    """Start `bash -c command`; output is captured in memory, or written to `log_fd` if given."""
+    bash = shutil.which("bash", path=env.get("PATH")) or shutil.which("bash")
+    if bash is None:
+        raise FileNotFoundError("bash was not found on PATH")
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.subprocess_exec(
+        lambda: _ShellProtocol(loop, capture_limit),
+        bash,
+        "-c",
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=log_fd if log_fd is not None else subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=os.fspath(cwd),
+        env=dict(env),
+        start_new_session=True,
+    )
+    return ShellProcess(transport, protocol)
+
+
+def live_group_members(pgid: int) -> set[int] | None:
+    """Pids in process group `pgid` that are not zombies; None where /proc is unavailable.
+
+    Zombies are excluded on purpose: an orphan reparented to an init that never reaps stays a
+    zombie forever, and it can no longer do anything.
+    """
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    members: set[int] = set()
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        # "pid (comm) state ppid pgrp ...": comm may contain spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) >= 3 and fields[0] != b"Z" and int(fields[2]) == pgid:
+            members.add(int(name))
+    return members
+
+
+def group_alive(pgid: int) -> bool:
+    members = live_group_members(pgid)
+    if members is not None:
+        return bool(members)
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+async def kill_group(pgid: int, grace: float = KILL_GRACE_S) -> None:
+    """SIGTERM the group, wait up to `grace` seconds for it to empty, then SIGKILL what is left."""
+    if not group_alive(pgid):
+        return
+    signal_group(pgid, signal.SIGTERM)
+    # A stopped process holds SIGTERM until continued.
+    signal_group(pgid, signal.SIGCONT)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace
+    while loop.time() < deadline:
+        await asyncio.sleep(_POLL_S)
+        if not group_alive(pgid):
+            return
+    signal_group(pgid, signal.SIGKILL)
+    deadline = loop.time() + grace
+    while group_alive(pgid) and loop.time() < deadline:
+        await asyncio.sleep(_POLL_S)

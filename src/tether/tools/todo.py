@@ -1,0 +1,111 @@
+"""The TodoWrite tool: the model's task list, replaced wholesale on every call and kept by the runtime.
+
+The list lives in `ctx.services["todos"]` when the runtime provides a mutable sequence there (so a
+frontend can render it); otherwise on the tool instance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableSequence
+from pathlib import Path
+from typing import Any
+
+from tether.core.tools import Effect, ToolResult, ToolRunContext
+from tether.errors import ToolFailure
+from tether.tools.output import error_result
+
+TODO_STATUSES = ("pending", "in_progress", "completed")
+TODOS_UPDATED = (
+    "Todos have been modified successfully. Ensure that you continue to use the todo list to "
+    "track your progress. Please proceed with the current tasks if applicable"
+)
+
+TODO_DESCRIPTION = """\
+Creates and updates a structured task list for the current session, so progress on multi-step \
+work stays visible to you and the user.
+
+When to use it:
+- Tasks with three or more distinct steps, or that need careful planning.
+- When the user gives several tasks at once, or asks for a todo list.
+- Right after receiving new instructions: capture the requirements as todos.
+- When you start a task, mark it `in_progress` before working on it (ideally only one at a time); \
+mark it `completed` as soon as it is fully done, and add follow-up tasks you discover.
+
+When not to use it: a single trivial step, or purely conversational requests.
+
+Each call replaces the whole list. Every item has `content` (imperative form, e.g. "Run the \
+tests"), `activeForm` (present continuous, e.g. "Running the tests") and `status` (pending, \
+in_progress or completed). Only mark a task completed when it is really done: not while tests \
+fail or work is partial."""
+
+TODO_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "todos": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "content": {"type": "string", "minLength": 1},
+                    "status": {"type": "string", "enum": list(TODO_STATUSES)},
+                    "activeForm": {"type": "string", "minLength": 1},
+                },
+                "required": ["content", "status", "activeForm"],
+                "additionalProperties": False,
+            },
+            "description": "The updated todo list",
+        }
+    },
+    "required": ["todos"],
+    "additionalProperties": False,
+}
+
+
+def parse_todos(value: object) -> list[dict[str, str]]:
+    if not isinstance(value, list):
+        raise ToolFailure(
+            "Argument `todos` must be a list of {content, status, activeForm} objects, "
+            f"got {type(value).__name__}."
+        )
+    todos: list[dict[str, str]] = []
+    for index, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise ToolFailure(f"todos[{index}] must be an object, got {type(item).__name__}.")
+        for key in ("content", "activeForm"):
+            text = item.get(key)
+            if not isinstance(text, str) or not text.strip():
+                raise ToolFailure(f"todos[{index}].{key} must be a non-empty string.")
+        status = item.get("status")
+        if status not in TODO_STATUSES:
+            raise ToolFailure(
+                f"todos[{index}].status must be one of {', '.join(TODO_STATUSES)}, got {status!r}."
+            )
+        todos.append(
+            {"content": item["content"], "status": str(status), "activeForm": item["activeForm"]}
+        )
+    return todos
+
+
+class TodoWriteTool:
+    name = "TodoWrite"
+    description = TODO_DESCRIPTION
+    parameters = TODO_PARAMETERS
+    effect = Effect.READ
+
+    def __init__(self) -> None:
+        self.todos: list[dict[str, str]] = []
+
+    def paths(self, args: Mapping[str, Any], cwd: Path) -> list[Path]:
+        return []
+
+    async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
+        try:
+            todos = parse_todos(args.get("todos"))
+        except ToolFailure as exc:
+            return error_result(str(exc))
+        holder = ctx.services.get("todos")
+        if isinstance(holder, MutableSequence):
+            holder[:] = todos
+        else:
+            self.todos = todos
+        return ToolResult(TODOS_UPDATED)
