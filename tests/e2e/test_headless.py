@@ -309,3 +309,45 @@ def test_connect_stores_private_credentials_used_by_runs(workdir: Path, tether_h
         run = run_tether(["-p", "hi", "--model", "anthropic/claude-test"], env=env, cwd=workdir)
         assert fake.requests[0]["headers"].get("x-api-key") == "sk-stored"
     assert run.code == 0 and run.stdout == "via stored credentials\n"
+
+
+def test_kill_9_mid_tool_then_resume_settles_the_orphaned_call(workdir: Path, tether_home: Path) -> None:
+    model = "openai-chat/gpt-test"
+    script = [
+        {"text": "created"},
+        {"tool_calls": [bash_call("echo started > started.txt; sleep 60 & wait")]},
+        {"text": "resumed cleanly"},
+    ]
+    with FakeProvider(script) as fake:
+        env = tether_env(fake.url, model)
+        first = run_tether(["-p", "a", "--model", model, "--output-format", "json"], env=env, cwd=workdir)
+        conv = json.loads(first.stdout)["conversation_id"]
+        victim = subprocess.Popen([TETHER, "-p", "b", "--conversation", conv, "--yolo"], env=env, cwd=workdir,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
+        deadline = time.monotonic() + 20
+        while not (workdir / "started.txt").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.killpg(victim.pid, signal.SIGKILL)  # tether and its tool die without any cleanup
+        victim.wait(timeout=10)
+        resumed = run_tether(["-p", "c", "--conversation", conv], env=env, cwd=workdir)
+        assert fake.violations == []
+        third = json.dumps(fake.requests[2]["body"])
+    assert resumed.code == 0 and resumed.stdout == "resumed cleanly\n", resumed.stderr
+    assert "Turn did not complete" in third  # the orphaned call got its one result
+    roles = [e["message"]["role"] for e in transcript_lines(tether_home)[1:] if e["type"] == "message"]
+    assert roles == ["user", "assistant", "user", "assistant", "toolResult", "user", "assistant"]
+
+
+def test_include_partial_messages_streams_deltas(workdir: Path) -> None:
+    model = "openai/gpt-test"
+    with FakeProvider([{"text": "streamed in pieces", "chunk_size": 3, "thinking": "hmm"}]) as fake:
+        run = run_tether(["-p", "x", "--model", model, "--output-format", "stream-json",
+                          "--include-partial-messages"], env=tether_env(fake.url, model), cwd=workdir)
+    assert run.code == 0, run.stderr
+    deltas = [e["event"] for e in run.of_type("stream_event")]
+    texts = [d["content"] for d in deltas if d["message_type"] == "assistant_message"]
+    assert len(texts) > 1 and "".join(texts) == "streamed in pieces"
+    assert len({d["otid"] for d in deltas if d["message_type"] == "assistant_message"}) == 1
+    assert any(d["message_type"] == "reasoning_message" for d in deltas)
+    assert not run.of_type("message", "assistant_message")

@@ -16,11 +16,12 @@ from tether.cli.output import Renderer, StdoutGone
 from tether.core.approvals import Classified
 from tether.core.permissions import headless_denial
 from tether.core.tools import Effect, ToolContext
-from tether.core.turn import ApprovalAnswer, run_turn
+from tether.core.turn import ApprovalAnswer, TurnOutcome, run_turn
 from tether.errors import TetherError
 from tether.protocol import wire
 from tether.protocol.chunks import now_ms
 from tether.protocol.messages import TextPart, UserMessage
+from tether.protocol.turns import TurnError
 
 
 class HeadlessApprover:
@@ -78,8 +79,12 @@ def run_headless(flags: RunFlags) -> int:
                 permission_mode=flags.permission_mode,
             )
             user = UserMessage(f"ui-msg-{now_ms()}", (TextPart(prompt),), now_ms())
-            with prepared.store.turn_lock(session.agent.id, session.conversation_id):
-                outcome = await run_turn(deps, prepared.conversation, user)
+            try:
+                with prepared.store.turn_lock(session.agent.id, session.conversation_id):
+                    outcome = await run_turn(deps, prepared.conversation, user)
+            except TetherError as exc:  # e.g. a busy conversation, a damaged transcript
+                outcome = TurnOutcome(stop_reason="error", error=TurnError(str(exc), "error"))
+                renderer.on_event(outcome.error)
             code = renderer.finish(
                 outcome,
                 duration_ms=int((time.monotonic() - started) * 1000),
