@@ -83,8 +83,9 @@ def run_headless(flags: RunFlags) -> int:
                 with prepared.store.turn_lock(session.agent.id, session.conversation_id):
                     outcome = await run_turn(deps, prepared.conversation, user)
             except TetherError as exc:  # e.g. a busy conversation, a damaged transcript
-                outcome = TurnOutcome(stop_reason="error", error=TurnError(str(exc), "error"))
-                renderer.on_event(outcome.error)
+                failure = TurnError(str(exc), "error")
+                outcome = TurnOutcome(stop_reason="error", error=failure)
+                renderer.on_event(failure)
             code = renderer.finish(
                 outcome,
                 duration_ms=int((time.monotonic() - started) * 1000),

@@ -236,7 +236,7 @@ def message_from_dict(d: Any, where: str = "message") -> Message:
             content = [{"type": "text", "text": content}]
         if not isinstance(content, list):
             raise ProtocolError(f"{where}: content must be a list")
-        parts = tuple(part_from_dict(p, where) for p in content)
+        parts = _parts(content, where)
         if role == "user":
             otid = d.get("otid")
             return UserMessage(
@@ -271,6 +271,17 @@ def message_from_dict(d: Any, where: str = "message") -> Message:
     except KeyError as exc:
         raise ProtocolError(f"{where}: {role} message lacks {exc.args[0]!r}") from None
     raise ProtocolError(f"{where}: unknown message role {role!r}")
+
+
+def _parts(content: list[Any], where: str) -> tuple[Any, ...]:
+    """Parts of one message; plain text parts (most of any transcript) take a fast path."""
+    out: list[Any] = []
+    for p in content:
+        if type(p) is dict and p.get("type") == "text" and type(p.get("text")) is str:
+            out.append(TextPart(p["text"]))
+        else:
+            out.append(part_from_dict(p, where))
+    return tuple(out)
 
 
 def _str(d: dict[str, Any], key: str, where: str) -> str:

@@ -163,7 +163,9 @@ class Transcript:
             first = 1
         base = self._good_lines  # line number of lines[0], minus one
         last = len(lines) - 1
-        loads = orjson.loads
+        loads, from_dict = orjson.loads, message_from_dict
+        view, latest, carried = self._view, self._latest_entry, self._entry_message
+        fast = self._collect is None
         good = end
         for i in range(first, len(lines)):
             try:
@@ -175,6 +177,21 @@ class Transcript:
                     lines.pop()
                     break
                 raise TranscriptCorrupt(str(self.path), base + i + 1, f"not JSON: {exc}") from None
+            # The common entry, inlined (this loop runs once per line of the file); anything
+            # else, or anything wrong, takes the general path, which also reports errors.
+            if fast and type(entry) is dict and entry.get("type") == "message":
+                eid = entry.get("id")
+                if type(eid) is str:
+                    try:
+                        message = from_dict(entry.get("message"), "message entry")
+                    except ProtocolError as exc:
+                        self._corrupt(base + i + 1, str(exc))
+                    mid = message.id
+                    view[mid] = message
+                    latest[mid] = eid
+                    carried[eid] = mid
+                    self._last_entry_id = eid
+                    continue
             self._apply(entry, base + i + 1)
         self._good_size += good
         self._good_lines += len(lines)
@@ -253,7 +270,11 @@ class Transcript:
             if mid != summary.id:
                 view[mid] = self._view[mid]
                 latest[mid] = self._latest_entry[mid]
-        self._view, self._latest_entry = view, latest
+        # In place: the parse loop holds references to these dicts.
+        self._view.clear()
+        self._view.update(view)
+        self._latest_entry.clear()
+        self._latest_entry.update(latest)
         self._note_entry(eid, summary.id)
 
     def _roll_back(self, eid: str, message_id: str) -> None:
