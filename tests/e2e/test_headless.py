@@ -351,3 +351,24 @@ def test_include_partial_messages_streams_deltas(workdir: Path) -> None:
     assert len({d["otid"] for d in deltas if d["message_type"] == "assistant_message"}) == 1
     assert any(d["message_type"] == "reasoning_message" for d in deltas)
     assert not run.of_type("message", "assistant_message")
+
+
+def test_accept_edits_allows_writes_inside_cwd_but_not_shell(workdir: Path, tmp_path: Path) -> None:
+    model = "anthropic/claude-test"
+    outside = tmp_path / "outside.txt"
+    script = [
+        {"tool_calls": [
+            {"name": "Write", "arguments": {"file_path": "inside.txt", "content": "hello\n"}},
+            {"name": "Write", "arguments": {"file_path": str(outside), "content": "no\n"}},
+            bash_call("touch shell-was-here"),
+        ]},
+        {"text": "done"},
+    ]
+    with FakeProvider(script) as fake:
+        run = run_tether(["-p", "w", "--model", model, "--permission-mode", "acceptEdits",
+                          "--output-format", "stream-json"], env=tether_env(fake.url, model), cwd=workdir)
+    assert run.code == 0, run.stderr
+    assert (workdir / "inside.txt").read_text() == "hello\n"
+    assert not outside.exists() and not (workdir / "shell-was-here").exists()
+    statuses = sorted(r["status"] for r in run.of_type("message", "tool_return_message"))
+    assert statuses == ["error", "error", "success"]
