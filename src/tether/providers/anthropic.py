@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,9 +19,8 @@ from tether.protocol.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from tether.providers.base import Endpoint
-from tether.providers.http import TurnAssembler, as_int, cut, event_json, post_sse
-from tether.providers.retry import DEFAULT_RETRY, RetryPolicy, with_retries
+from tether.providers.adapter import SSEAdapter
+from tether.providers.http import TurnAssembler, as_int, event_json
 from tether.providers.sse import SSEEvent
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -35,29 +32,22 @@ _RETRYABLE_ERRORS = frozenset(
 )
 
 
-class AnthropicProvider:
+class AnthropicProvider(SSEAdapter):
     api = "anthropic-messages"
+    path = "/v1/messages"
+    terminal = "message_stop"
 
-    def __init__(self, endpoint: Endpoint, *, retry: RetryPolicy = DEFAULT_RETRY) -> None:
-        self.endpoint = endpoint
-        self.retry = retry
-
-    def stream(self, request: ProviderRequest) -> AsyncIterator[Chunk]:
-        return with_retries(lambda: self._attempt(request), self.retry)
-
-    async def _attempt(self, request: ProviderRequest) -> AsyncGenerator[Chunk, None]:
+    def headers(self) -> dict[str, str]:
         headers = {"anthropic-version": API_VERSION}
         if self.endpoint.api_key:
             headers["x-api-key"] = self.endpoint.api_key
-        url = f"{self.endpoint.base_url.rstrip('/')}/v1/messages"
-        events = AnthropicEvents(self.endpoint.provider)
-        async with aclosing(post_sse(self.endpoint, url, headers, build_body(request))) as sse:
-            async for event in sse:
-                for chunk in events.feed(event):
-                    yield chunk
-                if events.done:
-                    return
-        raise cut(self.endpoint.provider, "message_stop")
+        return headers
+
+    def body(self, request: ProviderRequest) -> dict[str, Any]:
+        return build_body(request)
+
+    def events(self) -> AnthropicEvents:
+        return AnthropicEvents(self.endpoint.provider)
 
 
 def build_body(request: ProviderRequest) -> dict[str, Any]:

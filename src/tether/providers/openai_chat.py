@@ -8,8 +8,6 @@ as `role: "tool"` with string content.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,45 +23,31 @@ from tether.protocol.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from tether.providers.base import Endpoint
-from tether.providers.http import TurnAssembler, as_int, cut, event_json, new_call_id, post_sse
-from tether.providers.retry import DEFAULT_RETRY, RetryPolicy, with_retries
+from tether.providers.adapter import EventMapper, SSEAdapter
+from tether.providers.http import TurnAssembler, as_int, cut, event_json, new_call_id
 from tether.providers.sse import SSEEvent
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
-class OpenAIChatProvider:
+class OpenAIChatProvider(SSEAdapter):
     api = "openai-completions"
+    path = "/chat/completions"
+    terminal = "finish_reason"
 
-    def __init__(self, endpoint: Endpoint, *, retry: RetryPolicy = DEFAULT_RETRY) -> None:
-        self.endpoint = endpoint
-        self.retry = retry
+    def body(self, request: ProviderRequest) -> dict[str, Any]:
+        return build_body(request, openai_hosted=self.endpoint.provider == "openai-chat")
 
-    def stream(self, request: ProviderRequest) -> AsyncIterator[Chunk]:
-        return with_retries(lambda: self._attempt(request), self.retry)
+    def events(self) -> ChatEvents:
+        return ChatEvents(self.endpoint.provider)
 
-    async def _attempt(self, request: ProviderRequest) -> AsyncGenerator[Chunk, None]:
-        headers = {}
-        if self.endpoint.api_key:
-            headers["authorization"] = f"Bearer {self.endpoint.api_key}"
-        url = f"{self.endpoint.base_url.rstrip('/')}/chat/completions"
-        body = build_body(request, openai_hosted=self.endpoint.provider == "openai-chat")
-        events = ChatEvents(self.endpoint.provider)
-        try:
-            async with aclosing(post_sse(self.endpoint, url, headers, body)) as sse:
-                async for event in sse:
-                    for chunk in events.feed(event):
-                        yield chunk
-                    if events.done:
-                        return
-        except StreamCut:
-            if not events.finished:
-                raise
+    async def finish(self, events: EventMapper, error: BaseException | None) -> list[Chunk]:
         # The connection ending after a finish_reason, without [DONE] (even mid chunked body),
         # is a complete answer: some servers stop there.
-        for chunk in events.end_of_stream():
-            yield chunk
+        assert isinstance(events, ChatEvents)
+        if events.finished and (error is None or isinstance(error, StreamCut)):
+            return events.end_of_stream()
+        return await super().finish(events, error)
 
 
 def build_body(request: ProviderRequest, *, openai_hosted: bool = False) -> dict[str, Any]:

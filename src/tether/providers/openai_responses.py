@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
 from typing import Any
 
 from tether.errors import ProviderError
@@ -18,38 +16,24 @@ from tether.protocol.messages import (
     ToolCallPart,
     UserMessage,
 )
-from tether.providers.base import Endpoint
-from tether.providers.http import TurnAssembler, as_int, cut, event_json, post_sse
-from tether.providers.retry import DEFAULT_RETRY, RetryPolicy, with_retries
+from tether.providers.adapter import SSEAdapter
+from tether.providers.http import TurnAssembler, as_int, event_json
 from tether.providers.sse import SSEEvent
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "server_is_overloaded"})
 
 
-class OpenAIResponsesProvider:
+class OpenAIResponsesProvider(SSEAdapter):
     api = "openai-responses"
+    path = "/responses"
+    terminal = "response.completed"
 
-    def __init__(self, endpoint: Endpoint, *, retry: RetryPolicy = DEFAULT_RETRY) -> None:
-        self.endpoint = endpoint
-        self.retry = retry
+    def body(self, request: ProviderRequest) -> dict[str, Any]:
+        return build_body(request)
 
-    def stream(self, request: ProviderRequest) -> AsyncIterator[Chunk]:
-        return with_retries(lambda: self._attempt(request), self.retry)
-
-    async def _attempt(self, request: ProviderRequest) -> AsyncGenerator[Chunk, None]:
-        headers = {}
-        if self.endpoint.api_key:
-            headers["authorization"] = f"Bearer {self.endpoint.api_key}"
-        url = f"{self.endpoint.base_url.rstrip('/')}/responses"
-        events = ResponsesEvents(self.endpoint.provider)
-        async with aclosing(post_sse(self.endpoint, url, headers, build_body(request))) as sse:
-            async for event in sse:
-                for chunk in events.feed(event):
-                    yield chunk
-                if events.done:
-                    return
-        raise cut(self.endpoint.provider, "response.completed")
+    def events(self) -> ResponsesEvents:
+        return ResponsesEvents(self.endpoint.provider)
 
 
 def build_body(request: ProviderRequest) -> dict[str, Any]:
