@@ -16,6 +16,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from tether.backends.local.backend import LocalBackend
 from tether.backends.local.store import LocalStore
 from tether.cli.flags import RunFlags
@@ -23,8 +25,15 @@ from tether.core.permissions import Decision, decide
 from tether.core.prompt import DEFAULT_SYSTEM
 from tether.core.tools import Tool, ToolContext, ToolContextStore, ToolRegistry, ToolRunContext
 from tether.core.turn import Approver, Event, TurnDeps
-from tether.errors import TetherError
+from tether.errors import TetherError, UsageError
 from tether.protocol.turns import ConversationRef
+from tether.runtime.hooks import (
+    HookConfig,
+    HookRunner,
+    SessionPermissionHooks,
+    SessionToolHooks,
+    merge_hooks,
+)
 from tether.runtime.session import Session, resolve_session, tether_home
 
 
@@ -78,6 +87,7 @@ class Prepared:
     session: Session
     backend: LocalBackend
     registry: ToolRegistry
+    hooks: HookRunner | None = None
     contexts: ToolContextStore = field(default_factory=ToolContextStore)
     services: dict[str, Any] = field(default_factory=dict)
 
@@ -115,6 +125,8 @@ class Prepared:
             emit=emit,
             abort=abort,
             max_turns=max_turns,
+            tool_hooks=SessionToolHooks(self.hooks) if self.hooks else None,
+            permission_hooks=SessionPermissionHooks(self.hooks) if self.hooks else None,
         )
 
     async def shutdown(self) -> None:
@@ -131,6 +143,7 @@ def prepare(flags: RunFlags) -> Prepared:
     env = dict(os.environ)
     cwd = Path.cwd()
     store = LocalStore(tether_home(env))
+    hook_config = load_hook_config(store.home, cwd)  # bad settings fail before anything is created
     if flags.model is not None:  # a bad handle or a missing key fails before anything is created
         resolve_provider(flags.model, store.home, env)
     session = resolve_session(
@@ -157,7 +170,22 @@ def prepare(flags: RunFlags) -> Prepared:
         platform=f"{platform.system()} {platform.release()}",
         today=date.today().isoformat(),
     )
-    return Prepared(flags, env, cwd, store, session, backend, build_registry())
+    hooks = HookRunner(hook_config, cwd=cwd, agent_id=session.agent.id, session_id=session.agent.id)
+    return Prepared(flags, env, cwd, store, session, backend, build_registry(), hooks)
+
+
+def load_hook_config(home: Path, cwd: Path) -> HookConfig:
+    """Hooks from the user's settings (always trusted); project hooks wait for folder trust."""
+    path = home / "settings.json"
+    try:
+        raw = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        return HookConfig()
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path}: settings must be a JSON object")
+    return merge_hooks(raw.get("hooks"), [], user_source=str(path))
 
 
 def read_prompt(flags: RunFlags) -> str:

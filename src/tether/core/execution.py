@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tether.core.tools import Effect, Tool, ToolContext, ToolResult, ToolRunContext
 from tether.protocol.turns import ApprovalResult
@@ -31,6 +31,22 @@ class AdmittedCall:
 RunContextFactory = Callable[[str], ToolRunContext]
 
 
+@dataclass(frozen=True, slots=True)
+class PreToolVerdict:
+    blocked: str | None = None  # feedback when a hook blocked (or failed: a guard never fails open)
+    updated_args: Mapping[str, Any] | None = None
+
+
+class ToolHooks(Protocol):
+    """Lifecycle hooks around one tool execution (PreToolUse / PostToolUse in settings)."""
+
+    async def before(self, call: AdmittedCall) -> PreToolVerdict: ...
+
+    async def after(self, call: AdmittedCall, result: ApprovalResult) -> str | None:
+        """Text to append to the result the model reads (hook feedback, additional context)."""
+        ...
+
+
 class BatchLocks:
     """The locks one batch shares; the global exec lock is per batch runner instance."""
 
@@ -48,11 +64,12 @@ async def execute_batch(
     make_run_context: RunContextFactory,
     abort: asyncio.Event,
     on_result: Callable[[ApprovalResult], None] | None = None,
+    hooks: ToolHooks | None = None,
 ) -> list[ApprovalResult]:
     locks = BatchLocks()
 
     async def one(call: AdmittedCall) -> ApprovalResult:
-        result = await _run_locked(call, ctx, locks, make_run_context, abort)
+        result = await _run_locked(call, ctx, locks, make_run_context, abort, hooks)
         if on_result is not None:
             on_result(result)
         return result
@@ -66,6 +83,7 @@ async def _run_locked(
     locks: BatchLocks,
     make_run_context: RunContextFactory,
     abort: asyncio.Event,
+    hooks: ToolHooks | None,
 ) -> ApprovalResult:
     if call.tool is None:
         available = ", ".join(sorted(ctx.tools))
@@ -81,6 +99,12 @@ async def _run_locked(
             await stack.enter_async_context(locks.exec_lock)
         if abort.is_set():
             return _result(call, ToolResult(INTERRUPTED, True))
+        if hooks is not None:
+            verdict = await hooks.before(call)
+            if verdict.blocked is not None:
+                return _result(call, ToolResult(f"Error: Tool execution blocked by hook. {verdict.blocked}", True))
+            if verdict.updated_args is not None:
+                call = replace(call, args={**call.args, **verdict.updated_args})
         run_ctx = make_run_context(call.tool_call_id)
         run_ctx.abort = abort
         try:
@@ -89,7 +113,10 @@ async def _run_locked(
             raise
         except Exception as exc:  # a tool bug becomes the model's error result, not a crash
             outcome = ToolResult(f"{type(exc).__name__}: {exc}", True)
-    return _result(call, outcome)
+    result = _result(call, outcome)
+    if hooks is not None and (extra := await hooks.after(call, result)):
+        result = replace(result, output=f"{result.output}\n\n{extra}")
+    return result
 
 
 def _result(call: AdmittedCall, outcome: ToolResult) -> ApprovalResult:

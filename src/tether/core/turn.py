@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tether.core.approvals import Classified, DecideFn, classify_approvals
-from tether.core.execution import INTERRUPTED, AdmittedCall, RunContextFactory, execute_batch
+from tether.core.execution import (
+    INTERRUPTED,
+    AdmittedCall,
+    RunContextFactory,
+    ToolHooks,
+    execute_batch,
+)
 from tether.core.tools import ToolContext
 from tether.protocol.chunks import (
     AssistantText,
@@ -59,6 +65,14 @@ class ApprovalAnswer:
     interrupt: bool = False
 
 
+class PermissionHooks(Protocol):
+    """Consulted while a call is still `ask`, before any human or client is (PermissionRequest)."""
+
+    async def decide(self, item: Classified) -> tuple[str, str] | None:
+        """("allow" | "deny", reason), or None to leave the call to the approver."""
+        ...
+
+
 class Approver(Protocol):
     """Who answers `ask`: a headless policy, an SDK over stream-json, a TUI dialog, a client."""
 
@@ -75,6 +89,8 @@ class TurnDeps:
     emit: Callable[[Event], None]
     abort: asyncio.Event = field(default_factory=asyncio.Event)
     max_turns: int | None = None
+    tool_hooks: ToolHooks | None = None
+    permission_hooks: PermissionHooks | None = None
 
 
 @dataclass(slots=True)
@@ -225,6 +241,14 @@ async def _answer_calls(deps: TurnDeps, calls: list[ToolCallRequest], ctx: ToolC
     for item in classified:
         call = item.call
         deps.emit(LocalToolCall(call.tool_call_id, call.name, call.arguments or "{}"))
+        if item.verdict == "ask" and deps.permission_hooks is not None:
+            hooked = await deps.permission_hooks.decide(item)
+            if hooked is not None and hooked[0] == "allow":
+                admitted.append(AdmittedCall(call.tool_call_id, call.name, item.tool, item.args))
+                continue
+            if hooked is not None:
+                answers[call.tool_call_id] = _denial(call, hooked[1])
+                continue
         if item.verdict == "ask":
             reply = await deps.approver.ask(item, ctx)
             if reply.allow:
@@ -246,6 +270,7 @@ async def _answer_calls(deps: TurnDeps, calls: list[ToolCallRequest], ctx: ToolC
             deps.make_run_context,
             deps.abort,
             lambda r: deps.emit(LocalToolReturn(r)),
+            deps.tool_hooks,
         )
         answers.update((r.tool_call_id, r) for r in executed)
     for call in calls:  # every call is answered, even when an interrupt skipped execution
