@@ -12,9 +12,22 @@ import orjson
 from tether.core.approvals import Classified, classify_approvals
 from tether.core.execution import AdmittedCall, execute_batch
 from tether.core.permissions import Decision
-from tether.core.tools import Effect, ToolContext, ToolContextStore, ToolRegistry, ToolResult, ToolRunContext
+from tether.core.tools import (
+    Effect,
+    ToolContext,
+    ToolContextStore,
+    ToolRegistry,
+    ToolResult,
+    ToolRunContext,
+)
 from tether.core.turn import ApprovalAnswer, TurnDeps, run_turn
-from tether.protocol.chunks import AssistantText, Chunk, StopReason, ToolCallRequest, UsageStatistics
+from tether.protocol.chunks import (
+    AssistantText,
+    Chunk,
+    StopReason,
+    ToolCallRequest,
+    UsageStatistics,
+)
 from tether.protocol.messages import TextPart, UserMessage
 from tether.protocol.turns import ConversationRef, TurnInput
 
