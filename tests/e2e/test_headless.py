@@ -372,3 +372,22 @@ def test_accept_edits_allows_writes_inside_cwd_but_not_shell(workdir: Path, tmp_
     assert not outside.exists() and not (workdir / "shell-was-here").exists()
     statuses = sorted(r["status"] for r in run.of_type("message", "tool_return_message"))
     assert statuses == ["error", "error", "success"]
+
+
+def test_background_bash_task_output_and_nothing_outlives_the_run(workdir: Path) -> None:
+    model = "anthropic/claude-test"
+    script = [
+        {"tool_calls": [{"name": "Bash", "arguments": {"command": "echo $$ > bg.pid; echo bg-out; sleep 60",
+                                                       "description": "bg", "run_in_background": True}}]},
+        {"tool_calls": [{"name": "TaskOutput", "arguments": {"task_id": "bash_1", "block": True, "timeout": 700}}]},
+        {"text": "checked"},
+    ]
+    with FakeProvider(script) as fake:
+        run = run_tether(["-p", "bg", "--model", model, "--yolo", "--output-format", "stream-json"],
+                         env=tether_env(fake.url, model), cwd=workdir)
+    assert run.code == 0, run.stderr
+    started, output = run.of_type("message", "tool_return_message")
+    assert "bash_1" in started["tool_return"]
+    assert "running" in output["tool_return"] and "bg-out" in output["tool_return"]
+    time.sleep(0.2)
+    assert not _alive(int((workdir / "bg.pid").read_text()))  # stopped when tether exited

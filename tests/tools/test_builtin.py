@@ -17,6 +17,7 @@ def test_registers_every_builtin_under_the_reference_names() -> None:
     assert registry.names() == list(BUILTIN_TOOL_NAMES)
     assert BUILTIN_TOOL_NAMES == (
         "Bash", "Read", "Write", "Edit", "MultiEdit", "Glob", "Grep", "LS", "TodoWrite",
+        "TaskOutput", "TaskStop",
     )  # fmt: skip
     with pytest.raises(ValueError, match="already registered"):
         register_builtin_tools(registry)

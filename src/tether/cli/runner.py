@@ -171,7 +171,12 @@ def prepare(flags: RunFlags) -> Prepared:
         today=date.today().isoformat(),
     )
     hooks = HookRunner(hook_config, cwd=cwd, agent_id=session.agent.id, session_id=session.agent.id)
-    return Prepared(flags, env, cwd, store, session, backend, build_registry(), hooks)
+    prepared = Prepared(flags, env, cwd, store, session, backend, build_registry(), hooks)
+    from tether.tools.background import BackgroundTasks
+
+    # One pool per run, so shutdown stops every background task the run started.
+    prepared.services["background"] = BackgroundTasks(prepared.scratch)
+    return prepared
 
 
 def load_hook_config(home: Path, cwd: Path) -> HookConfig:

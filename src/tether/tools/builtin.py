@@ -8,6 +8,7 @@ from tether.tools.edit import EditTool, MultiEditTool
 from tether.tools.files import ReadTool, WriteTool
 from tether.tools.listing import LSTool
 from tether.tools.search import GlobTool, GrepTool
+from tether.tools.tasks import TaskOutputTool, TaskStopTool
 from tether.tools.todo import TodoWriteTool
 
 BUILTIN_TOOL_NAMES: tuple[str, ...] = (
@@ -20,6 +21,8 @@ BUILTIN_TOOL_NAMES: tuple[str, ...] = (
     "Grep",
     "LS",
     "TodoWrite",
+    "TaskOutput",
+    "TaskStop",
 )
 
 
@@ -35,6 +38,8 @@ def builtin_tools() -> list[Tool]:
         GrepTool(),
         LSTool(),
         TodoWriteTool(),
+        TaskOutputTool(),
+        TaskStopTool(),
     ]
 
 

@@ -1,0 +1,96 @@
+"""TaskOutput and TaskStop: reading and stopping background tasks (reference §6.2)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tether.core.tools import Effect, ToolResult, ToolRunContext
+from tether.errors import ToolFailure
+from tether.tools.background import BackgroundTasks
+
+MAX_BLOCK_MS = 600_000
+
+
+def _tasks(ctx: ToolRunContext) -> BackgroundTasks | None:
+    service = ctx.services.get("background")
+    return service if isinstance(service, BackgroundTasks) else None
+
+
+def _task_id(args: Mapping[str, Any]) -> str:
+    value = args.get("task_id")
+    if not isinstance(value, str) or not value:
+        raise ToolFailure("task_id must be a non-empty string (e.g. 'bash_1')")
+    return value
+
+
+class TaskOutputTool:
+    name = "TaskOutput"
+    description = (
+        "Read the output of a background task (a Bash command started with run_in_background), "
+        "with its status. With block=true, wait up to `timeout` milliseconds for the task to "
+        "finish first; with block=false, return what it has written so far."
+    )
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "task_id": {"type": "string", "description": "The task ID, e.g. bash_1"},
+            "block": {"type": "boolean", "description": "Wait for the task to finish"},
+            "timeout": {"type": "number", "description": "Longest wait in milliseconds (max 600000)"},
+        },
+        "required": ["task_id", "block", "timeout"],
+        "additionalProperties": False,
+    }
+    effect = Effect.READ
+
+    def paths(self, args: Mapping[str, Any], cwd: Path) -> list[Path]:
+        return []
+
+    async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
+        try:
+            task_id = _task_id(args)
+            block, timeout = args.get("block"), args.get("timeout")
+            if not isinstance(block, bool):
+                raise ToolFailure("block must be true or false")
+            if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+                raise ToolFailure("timeout must be a non-negative number of milliseconds")
+            tasks = _tasks(ctx)
+            if tasks is None or tasks.get(task_id) is None:
+                raise ToolFailure(f"No background task with ID: {task_id}")
+            if block:
+                await tasks.wait(task_id, min(float(timeout), MAX_BLOCK_MS) / 1000)
+            task = tasks.get(task_id)
+            assert task is not None
+            return ToolResult(f"Task {task_id} status: {task.status()}\n\n{tasks.output(task_id)}")
+        except ToolFailure as exc:
+            return ToolResult(str(exc), True)
+
+
+class TaskStopTool:
+    name = "TaskStop"
+    description = (
+        "Stop a running background task started with run_in_background: its whole process "
+        "group is killed. Use TaskOutput first if you still need its output."
+    )
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {"task_id": {"type": "string", "description": "The task ID, e.g. bash_1"}},
+        "required": ["task_id"],
+        "additionalProperties": False,
+    }
+    effect = Effect.EXEC
+
+    def paths(self, args: Mapping[str, Any], cwd: Path) -> list[Path]:
+        return []
+
+    async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
+        try:
+            task_id = _task_id(args)
+            tasks = _tasks(ctx)
+            if tasks is None or tasks.get(task_id) is None:
+                raise ToolFailure(f"No background task with ID: {task_id}")
+            stopped = await tasks.stop(task_id)
+        except ToolFailure as exc:
+            return ToolResult(str(exc), True)
+        return ToolResult(f"Stopped task {task_id}." if stopped else f"Task {task_id} had already ended.")
