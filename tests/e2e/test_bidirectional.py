@@ -22,10 +22,10 @@ MODEL = "anthropic/claude-test"
 class Client:
     """A stream-json peer: writes lines to tether's stdin, reads its stdout lines."""
 
-    def __init__(self, url: str, cwd: Path, *extra: str) -> None:
+    def __init__(self, url: str, cwd: Path, *extra: str, env_extra: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
             [TETHER, "--input-format", "stream-json", "--output-format", "stream-json", "-m", MODEL, *extra],
-            env=tether_env(url, MODEL), cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            env=tether_env(url, MODEL, env_extra), cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
         )
         self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
@@ -220,3 +220,20 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_background_subagent_notification_starts_a_turn(workdir: Path) -> None:
+    call = {"name": "Agent", "arguments": {"description": "side job", "prompt": "say hi",
+                                           "subagent_type": "general-purpose", "model": "openai-chat/child"}}
+    parent_script = [{"tool_calls": [call]}, {"text": "launched"}, {"text": "got the notification"}]
+    with FakeProvider(parent_script) as parent, FakeProvider([{"text": "child says hi", "delay_ms": 300}]) as child:
+        env_extra = {"OPENAI_BASE_URL": child.url + "/v1", "OPENAI_API_KEY": "sk-child"}
+        c = Client(parent.url, workdir, "--yolo", env_extra=env_extra)
+        c.user("start a side job")
+        assert c.result()["result"] == "launched"
+        second = c.result()  # no user line: the notification itself started this turn
+        assert second["result"] == "got the notification"
+        body = json.dumps(parent.requests[-1]["body"])
+        assert "<task-notification><task-id>task_1</task-id><status>completed</status>" in body
+        assert "child says hi" in body
+        assert c.close() == 0

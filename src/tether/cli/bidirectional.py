@@ -321,6 +321,14 @@ async def serve(prepared: Prepared) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
+    subagents = prepared.services.get("subagents")
+    if subagents is not None:  # a finished background subagent starts the parent's next turn
+
+        def deliver(text: str) -> None:
+            message = {"role": "user", "content": text}
+            session.user_lines.put_nowait({"type": "user", "message": message, "_queuedKind": "task_notification"})
+
+        subagents.notify = deliver
     renderer.emit_init(model=prepared.session.model, tools=prepared.registry.names(),
                        cwd=str(prepared.cwd), permission_mode=prepared.flags.permission_mode)
     reader = asyncio.ensure_future(session.read_stdin())

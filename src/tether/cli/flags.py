@@ -40,6 +40,7 @@ class RunFlags:
     allowed_tools: list[str] = field(default_factory=list)
     disallowed_tools: list[str] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)
+    tools: list[str] | None = None  # None: every tool; [] (from --tools ""): none
 
 
 class _Parser(argparse.ArgumentParser):
@@ -90,6 +91,7 @@ def _parser() -> _Parser:
     p.add_argument("--skill-sources")
     p.add_argument("--no-skills", action="store_true")
     p.add_argument("--tags")
+    p.add_argument("--tools", help='comma list of the tools to offer ("" for none)')
     return p
 
 
@@ -125,6 +127,8 @@ def parse_run_flags(argv: Sequence[str], *, stdin_is_tty: bool | None = None) ->
     flags.allowed_tools = _tool_list(ns.allowed_tools)
     flags.disallowed_tools = _tool_list(ns.disallowed_tools)
     flags.tags = [t.strip() for t in (ns.tags or "").split(",") if t.strip()]
+    if ns.tools is not None:
+        flags.tools = [t.strip() for t in ns.tools.split(",") if t.strip()]
     _validate_compat(ns)
     _check_conflicts(flags)
     return flags

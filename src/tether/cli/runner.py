@@ -131,9 +131,10 @@ class Prepared:
 
     async def shutdown(self) -> None:
         """Stop what the run started in the background: nothing outlives the process."""
-        background = self.services.get("background")
-        if background is not None:
-            await background.stop_all()
+        for name in ("subagents", "background"):
+            service = self.services.get(name)
+            if service is not None:
+                await service.stop_all()
 
 
 def prepare(flags: RunFlags) -> Prepared:
@@ -176,7 +177,40 @@ def prepare(flags: RunFlags) -> Prepared:
 
     # One pool per run, so shutdown stops every background task the run started.
     prepared.services["background"] = BackgroundTasks(prepared.scratch)
+    _add_subagents(prepared)
+    if flags.tools is not None:
+        unknown = sorted(set(flags.tools) - set(prepared.registry.names()))
+        if unknown:
+            raise UsageError(f"--tools names unknown tools: {', '.join(unknown)}")
+        keep = set(flags.tools)
+        prepared.registry = prepared.registry.filtered(lambda name: name in keep)
     return prepared
+
+
+def _add_subagents(prepared: Prepared) -> None:
+    from tether.runtime.subagents import ParentScope, Subagents, discover_types
+    from tether.tools.task import AgentTool
+
+    types = discover_types(prepared.store.home, prepared.cwd, project_trusted=False)
+    flags = prepared.flags
+    scope = ParentScope(
+        agent_id=prepared.session.agent.id,
+        conversation_id=prepared.session.conversation_id,
+        model=prepared.session.model,
+        cwd=prepared.cwd,
+        allowed_tools=tuple(flags.allowed_tools),
+        disallowed_tools=tuple(flags.disallowed_tools),
+    )
+    hooks = prepared.hooks
+
+    async def subagent_stop(task: Any) -> None:
+        if hooks is not None:
+            payload = hooks.payload("SubagentStop", subagent_type=task.type, subagent_id=task.id,
+                                    success=task.error is None, **({"error": task.error} if task.error else {}))
+            await hooks.run_parallel("SubagentStop", payload)
+
+    prepared.services["subagents"] = Subagents(scope, types, prepared.scratch, on_stop=subagent_stop)
+    prepared.registry.register(AgentTool({t.name: t.description for t in types.values()}))
 
 
 def load_hook_config(home: Path, cwd: Path) -> HookConfig:

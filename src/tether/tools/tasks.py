@@ -13,7 +13,10 @@ from tether.tools.background import BackgroundTasks
 MAX_BLOCK_MS = 600_000
 
 
-def _tasks(ctx: ToolRunContext) -> BackgroundTasks | None:
+def _tasks(ctx: ToolRunContext, task_id: str = "") -> Any:
+    """The pool a task id belongs to: subagent tasks (`task_<n>`) or background shells."""
+    if task_id.startswith("task_"):
+        return ctx.services.get("subagents")
     service = ctx.services.get("background")
     return service if isinstance(service, BackgroundTasks) else None
 
@@ -55,7 +58,7 @@ class TaskOutputTool:
                 raise ToolFailure("block must be true or false")
             if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
                 raise ToolFailure("timeout must be a non-negative number of milliseconds")
-            tasks = _tasks(ctx)
+            tasks = _tasks(ctx, task_id)
             if tasks is None or tasks.get(task_id) is None:
                 raise ToolFailure(f"No background task with ID: {task_id}")
             if block:
@@ -87,7 +90,7 @@ class TaskStopTool:
     async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
         try:
             task_id = _task_id(args)
-            tasks = _tasks(ctx)
+            tasks = _tasks(ctx, task_id)
             if tasks is None or tasks.get(task_id) is None:
                 raise ToolFailure(f"No background task with ID: {task_id}")
             stopped = await tasks.stop(task_id)
