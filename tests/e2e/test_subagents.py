@@ -90,3 +90,55 @@ def test_disallowed_tools_bind_the_child(workdir: Path) -> None:
     assert run.code == 0, run.stderr
     assert not (workdir / "forbidden").exists()
     assert "Permission denied by rule: Bash" in child_second
+
+
+def test_parent_hooks_fire_for_child_tool_calls_and_subagent_stop(workdir: Path, tether_home: Path) -> None:
+    tether_home.mkdir(parents=True, exist_ok=True)
+    (tether_home / "settings.json").write_text(json.dumps({"hooks": {
+        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "echo 'no shell' >&2; exit 2"}]}],
+        "SubagentStop": [{"hooks": [{"type": "command", "command": "cat > subagent-stop.json"}]}],
+    }}))
+    script = [
+        {"tool_calls": [agent_call("use the shell", background=False)]},
+        {"tool_calls": [{"name": "Bash", "arguments": {"command": "touch from-child", "description": "x"}}]},
+        {"text": "blocked"},
+        {"text": "ok"},
+    ]
+    with FakeProvider(script) as fake:
+        run = run_tether(["-p", "x", "--model", MODEL, "--yolo", "--output-format", "stream-json"],
+                         env=tether_env(fake.url, MODEL), cwd=workdir, timeout=90)
+        child_second = json.dumps(fake.requests[2]["body"])
+    assert run.code == 0, run.stderr
+    assert not (workdir / "from-child").exists() and "Tool execution blocked by hook" in child_second
+    stop = json.loads((workdir / "subagent-stop.json").read_text())
+    assert stop["event_type"] == "SubagentStop" and stop["subagent_type"] == "general-purpose"
+    assert stop["subagent_id"] == "task_1" and stop["success"] is True
+
+
+def test_interrupting_the_parent_stops_the_child_and_its_tools(workdir: Path) -> None:
+    import signal
+    import subprocess
+    import time
+
+    from tests.e2e.support import TETHER
+    from tests.e2e.test_headless import _alive
+
+    script = [
+        {"tool_calls": [agent_call("run a long command", background=False)]},
+        {"tool_calls": [{"name": "Bash", "arguments": {"command": "sleep 60 & echo $! > grandchild.pid; wait",
+                                                       "description": "long"}}]},
+    ]
+    with FakeProvider(script) as fake:
+        proc = subprocess.Popen([TETHER, "-p", "x", "--model", MODEL, "--yolo", "--output-format", "stream-json"],
+                                env=tether_env(fake.url, MODEL), cwd=workdir, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        pid_file = workdir / "grandchild.pid"
+        deadline = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        grandchild = int(pid_file.read_text())
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    time.sleep(0.3)
+    assert not _alive(grandchild)
