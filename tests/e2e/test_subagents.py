@@ -142,3 +142,14 @@ def test_interrupting_the_parent_stops_the_child_and_its_tools(workdir: Path) ->
     assert proc.returncode == 130
     time.sleep(0.3)
     assert not _alive(grandchild)
+
+
+def test_a_child_agent_never_becomes_the_projects_last_agent(workdir: Path) -> None:
+    script = [{"tool_calls": [agent_call("hi", background=False)]}, {"text": "child"}, {"text": "parent"},
+              {"text": "next run"}]
+    with FakeProvider(script) as fake:
+        env = tether_env(fake.url, MODEL)
+        first = run_tether(["-p", "x", "--model", MODEL, "--yolo", "--output-format", "json"], env=env, cwd=workdir)
+        second = run_tether(["-p", "y", "--output-format", "json"], env=env, cwd=workdir)
+    assert first.code == 0 and second.code == 0, (first.stderr, second.stderr)
+    assert json.loads(second.stdout)["agent_id"] == json.loads(first.stdout)["agent_id"]

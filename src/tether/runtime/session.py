@@ -55,6 +55,9 @@ def resolve_session(
     env: Mapping[str, str],
 ) -> Session:
     created = False
+    subagent = env.get("TETHER_AGENT_ROLE") == "subagent"
+    if subagent and conversation is None:
+        conversation = "default"  # a subagent works in its agent's primary history
     if conversation is not None and conversation != "default":
         conv = store.get_conversation(conversation)
         agent = store.get_agent(conv.agent_id)
@@ -78,7 +81,8 @@ def resolve_session(
     handle = model or conv_model or agent.model or _default_model(store.home, env)
     if handle is None:
         raise UsageError(NO_MODEL)
-    _remember_agent(store, cwd, agent.id)
+    if not subagent:  # a child agent must never become the project's "last agent"
+        _remember_agent(store, cwd, agent.id)
     return Session(agent, conversation_id, handle, created)
 
 
