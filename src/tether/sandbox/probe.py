@@ -1,0 +1,357 @@
+"""Which sandbox backend works on this machine, and `wrap_command`, which applies it (fail-closed).
+
+`probe()` runs once per process (cached): bwrap on PATH, `bwrap --version`, a real user-namespace
+start, a real seccomp load; on macOS `/usr/bin/sandbox-exec`; Landlock's ABI; how a pids limit
+can be enforced.
+
+Pids limits: bwrap has none of its own. Where a pids cgroup is writable (root, or a delegated
+cgroup v2 subtree) every sandbox with the same `pids_limit` joins one shared, persistent cgroup
+`tether-sandbox-pids-<N>` (created on first use, never removed, so nothing leaks per run): `N`
+bounds all those sandboxes' processes together. Otherwise `prlimit --nproc` is used, set to `N`
+plus the processes already running because RLIMIT_NPROC counts the user's processes system-wide;
+it does not bind root, so a root run without a writable pids cgroup has no count bound (only the
+caller's timeout and the PID namespace). The status says which one applies.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+from tether.sandbox.bwrap import SANDBOX_ENV, render_bwrap
+from tether.sandbox.landlock import landlock_status
+from tether.sandbox.policy import SandboxError, SandboxPolicy, check_layout
+from tether.sandbox.seatbelt import SANDBOX_EXEC, render_seatbelt
+from tether.sandbox.seccomp import SUPPORTED_MACHINES, seccomp_fd
+
+Backend = Literal["bwrap", "seatbelt"]
+PidsMethod = Literal["cgroup", "rlimit"]
+
+_INSTALL_HINT = (
+    "bubblewrap (bwrap) is not installed: apt-get install bubblewrap "
+    "(Debian/Ubuntu), dnf install bubblewrap (Fedora), pacman -S bubblewrap (Arch)"
+)
+_PROBE_TIMEOUT_S = 10.0
+_CGROUP_PREFIX = "tether-sandbox-pids-"
+_log = logging.getLogger("tether.sandbox")
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxStatus:
+    backend: Backend | None
+    bwrap_version: str | None
+    userns_ok: bool
+    landlock_abi: int | None
+    seccomp: bool
+    reasons: list[str] = field(default_factory=list)  # why something is missing or degraded
+    bwrap_path: str | None = None
+    pids: PidsMethod | None = None
+    pids_cgroup_root: str | None = None  # the pids hierarchy where shared cgroups are created
+
+    @property
+    def disable_userns(self) -> bool:
+        """bwrap ≥ 0.8 can forbid new user namespaces inside the sandbox."""
+        return _version_tuple(self.bwrap_version) >= (0, 8, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class WrappedCommand:
+    """What to spawn: `argv` with `env`, passing `pass_fds` through (then `close()` them).
+
+    One WrappedCommand serves one spawn (bwrap consumes the seccomp fd). `backend` is None when
+    the command runs unwrapped (already inside a sandbox, or no backend for a non-workspace
+    policy).
+    """
+
+    argv: list[str]
+    pass_fds: tuple[int, ...]
+    env: dict[str, str]
+    backend: Backend | None = None
+
+    def close(self) -> None:
+        for fd in self.pass_fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __enter__(self) -> WrappedCommand:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+@functools.cache
+def probe() -> SandboxStatus:
+    """Find a working backend (cached for the life of the process)."""
+    landlock = landlock_status()
+    if sys.platform == "darwin":
+        if os.path.exists(SANDBOX_EXEC):
+            return SandboxStatus("seatbelt", None, False, None, False, [])
+        return SandboxStatus(None, None, False, None, False, [f"{SANDBOX_EXEC} not found"])
+    reasons: list[str] = []
+    if landlock.abi is None:
+        reasons.append(f"landlock: {landlock.reason}")
+    pids, cgroup_root, pids_reason = _pids_method()
+    if pids_reason:
+        reasons.append(pids_reason)
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return SandboxStatus(
+            None, None, False, landlock.abi, False, [_INSTALL_HINT, *reasons], None, pids
+        )
+    version = _bwrap_version(bwrap)
+    if version is None:
+        reasons.insert(0, f"`{bwrap} --version` failed: bubblewrap looks broken")
+        return SandboxStatus(None, None, False, landlock.abi, False, reasons, bwrap, pids)
+    userns_error = _run_probe([bwrap, "--unshare-user", "--ro-bind", "/", "/", "true"])
+    if userns_error is not None:
+        reasons.insert(
+            0,
+            f"bwrap cannot create a user namespace ({userns_error}); unprivileged user "
+            "namespaces may be disabled (sysctl kernel.unprivileged_userns_clone, or AppArmor's "
+            "kernel.apparmor_restrict_unprivileged_userns)",
+        )
+        return SandboxStatus(None, version, False, landlock.abi, False, reasons, bwrap, pids)
+    seccomp_ok = _probe_seccomp(bwrap, reasons)
+    return SandboxStatus(
+        "bwrap", version, True, landlock.abi, seccomp_ok, reasons, bwrap, pids, cgroup_root
+    )
+
+
+def format_status(status: SandboxStatus) -> str:
+    """Human-readable lines for `tether sandbox status`."""
+    if status.backend == "bwrap":
+        backend = f"bwrap {status.bwrap_version} ({status.bwrap_path}), user namespaces ok"
+    elif status.backend == "seatbelt":
+        backend = f"seatbelt ({SANDBOX_EXEC})"
+    else:
+        backend = "none: workspace sandboxes will refuse to run"
+    if status.pids == "cgroup":
+        pids = f"cgroup ({status.pids_cgroup_root}/{_CGROUP_PREFIX}<N>)"
+    elif status.pids == "rlimit":
+        pids = "prlimit --nproc (per user, approximate)"
+    else:
+        pids = "not enforced"
+    lines = [
+        f"sandbox backend: {backend}",
+        f"seccomp filter:  {'on' if status.seccomp else 'off'}",
+        f"landlock:        "
+        f"{f'ABI {status.landlock_abi} (detected, not applied)' if status.landlock_abi else 'no'}",
+        f"pids limit:      {pids}",
+    ]
+    lines += [f"note: {reason}" for reason in status.reasons]
+    return "\n".join(lines)
+
+
+def wrap_command(
+    policy: SandboxPolicy,
+    argv: Sequence[str],
+    *,
+    cwd: Path | str,
+    env: Mapping[str, str],
+    status: SandboxStatus | None = None,
+) -> WrappedCommand:
+    """`argv` confined by `policy` with the best backend here.
+
+    A workspace policy fails closed (SandboxError naming what is missing) when no backend works;
+    other policies run unwrapped with a warning logged once. A command whose `env` already says
+    it runs inside a tether sandbox is returned unchanged: it stays confined by the outer one.
+    `status` defaults to this machine's cached `probe()`.
+    """
+    child_env = dict(env)
+    if SANDBOX_ENV in env:
+        return WrappedCommand(list(argv), (), child_env)
+    check_layout(policy)
+    status = status or probe()
+    if status.backend is None:
+        why = "; ".join(status.reasons[:1]) or "no sandbox backend"
+        if policy.kind == "workspace":
+            raise SandboxError(f"cannot run the command in the workspace sandbox: {why}")
+        _warn_unsandboxed(policy.kind, why)
+        return WrappedCommand(list(argv), (), child_env)
+    if policy.tmp_dir is not None:
+        child_env["TMPDIR"] = str(policy.tmp_dir)
+    if status.backend == "seatbelt":
+        child_env[SANDBOX_ENV] = "seatbelt"
+        return WrappedCommand(render_seatbelt(policy, argv), (), child_env, "seatbelt")
+    if not status.seccomp and policy.kind == "workspace":
+        raise SandboxError(
+            "cannot run the command in the workspace sandbox: the seccomp filter cannot be "
+            f"loaded ({'; '.join(r for r in status.reasons if 'seccomp' in r) or 'unknown'})"
+        )
+    prefix = _pids_prefix(policy.pids_limit, status)
+    fd = seccomp_fd() if status.seccomp else None
+    try:
+        wrapped = render_bwrap(
+            policy,
+            argv,
+            cwd=cwd,
+            env=env,
+            seccomp_fd=fd,
+            disable_userns=status.disable_userns,
+            bwrap=status.bwrap_path or "bwrap",
+        )
+    except BaseException:
+        if fd is not None:
+            os.close(fd)
+        raise
+    return WrappedCommand([*prefix, *wrapped], (fd,) if fd is not None else (), child_env, "bwrap")
+
+
+def pids_cgroup(limit: int, status: SandboxStatus | None = None) -> Path | None:
+    """The shared cgroup bounding sandboxes with `limit` pids (created on first use)."""
+    status = status or probe()
+    if status.pids != "cgroup" or status.pids_cgroup_root is None:
+        return None
+    return _ensure_cgroup(status.pids_cgroup_root, limit)
+
+
+@functools.cache
+def _ensure_cgroup(root: str, limit: int) -> Path:
+    group = Path(root) / f"{_CGROUP_PREFIX}{limit}"
+    try:
+        group.mkdir(exist_ok=True)
+        (group / "pids.max").write_text(f"{limit}\n")
+    except OSError as exc:
+        raise SandboxError(f"cannot set up the sandbox pids cgroup {group}: {exc}") from exc
+    return group
+
+
+def _pids_prefix(limit: int | None, status: SandboxStatus) -> list[str]:
+    if limit is None:
+        return []
+    group = pids_cgroup(limit, status)
+    if group is not None:
+        # Join the cgroup, then become bwrap: everything bwrap starts is counted.
+        script = (
+            '{ echo $$ > "$1"; } 2>/dev/null || '
+            '{ echo "tether sandbox: cannot join pids cgroup $1" >&2; exit 125; }; '
+            'shift; exec "$@"'
+        )
+        return ["/bin/sh", "-c", script, "tether-sandbox", str(group / "cgroup.procs")]
+    prlimit = shutil.which("prlimit")
+    if status.pids == "rlimit" and prlimit is not None:
+        bound = limit + _running_processes()
+        return [prlimit, f"--nproc={bound}:{bound}", "--"]
+    return []
+
+
+def _pids_method() -> tuple[PidsMethod | None, str | None, str | None]:
+    root = _writable_pids_hierarchy()
+    if root is not None:
+        return "cgroup", root, None
+    if os.geteuid() == 0:
+        why = (
+            "pids limit not enforced: no writable pids cgroup, and RLIMIT_NPROC does not bind root"
+        )
+        return None, None, why
+    if shutil.which("prlimit") is None:
+        return None, None, "pids limit not enforced: no writable pids cgroup and no prlimit"
+    return "rlimit", None, None
+
+
+def _writable_pids_hierarchy() -> str | None:
+    try:
+        mountinfo = Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        return None
+    for line in mountinfo.splitlines():
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if len(fields) < 5 or len(tail) < 3:
+            continue
+        mount_point = fields[4].replace("\\040", " ")
+        v1_pids = tail[0] == "cgroup" and "pids" in tail[2].split(",")
+        v2_pids = tail[0] == "cgroup2" and _v2_has_pids(mount_point)
+        if (v1_pids or v2_pids) and os.access(mount_point, os.W_OK):
+            return mount_point
+    return None
+
+
+def _v2_has_pids(mount_point: str) -> bool:
+    try:
+        return "pids" in Path(mount_point, "cgroup.subtree_control").read_text().split()
+    except OSError:
+        return False
+
+
+def _running_processes() -> int:
+    try:
+        return sum(1 for name in os.listdir("/proc") if name.isdigit())
+    except OSError:
+        return 0
+
+
+def _bwrap_version(bwrap: str) -> str | None:
+    try:
+        out = subprocess.run(
+            [bwrap, "--version"], capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r"(\d+\.\d+(?:\.\d+)?)", out.stdout)
+    return match.group(1) if out.returncode == 0 and match else None
+
+
+def _run_probe(cmd: list[str], pass_fds: tuple[int, ...] = ()) -> str | None:
+    """None when `cmd` succeeds, else a short reason."""
+    try:
+        out = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=_PROBE_TIMEOUT_S,
+            pass_fds=pass_fds,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    if out.returncode == 0:
+        return None
+    return out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"
+
+
+def _probe_seccomp(bwrap: str, reasons: list[str]) -> bool:
+    machine = platform.machine()
+    if machine not in SUPPORTED_MACHINES:
+        reasons.append(f"seccomp filter not available for {machine} (x86_64 and aarch64 only)")
+        return False
+    fd = seccomp_fd()
+    try:
+        cmd = [bwrap, "--unshare-user", "--ro-bind", "/", "/", "--seccomp", str(fd), "true"]
+        error = _run_probe(cmd, (fd,))
+    finally:
+        os.close(fd)
+    if error is not None:
+        reasons.append(f"bwrap cannot load the seccomp filter: {error}")
+        return False
+    return True
+
+
+@functools.cache
+def _warn_unsandboxed(kind: str, why: str) -> None:
+    _log.warning("running %s shell commands without a sandbox: %s", kind, why)
+
+
+def _version_tuple(version: str | None) -> tuple[int, ...]:
+    if not version:
+        return ()
+    return tuple(int(part) for part in version.split(".") if part.isdigit())
