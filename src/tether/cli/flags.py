@@ -34,6 +34,8 @@ class RunFlags:
     input_format: str | None = None
     include_partial: bool = False
     permission_mode: str = "standard"
+    permission_mode_given: bool = False  # False: settings files may choose the mode
+    trust: bool = False  # --trust: apply this folder's project settings for this run
     system_preset: str | None = None
     system_custom: str | None = None
     system_append: str | None = None
@@ -67,6 +69,7 @@ def _parser() -> _Parser:
     p.add_argument("--include-partial-messages", action="store_true")
     p.add_argument("--permission-mode")
     p.add_argument("--yolo", action="store_true")
+    p.add_argument("--trust", action="store_true")
     p.add_argument("-s", "--system")
     p.add_argument("--system-custom")
     p.add_argument("--system-append")
@@ -118,14 +121,18 @@ def parse_run_flags(argv: Sequence[str], *, stdin_is_tty: bool | None = None) ->
             raise UsageError("--input-format stream-json requires --output-format stream-json")
     flags.include_partial = ns.include_partial_messages
     flags.permission_mode = _permission_mode(ns.permission_mode, ns.yolo)
+    flags.permission_mode_given = bool(
+        ns.yolo or ns.permission_mode is not None or os.environ.get("TETHER_PERMISSION_MODE")
+    )
+    flags.trust = ns.trust
     if ns.system is not None:
         flags.system_preset = _choice("--system", ns.system, SYSTEM_PRESETS)
     if ns.system is not None and ns.system_custom is not None:
         raise UsageError("--system and --system-custom are mutually exclusive")
     flags.system_custom = ns.system_custom
     flags.system_append = ns.system_append
-    flags.allowed_tools = _tool_list(ns.allowed_tools)
-    flags.disallowed_tools = _tool_list(ns.disallowed_tools)
+    flags.allowed_tools = _tool_list("--allowedTools", ns.allowed_tools)
+    flags.disallowed_tools = _tool_list("--disallowedTools", ns.disallowed_tools)
     flags.tags = [t.strip() for t in (ns.tags or "").split(",") if t.strip()]
     if ns.tools is not None:
         flags.tools = [t.strip() for t in ns.tools.split(",") if t.strip()]
@@ -146,19 +153,18 @@ def _permission_mode(value: str | None, yolo: bool) -> str:
     return normalize_mode(value)
 
 
-def _tool_list(values: list[str]) -> list[str]:
-    """Comma lists; until the rules engine lands only whole tool names are understood."""
+def _tool_list(flag: str, values: list[str]) -> list[str]:
+    """Rule lists (`Bash(git diff:*),Read`): commas and spaces separate, parentheses protect."""
+    from tether.core.permissions.rules import parse_rule, split_rule_list
+
     out: list[str] = []
     for value in values:
-        for name in value.split(","):
-            name = name.strip()
-            if not name:
-                continue
-            if "(" in name or "*" in name:
-                raise UsageError(
-                    f"tool rule {name!r}: rule patterns are not supported yet; give whole tool names"
-                )
-            out.append(name)
+        for text in split_rule_list(value):
+            try:
+                parse_rule(text)  # a malformed rule fails here, naming itself
+            except UsageError as exc:
+                raise UsageError(f"{flag}: {exc}") from None
+            out.append(text)
     return out
 
 

@@ -16,46 +16,63 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from tether.backends.local.backend import LocalBackend
 from tether.backends.local.store import LocalStore
 from tether.cli.flags import RunFlags
-from tether.core.permissions import Decision, decide
+from tether.core.permissions import Call, Decision, Policy, RuleSet, Scope, decide
+from tether.core.permissions.rules import Rule, canonical_tool_name, cli_allow_rule, parse_rule
 from tether.core.prompt import DEFAULT_SYSTEM
 from tether.core.tools import Tool, ToolContext, ToolContextStore, ToolRegistry, ToolRunContext
 from tether.core.turn import Approver, Event, TurnDeps
 from tether.errors import TetherError, UsageError
 from tether.protocol.turns import ConversationRef
 from tether.runtime.hooks import (
-    HookConfig,
     HookRunner,
     SessionPermissionHooks,
     SessionToolHooks,
     merge_hooks,
 )
 from tether.runtime.session import Session, resolve_session, tether_home
+from tether.runtime.settings import Settings, load_settings
 
 
 class PermissionPolicy:
-    """Mode plus the CLI's whole-tool allow/deny lists, as one `decide` for the turn engine."""
+    """The session's rules and workspace, as the `decide` the turn engine calls for each call.
 
-    def __init__(self, allowed: list[str], disallowed: list[str], workspace: list[Path]) -> None:
-        self.allowed = set(allowed)
-        self.disallowed = set(disallowed)
-        self.workspace = workspace
+    The mode comes from the tool-context snapshot (it can change between turns); session allow
+    rules (added when a client answers "always allow") live here, in memory."""
+
+    def __init__(self, rules: RuleSet, scope: Scope) -> None:
+        self.rules = rules
+        self.scope = scope
+
+    def add_session_allow(self, rule: Rule) -> None:
+        self.rules = self.rules.with_session_allow(rule)
 
     def __call__(self, tool: Tool, args: Mapping[str, Any], ctx: ToolContext) -> Decision:
-        if tool.name in self.disallowed:
-            return Decision("deny", f"Permission denied by rule: {tool.name}", tool.name)
-        if getattr(tool, "external", False):
-            return Decision("allow", "external tool: the client that registered it executes it")
-        decision = decide(
-            tool.name, tool.effect, tool.paths(args, ctx.cwd), ctx.permission_mode, self.workspace
+        command = args.get("command") if canonical_tool_name(tool.name) == "Bash" else None
+        call = Call(
+            tool.name,
+            args,
+            paths=tuple(str(p) for p in tool.paths(args, ctx.cwd)),
+            command=command if isinstance(command, str) else None,
+            cwd=ctx.cwd,
+            external=bool(getattr(tool, "external", False)),
         )
-        if decision.verdict == "ask" and tool.name in self.allowed:
-            return Decision("allow", f"allowed by --allowedTools {tool.name}", tool.name)
-        return decision
+        return decide(call, Policy(ctx.permission_mode, self.rules, self.scope))
+
+
+def build_policy(flags: RunFlags, settings: Settings, cwd: Path, home: Path) -> PermissionPolicy:
+    perms = settings.permissions
+    rules = RuleSet(
+        deny=perms.deny,
+        cli_deny=tuple(parse_rule(t) for t in flags.disallowed_tools),
+        always_ask=perms.always_ask,
+        cli_allow=tuple(cli_allow_rule(t) for t in flags.allowed_tools),
+        allow=perms.allow,
+        ask=perms.ask,
+    )
+    return PermissionPolicy(rules, Scope.of(cwd, home, perms.additional_directories))
 
 
 def build_registry() -> ToolRegistry:
@@ -88,6 +105,8 @@ class Prepared:
     backend: LocalBackend
     registry: ToolRegistry
     hooks: HookRunner | None = None
+    policy: PermissionPolicy | None = None
+    settings: Settings = field(default_factory=Settings)
     contexts: ToolContextStore = field(default_factory=ToolContextStore)
     services: dict[str, Any] = field(default_factory=dict)
 
@@ -119,7 +138,7 @@ class Prepared:
         return TurnDeps(
             backend=self.backend,
             snapshot=lambda: self.contexts.snapshot(self.registry, self.cwd, flags.permission_mode),
-            decide=PermissionPolicy(flags.allowed_tools, flags.disallowed_tools, [self.cwd]),
+            decide=self.policy or build_policy(flags, self.settings, self.cwd, Path.home()),
             approver=approver,
             make_run_context=self.make_run_context,
             emit=emit,
@@ -144,7 +163,17 @@ def prepare(flags: RunFlags) -> Prepared:
     env = dict(os.environ)
     cwd = Path.cwd()
     store = LocalStore(tether_home(env))
-    hook_config = load_hook_config(store.home, cwd)  # bad settings fail before anything is created
+    # Bad settings fail before anything is created; untrusted project settings are reported.
+    settings = load_settings(store.home, cwd, "trusted" if flags.trust else None)
+    for message in settings.ignored:
+        print(f"tether: {message}", file=sys.stderr)
+    if not flags.permission_mode_given and settings.permissions.mode is not None:
+        flags.permission_mode = settings.permissions.mode
+    user = settings.user
+    hook_config = merge_hooks(
+        settings.hooks_user, list(settings.hooks_project),
+        user_source=str(user.path) if user else "user settings",
+    )
     if flags.model is not None:  # a bad handle or a missing key fails before anything is created
         resolve_provider(flags.model, store.home, env)
     session = resolve_session(
@@ -173,6 +202,8 @@ def prepare(flags: RunFlags) -> Prepared:
     )
     hooks = HookRunner(hook_config, cwd=cwd, agent_id=session.agent.id, session_id=session.agent.id)
     prepared = Prepared(flags, env, cwd, store, session, backend, build_registry(), hooks)
+    prepared.settings = settings
+    prepared.policy = build_policy(flags, settings, cwd, Path(env.get("HOME") or Path.home()))
     from tether.tools.background import BackgroundTasks
 
     # One pool per run, so shutdown stops every background task the run started.
@@ -191,7 +222,8 @@ def _add_subagents(prepared: Prepared) -> None:
     from tether.runtime.subagents import ParentScope, Subagents, discover_types
     from tether.tools.task import AgentTool
 
-    types = discover_types(prepared.store.home, prepared.cwd, project_trusted=False)
+    trusted = prepared.settings.trust == "trusted"
+    types = discover_types(prepared.store.home, prepared.cwd, project_trusted=trusted)
     flags = prepared.flags
     scope = ParentScope(
         agent_id=prepared.session.agent.id,
@@ -200,6 +232,7 @@ def _add_subagents(prepared: Prepared) -> None:
         cwd=prepared.cwd,
         allowed_tools=tuple(flags.allowed_tools),
         disallowed_tools=tuple(flags.disallowed_tools),
+        trusted=trusted,
     )
     hooks = prepared.hooks
 
@@ -211,20 +244,6 @@ def _add_subagents(prepared: Prepared) -> None:
 
     prepared.services["subagents"] = Subagents(scope, types, prepared.scratch, on_stop=subagent_stop)
     prepared.registry.register(AgentTool({t.name: t.description for t in types.values()}))
-
-
-def load_hook_config(home: Path, cwd: Path) -> HookConfig:
-    """Hooks from the user's settings (always trusted); project hooks wait for folder trust."""
-    path = home / "settings.json"
-    try:
-        raw = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        return HookConfig()
-    except orjson.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(raw, dict):
-        raise UsageError(f"{path}: settings must be a JSON object")
-    return merge_hooks(raw.get("hooks"), [], user_source=str(path))
 
 
 def read_prompt(flags: RunFlags) -> str:

@@ -93,6 +93,7 @@ class ParentScope:
     allowed_tools: tuple[str, ...] = ()
     disallowed_tools: tuple[str, ...] = ()
     max_turns: int | None = None
+    trusted: bool = False  # the parent applied this folder's project settings
 
 
 @dataclass(slots=True)
@@ -148,6 +149,8 @@ def child_argv(kind: SubagentType, scope: ParentScope, model: str | None) -> lis
         argv += ["--disallowedTools", ",".join(scope.disallowed_tools)]
     if scope.max_turns is not None:
         argv += ["--max-turns", str(scope.max_turns)]
+    if scope.trusted:
+        argv.append("--trust")
     return argv
 
 

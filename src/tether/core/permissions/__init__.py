@@ -1,0 +1,37 @@
+"""Who may run what: rules, modes and the one `decide()` that applies them.
+
+    rules.py     the rule grammar (`Bash(git status:*)`, `Read(src/**)`, aliases)
+    paths.py     gitignore-style patterns, resolution, containment
+    shell.py     what a shell command runs, read with tree-sitter-bash
+    readonly.py  the inspect commands that run without asking
+    checker.py   `decide(call, policy)`, the reference's check order
+    modes.py     modes and the `Decision` value
+"""
+
+from tether.core.permissions.checker import Call, Policy, RuleSet, Scope, decide
+from tether.core.permissions.modes import (
+    MODE_STRICTNESS,
+    PERMISSION_MODES,
+    Decision,
+    Verdict,
+    headless_denial,
+    normalize_mode,
+)
+from tether.core.permissions.rules import Rule, RuleError, parse_rule
+
+__all__ = [
+    "MODE_STRICTNESS",
+    "PERMISSION_MODES",
+    "Call",
+    "Decision",
+    "Policy",
+    "Rule",
+    "RuleError",
+    "RuleSet",
+    "Scope",
+    "Verdict",
+    "decide",
+    "headless_denial",
+    "normalize_mode",
+    "parse_rule",
+]

@@ -1,0 +1,410 @@
+"""`decide()`: the one place a tool call is judged allow, deny or ask.
+
+The order is the reference's (§7.4), first match wins, deny before anything:
+
+    0  guards: paths through /proc/<pid>/root|cwd|fd|environ or /dev/fd are denied
+    1  settings deny            2  --disallowedTools
+    3  alwaysAsk (settings and session): ask, and no hook may lift it
+    4  mode: unrestricted allows, acceptEdits allows edits inside the workspace
+    5  --allowedTools
+    6  (not strict) read-only shell commands inside the workspace
+    7  (not strict) Read / Glob / Grep / LS inside the workspace
+    8  session allow            9  settings allow           10 settings ask
+    11 default: the bookkeeping tools and the reflection subagents run; everything else asks
+
+A shell call is judged per simple command (see `shell.analyse`): any command matching a deny
+rule denies the call; it is allowed only when every command is admitted by step 5, 6, 8 or 9; a
+part tether cannot see into makes it ask, even in unrestricted mode when deny rules exist that the
+hidden part could be dodging. Path words of shell commands and redirection targets are held to the
+file deny rules too (`cat .env` under `deny: Read(.env)`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tether.core.permissions.gitconfig import git_hazard
+from tether.core.permissions.modes import Decision
+from tether.core.permissions.paths import PathRef, magic_link, resolve_path, within
+from tether.core.permissions.readonly import inspect
+from tether.core.permissions.rules import (
+    FILE_FAMILIES,
+    READ_FAMILIES,
+    SHELL_FAMILY,
+    WRITE_FAMILIES,
+    Rule,
+    canonical_tool_name,
+    families_covered,
+)
+from tether.core.permissions.shell import Argv, ShellAnalysis, SimpleCommand, analyse
+
+# Step 11: tools that only change conversation state, and subagents that only read history.
+DEFAULT_ALLOWED = frozenset({"TodoWrite", "TaskOutput", "TaskStop", "update_plan"})
+READ_ONLY_SUBAGENTS = frozenset({"recall", "Recall", "reflection", "Reflection", "history-analyzer"})
+_PRIMARY_ARGUMENT = {"Task": "subagent_type", "Skill": "skill", "WebFetch": "url"}
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSet:
+    deny: tuple[Rule, ...] = ()  # settings files
+    cli_deny: tuple[Rule, ...] = ()  # --disallowedTools
+    always_ask: tuple[Rule, ...] = ()  # settings and session
+    cli_allow: tuple[Rule, ...] = ()  # --allowedTools
+    session_allow: tuple[Rule, ...] = ()
+    allow: tuple[Rule, ...] = ()  # settings files
+    ask: tuple[Rule, ...] = ()  # settings files
+
+    @property
+    def denies(self) -> tuple[Rule, ...]:
+        return self.deny + self.cli_deny
+
+    def with_session_allow(self, rule: Rule) -> RuleSet:
+        return RuleSet(self.deny, self.cli_deny, self.always_ask, self.cli_allow,
+                       (*self.session_allow, rule), self.allow, self.ask)
+
+
+def _no_hazard(_: Path) -> str | None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Where the session may work: resolved roots (cwd first), home, and how to read the disk."""
+
+    cwd: Path
+    roots: tuple[Path, ...]
+    home: Path
+    resolve: Callable[[str, Path, Path], PathRef] = resolve_path
+    git_hazard: Callable[[Path], str | None] = git_hazard
+
+    @staticmethod
+    def of(cwd: Path, home: Path, extra: Iterable[Path] = ()) -> Scope:
+        roots = tuple(dict.fromkeys(Path(p).resolve() for p in (cwd, *extra)))
+        return Scope(Path(cwd).resolve(), roots, Path(home).resolve())
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    mode: str
+    rules: RuleSet
+    scope: Scope
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One proposed tool call, as much of it as permissions need."""
+
+    tool: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+    paths: tuple[str, ...] = ()  # what it touches, as given (relative to cwd)
+    command: str | None = None  # shell families
+    cwd: Path | None = None  # defaults to the scope's cwd
+    external: bool = False  # executed by the client that registered it
+
+
+def decide(call: Call, policy: Policy) -> Decision:
+    family = canonical_tool_name(call.tool)
+    if family == SHELL_FAMILY and call.command is not None:
+        return _ShellCheck(call, policy).decide()
+    return _decide_tool(call, family, policy)
+
+
+# -- non-shell tools ------------------------------------------------------------------------------
+
+
+def _decide_tool(call: Call, family: str, policy: Policy) -> Decision:
+    scope, rules, mode = policy.scope, policy.rules, policy.mode
+    cwd = call.cwd or scope.cwd
+    refs = [scope.resolve(p, cwd, scope.home) for p in call.paths]
+    for ref in refs:
+        if magic_link(ref):
+            return Decision("deny", f"Permission denied: {ref.spelled} goes through a /proc or "
+                                    "/dev/fd link that can reach any file")
+    for rule in rules.denies:
+        if _tool_rule(rule, family, call, refs, scope, deny=True):
+            return Decision("deny", f"Permission denied by rule: {rule}", rule.text)
+    for rule in rules.always_ask:
+        if _tool_rule(rule, family, call, refs, scope, deny=True):
+            return Decision("ask", f"{rule} always asks", rule.text, sticky=True)
+    inside = all(within(r.resolved, scope.roots) for r in refs)
+    if mode == "unrestricted":
+        return Decision("allow", "permission mode unrestricted")
+    if mode == "acceptEdits" and family in WRITE_FAMILIES and refs and inside:
+        return Decision("allow", "permission mode acceptEdits allows edits inside the workspace")
+    for rule in rules.cli_allow:
+        if _tool_rule(rule, family, call, refs, scope, deny=False):
+            return Decision("allow", f"allowed by --allowedTools {rule}", rule.text)
+    if mode != "strict" and family in READ_FAMILIES and inside:
+        return Decision("allow", "read-only tool inside the workspace")
+    for source, group in (("session rule", rules.session_allow), ("rule", rules.allow)):
+        for rule in group:
+            if _tool_rule(rule, family, call, refs, scope, deny=False):
+                return Decision("allow", f"allowed by {source} {rule}", rule.text)
+    for rule in rules.ask:
+        if _tool_rule(rule, family, call, refs, scope, deny=True):
+            return Decision("ask", f"{rule} asks", rule.text)
+    if mode == "strict":
+        return Decision("ask", "permission mode strict asks for every call")
+    if call.external:
+        return Decision("allow", "external tool: the client that registered it executes it")
+    if family in DEFAULT_ALLOWED:
+        return Decision("allow", f"{call.tool} only changes conversation state")
+    if family == "Task" and call.args.get("subagent_type") in READ_ONLY_SUBAGENTS:
+        return Decision("allow", "the subagent only reads conversation history")
+    if refs and not inside:
+        outside = next(r.resolved for r in refs if not within(r.resolved, scope.roots))
+        return Decision("ask", f"{call.tool} touches {outside}, outside the workspace")
+    return Decision("ask", f"{call.tool} needs approval in permission mode {mode}")
+
+
+def _tool_rule(
+    rule: Rule, family: str, call: Call, refs: Sequence[PathRef], scope: Scope, *, deny: bool
+) -> bool:
+    if rule.kind == "any":
+        return True
+    if rule.family != family and family not in families_covered(rule.family):
+        return False
+    if rule.kind == "family":
+        return True
+    if rule.kind == "path":
+        assert rule.pattern is not None
+        if family not in FILE_FAMILIES or not refs:
+            return deny
+        cwd = scope.cwd
+        if deny:
+            return any(
+                rule.pattern.matches(p, cwd=cwd, home=scope.home, deny=True)
+                for r in refs for p in r.forms
+            )
+        return all(rule.pattern.matches(r.resolved, cwd=cwd, home=scope.home, deny=False) for r in refs)
+    if rule.kind == "argument":
+        key = _PRIMARY_ARGUMENT.get(family)
+        value = call.args.get(key) if key else None
+        if not isinstance(value, str):
+            return deny  # cannot tell: a deny or ask covers it, an allow does not
+        return value == rule.argument
+    return False  # shell rules never match other tools
+
+
+# -- shell ------------------------------------------------------------------------------------------
+
+_Match = Literal["yes", "maybe", "no"]
+
+
+def _shell_rule(rule: Rule, argv: Argv, *, deny: bool) -> _Match:
+    if rule.kind in ("any", "family"):
+        return "yes" if rule.family in ("*", SHELL_FAMILY) else "no"
+    if rule.family != SHELL_FAMILY or rule.kind not in ("shell_exact", "shell_prefix"):
+        return "no"
+    tokens = rule.tokens
+    if rule.kind == "shell_exact" and len(argv) != len(tokens):
+        return "no"
+    if len(argv) < len(tokens):
+        return "no"
+    unknown = False
+    for want, have in zip(tokens, argv, strict=False):
+        if have is None:
+            unknown = True
+        elif have != want:
+            return "no"
+    if unknown:
+        return "maybe" if deny else "no"
+    return "yes"
+
+
+class _ShellCheck:
+    def __init__(self, call: Call, policy: Policy) -> None:
+        self.call = call
+        self.policy = policy
+        self.scope = policy.scope
+        self.rules = policy.rules
+        self.cwd = call.cwd or self.scope.cwd
+        assert call.command is not None
+        self.analysis: ShellAnalysis = analyse(call.command, self.cwd, self.scope.home)
+        self.commands = [c for c in self.analysis.commands if c.role == "command"]
+
+    def decide(self) -> Decision:
+        rules, mode = self.rules, self.policy.mode
+        denied = self._denied()
+        if denied is not None:
+            return denied
+        for rule in rules.always_ask:
+            if any(_shell_rule(rule, form, deny=True) != "no"
+                   for c in self.analysis.commands for form in c.forms):
+                return Decision("ask", f"{rule} always asks", rule.text, sticky=True)
+        opaque = self.analysis.opaque
+        if mode == "unrestricted":
+            if opaque and self._has_relevant_denies():
+                return Decision("ask", f"The command {opaque[0]}; tether cannot check it against "
+                                       "your deny rules")
+            return Decision("allow", "permission mode unrestricted")
+        if opaque:
+            return Decision("ask", f"The command {opaque[0]}")
+        for redirect in self.analysis.redirects:
+            problem = self._redirect_problem(redirect.target, redirect.write, redirect.cwd)
+            if problem:
+                return Decision("ask", problem)
+        matched: list[str] = []
+        for command in self.commands:
+            admitted, reason = self._admit(command)
+            if not admitted:
+                for rule in rules.ask:
+                    if any(_shell_rule(rule, f, deny=True) != "no" for f in command.forms):
+                        return Decision("ask", f"{rule} asks", rule.text)
+                if mode == "strict" and reason is None:
+                    reason = "permission mode strict asks for every call"
+                return Decision("ask", reason or f"`{_show(command.argv)}` needs approval")
+            matched.append(admitted)
+        rules_used = [m for m in matched if not m.startswith("read-only")]
+        summary = ", ".join(dict.fromkeys(matched)) or "the command runs nothing"
+        return Decision("allow", f"allowed: {summary}", rules_used[0] if rules_used else None)
+
+    # deny -----------------------------------------------------------------------------------
+
+    def _denied(self) -> Decision | None:
+        maybe: Rule | None = None
+        for rule in self.rules.denies:
+            for command in self.analysis.commands:
+                for form in command.forms:
+                    hit = _shell_rule(rule, form, deny=True)
+                    if hit == "yes":
+                        return Decision("deny", f"Permission denied by rule: {rule}", rule.text)
+                    if hit == "maybe":
+                        maybe = maybe or rule
+        file_denies = [r for r in self.rules.denies if r.kind == "path"]
+        if file_denies:
+            hit_rule = self._file_words_denied(file_denies)
+            if hit_rule is not None:
+                return Decision("deny", f"Permission denied by rule: {hit_rule}", hit_rule.text)
+        if maybe is not None:
+            return Decision("ask", f"The command has words tether cannot read statically where "
+                                   f"{maybe} would apply", maybe.text)
+        return None
+
+    def _file_words_denied(self, denies: Sequence[Rule]) -> Rule | None:
+        for command in self.commands:
+            reads_only = inspect(command.argv) is not None
+            for ref in self._path_words(command):
+                for rule in denies:
+                    if rule.family in WRITE_FAMILIES and reads_only:
+                        continue
+                    if self._path_rule(rule, ref, deny=True):
+                        return rule
+        for redirect in self.analysis.redirects:
+            if redirect.target is None:
+                continue
+            ref = self.scope.resolve(redirect.target, redirect.cwd or self.cwd, self.scope.home)
+            guarded_by = WRITE_FAMILIES if redirect.write else READ_FAMILIES
+            for rule in denies:
+                if rule.family in guarded_by and self._path_rule(rule, ref, deny=True):
+                    return rule
+        return None
+
+    def _has_relevant_denies(self) -> bool:
+        return any(r.family in ("*", SHELL_FAMILY) or r.kind == "path" for r in self.rules.denies)
+
+    # allow ----------------------------------------------------------------------------------
+
+    def _admit(self, command: SimpleCommand) -> tuple[str | None, str | None]:
+        """(what admitted it, None) or (None, why not)."""
+        if command.blocked:
+            return None, f"`{_show(command.argv)}` {command.blocked}"
+        if command.cwd is None:
+            return None, "a `cd` makes the directory of later commands unknowable"
+        run_dir = self.scope.resolve(str(command.cwd), self.cwd, self.scope.home).resolved
+        if not within(run_dir, self.scope.roots):
+            return None, f"`{_show(command.argv)}` runs in {run_dir}, outside the workspace"
+        for rule in self.rules.cli_allow:
+            if _shell_rule(rule, command.argv, deny=False) == "yes":
+                return f"--allowedTools {rule}", None
+        strict = self.policy.mode == "strict"
+        why_not: str | None = None
+        if not strict:
+            why_not = self._read_only(command, run_dir)
+            if why_not is None:
+                return f"read-only `{command.argv[0]}`", None
+        for source, group in (("session rule", self.rules.session_allow), ("rule", self.rules.allow)):
+            for rule in group:
+                if _shell_rule(rule, command.argv, deny=False) == "yes":
+                    return f"{source} {rule}", None
+        return None, why_not
+
+    def _read_only(self, command: SimpleCommand, run_dir: Path) -> str | None:
+        shown = _show(command.argv)
+        kind = inspect(command.argv)
+        if kind is None:
+            return f"`{shown}` needs approval"
+        if kind.recursive and any(r.kind == "path" and r.family in ("Read", *READ_FAMILIES)
+                                  for r in self.rules.denies):
+            return f"`{shown}` reads whole trees, which may hold files your deny rules protect"
+        if command.argv[0] == "git":
+            hazard = self.scope.git_hazard(run_dir)
+            if hazard:
+                return f"`{shown}` would run {hazard} from the repository's git config"
+        if kind.paths:
+            for ref in self._path_words(command):
+                if magic_link(ref) or not within(ref.resolved, self.scope.roots):
+                    return f"`{shown}` reads {ref.spelled}, outside the workspace"
+        return None
+
+    def _redirect_problem(self, target: str | None, write: bool, cwd: Path | None) -> str | None:
+        if target is None or cwd is None:
+            return "The command redirects to a file whose name is only known at run time"
+        ref = self.scope.resolve(target, cwd, self.scope.home)
+        inside = within(ref.resolved, self.scope.roots) and not magic_link(ref)
+        if not write:
+            if inside and self.policy.mode != "strict":
+                return None
+            family = "Read"
+        else:
+            if self.policy.mode == "acceptEdits" and inside:
+                return None
+            family = "Write"
+        for rule in (*self.rules.cli_allow, *self.rules.session_allow, *self.rules.allow):
+            covers = rule.kind == "path" and family in families_covered(rule.family)
+            if covers and self._path_rule(rule, ref, deny=False):
+                return None
+        verb = "writes" if write else "reads"
+        return f"The command {verb} {ref.spelled} through a redirection"
+
+    # words --------------------------------------------------------------------------------
+
+    def _path_words(self, command: SimpleCommand) -> list[PathRef]:
+        base = command.cwd or self.cwd
+        out = []
+        for word in command.argv[1:]:
+            if word is None or word in ("-", "--"):
+                continue
+            for candidate in _path_candidates(word):
+                out.append(self.scope.resolve(candidate, base, self.scope.home))
+        return out
+
+    def _path_rule(self, rule: Rule, ref: PathRef, *, deny: bool) -> bool:
+        assert rule.pattern is not None
+        forms = ref.forms if deny else (ref.resolved,)
+        return any(
+            rule.pattern.matches(p, cwd=self.scope.cwd, home=self.scope.home, deny=deny)
+            for p in forms
+        )
+
+
+def _path_candidates(word: str) -> list[str]:
+    """The parts of a word that may name a file: the word, `--opt=VALUE`, git's `REV:PATH`."""
+    out = []
+    if word.startswith("-"):
+        if "=" in word:
+            out.append(word.split("=", 1)[1])
+        return [w for w in out if w]
+    out.append(word)
+    if ":" in word and not word.startswith(("/", "./", "~")):
+        tail = word.split(":", 1)[1]
+        if tail:
+            out.append(tail)
+    return out
+
+
+def _show(argv: Argv) -> str:
+    return " ".join("…" if w is None else w for w in argv)

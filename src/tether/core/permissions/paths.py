@@ -1,0 +1,171 @@
+"""Paths as permission rules see them: gitignore-style patterns, resolution, containment.
+
+A file rule's pattern is matched against the path a call really touches: `..` collapsed,
+symlinks followed (`resolve`), so `src/k -> ~/.ssh/id_rsa` is judged as `~/.ssh/id_rsa`. Deny
+rules are matched against both the spelled and the resolved path, case- and Unicode-folded, so no
+spelling of a denied file slips through; allow rules only against the resolved path.
+
+Pattern forms (gitignore semantics, anchored to the working directory unless absolute):
+
+    //abs/x  /abs/x       absolute
+    ~/x                   under the home directory
+    ./x  a/b              relative to the working directory (a slash anchors it)
+    name  *.env           a bare name matches at any depth (and, for denies, anywhere on disk)
+    dir  dir/**           a directory covers everything below it, and `dir/**` covers `dir`
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+# Kernel "magic links": reading through them reaches files a path check cannot see.
+_MAGIC = re.compile(r"^/(?:proc/[^/]+/(?:root|cwd|fd|fdinfo|environ|mem|map_files)|dev/fd)(?:/|$)")
+
+
+def fold(text: str) -> str:
+    return unicodedata.normalize("NFC", text).casefold()
+
+
+@dataclass(frozen=True, slots=True)
+class PathPattern:
+    text: str
+    anchor: str  # "abs", "home", "cwd" (anchored), "any" (bare name: any depth)
+    body: str  # the glob after the anchor is stripped
+    regex: re.Pattern[str]
+    folded: re.Pattern[str]
+
+    @staticmethod
+    def parse(spec: str) -> PathPattern:
+        text = spec.strip()
+        if not text:
+            raise ValueError("the path pattern is empty")
+        if "\x00" in text:
+            raise ValueError("the path pattern contains a NUL byte")
+        if text.startswith("//"):
+            anchor, body = "abs", text[2:]
+        elif text.startswith("/"):
+            anchor, body = "abs", text[1:]
+        elif text == "~" or text.startswith("~/"):
+            anchor, body = "home", text[2:]
+        elif text.startswith("~"):
+            raise ValueError(f"{text!r}: '~user' paths are not supported; spell the path out")
+        else:
+            body = text[2:] if text.startswith("./") else text
+            trimmed = body.rstrip("/")
+            anchor = "cwd" if ("/" in trimmed or text.startswith("./")) else "any"
+        body = body.strip("/") if anchor != "any" else body.rstrip("/")
+        source = _glob_to_regex(body)
+        if anchor == "any":
+            source = r"(?:.*/)?" + source
+        source = rf"^{source}(?:/.*)?$" if body else r"^.*$"
+        return PathPattern(
+            text, anchor, body, re.compile(source, re.S), re.compile(fold(source), re.S)
+        )
+
+    def matches(self, path: Path, *, cwd: Path, home: Path, deny: bool) -> bool:
+        """Whether absolute `path` is covered; `deny` folds case and lets bare names match
+        anywhere on disk."""
+        regex = self.folded if deny else self.regex
+        if self.anchor == "abs":
+            return _search(regex, str(path).lstrip("/"), deny)
+        base = home if self.anchor == "home" else cwd
+        rel = _relative(path, base)
+        if rel is not None and _search(regex, rel, deny):
+            return True
+        return self.anchor == "any" and deny and _search(regex, str(path).lstrip("/"), deny)
+
+
+def _search(regex: re.Pattern[str], text: str, deny: bool) -> bool:
+    return regex.match(fold(text) if deny else text) is not None
+
+
+def _relative(path: Path, base: Path) -> str | None:
+    try:
+        rel = path.relative_to(base)
+    except ValueError:
+        return None
+    return "" if str(rel) == "." else str(rel)
+
+
+def _glob_to_regex(glob: str) -> str:
+    out: list[str] = []
+    i, n = 0, len(glob)
+    while i < n:
+        ch = glob[i]
+        if ch == "*":
+            if glob.startswith("**", i):
+                at_start = i == 0 or glob[i - 1] == "/"
+                after = glob[i + 2 : i + 3]
+                if at_start and after == "/":
+                    out.append(r"(?:.*/)?")
+                    i += 3
+                    continue
+                if at_start and after == "":
+                    out.append(r".*")
+                    i += 2
+                    continue
+                out.append(r"[^/]*")
+                i += 2
+                continue
+            out.append(r"[^/]*")
+        elif ch == "?":
+            out.append(r"[^/]")
+        elif ch == "[":
+            end = glob.find("]", i + 2 if glob[i + 1 : i + 2] in ("!", "^") else i + 1)
+            if end == -1:
+                out.append(re.escape(ch))
+            else:
+                inner = glob[i + 1 : end]
+                if inner[:1] in ("!", "^"):
+                    inner = "^" + inner[1:]
+                out.append("[" + inner.replace("\\", "\\\\") + "]")
+                i = end
+        elif ch == "\\" and i + 1 < n:
+            i += 1
+            out.append(re.escape(glob[i]))
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    # "dir/**" also covers "dir" itself: the trailing "/.*" is optional.
+    source = "".join(out)
+    if source.endswith("/.*"):
+        source = source[:-3]
+    return source
+
+
+@dataclass(frozen=True, slots=True)
+class PathRef:
+    """One path a call touches: as spelled (absolute, `..` collapsed) and as resolved."""
+
+    spelled: Path
+    resolved: Path
+
+    @property
+    def forms(self) -> tuple[Path, ...]:
+        return (self.spelled,) if self.spelled == self.resolved else (self.spelled, self.resolved)
+
+
+def resolve_path(raw: str | os.PathLike[str], cwd: Path, home: Path) -> PathRef:
+    """Absolute, normalised and symlink-resolved forms of `raw` (relative to `cwd`, `~` = home)."""
+    text = os.fspath(raw)
+    if text == "~" or text.startswith("~/"):
+        text = str(home) + text[1:]
+    spelled = Path(os.path.normpath(os.path.join(cwd, text)))
+    # realpath resolves through "..": "link/../x" is judged where the kernel would open it.
+    resolved = Path(os.path.realpath(os.path.join(cwd, text)))
+    return PathRef(spelled, resolved)
+
+
+def within(path: Path, roots: Sequence[Path]) -> bool:
+    """Component-wise containment: `/proj_evil/x` is not inside `/proj`."""
+    return any(path == root or path.is_relative_to(root) for root in roots)
+
+
+def magic_link(ref: PathRef) -> bool:
+    """True when the path goes through /proc/<pid>/{root,cwd,fd,environ,mem} or /dev/fd."""
+    return any(_MAGIC.match(str(p)) for p in ref.forms)
