@@ -237,3 +237,48 @@ def test_background_subagent_notification_starts_a_turn(workdir: Path) -> None:
         assert "<task-notification><task-id>task_1</task-id><status>completed</status>" in body
         assert "child says hi" in body
         assert c.close() == 0
+
+
+def allow(req: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"type": "control_response", "response": {"subtype": "success", "request_id": req["request_id"],
+            "response": {"behavior": "allow", **extra}}}
+
+
+def test_always_allow_adds_a_session_rule_and_updated_input_cannot_dodge_a_deny(
+    workdir: Path, tether_home: Path
+) -> None:
+    tether_home.mkdir(parents=True, exist_ok=True)
+    (tether_home / "settings.json").write_text(json.dumps({"permissions": {"deny": ["Bash(rm:*)"]}}))
+    (workdir / "keep").write_text("x")
+    script = [
+        {"tool_calls": [bash("touch one")]}, {"text": "first"},
+        {"tool_calls": [bash("touch two")]}, {"text": "second"},
+        {"tool_calls": [bash("touch three")]}, {"text": "third"},
+    ]
+    with FakeProvider(script) as fake:
+        c = Client(fake.url, workdir)
+        c.user("one")
+        req = c.wait_for(is_control("can_use_tool"))
+        assert "touch one" in req["request"]["decision_reason"]
+        rules = [{"toolName": "Bash", "ruleContent": "touch:*"}]
+        c.send(allow(req, updatedPermissions=[{"type": "addRules", "behavior": "allow",
+                                                "destination": "session", "rules": rules}]))
+        assert c.result()["result"] == "first"
+        c.user("two")  # the session rule admits it: no can_use_tool this time
+        assert c.result()["result"] == "second"
+        assert not [e for e in c.seen if is_control("can_use_tool")(e) and "two" in json.dumps(e)]
+        c.user("three")  # still admitted by the session rule
+        assert c.result()["result"] == "third"
+        assert c.close() == 0
+    assert all((workdir / n).exists() for n in ("one", "two", "three"))
+
+    with FakeProvider([{"tool_calls": [bash("echo hi > x.txt")]}, {"text": "done"}]) as fake:
+        c = Client(fake.url, workdir)
+        c.user("go")
+        req = c.wait_for(is_control("can_use_tool"))
+        c.send(allow(req, updatedInput={"command": "rm keep", "description": "sneaky"}))
+        result = c.result()
+        returns = [e for e in c.seen if e.get("message_type") == "tool_return_message"]
+        assert c.close() == 0
+    assert result["subtype"] == "success" and (workdir / "keep").exists()
+    assert "Permission denied by rule: Bash(rm:*)" in returns[0]["tool_return"]

@@ -13,7 +13,7 @@ import asyncio
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -217,8 +217,9 @@ class Session:
 class SdkApprover:
     """`ask` goes to the client as `can_use_tool`; its answer (allow / deny) comes back in kind."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, add_session_rule: Callable[[str], None] | None = None) -> None:
         self.session = session
+        self.add_session_rule = add_session_rule
 
     async def ask(self, item: Classified, ctx: ToolContext) -> ApprovalAnswer:
         call = item.call
@@ -229,6 +230,7 @@ class SdkApprover:
             "tool_call_id": call.tool_call_id,
             "permission_suggestions": [],
             "blocked_path": None,
+            "decision_reason": item.decision.reason,
         }
         from tether.cli.diffs import preview_diffs
 
@@ -245,11 +247,46 @@ class SdkApprover:
             updated = payload.get("updatedInput")
             if updated is not None and not isinstance(updated, dict):
                 return ApprovalAnswer(False, "Invalid response format: updatedInput must be an object")
+            problem = self._session_rules(payload.get("updatedPermissions"))
+            if problem is not None:
+                return ApprovalAnswer(False, f"Invalid response format: {problem}")
             return ApprovalAnswer(True, str(payload.get("message") or ""), updated)
         if behavior == "deny":
             return ApprovalAnswer(False, str(payload.get("message") or "Denied by the client"),
                                   interrupt=bool(payload.get("interrupt")))
         return ApprovalAnswer(False, "Invalid response format")
+
+
+    def _session_rules(self, updates: Any) -> str | None:
+        """`updatedPermissions: [{type: "addRules", behavior: "allow", destination: "session",
+        rules: [{toolName, ruleContent?}]}]` (Claude Code's shape) adds session allow rules."""
+        if updates is None:
+            return None
+        from tether.core.permissions.rules import parse_rule
+
+        if not isinstance(updates, list):
+            return "updatedPermissions must be a list"
+        texts: list[str] = []
+        for update in updates:
+            if not isinstance(update, dict) or update.get("type") != "addRules":
+                return "updatedPermissions entries must be {type: \"addRules\", ...}"
+            if update.get("behavior", "allow") != "allow" or update.get("destination", "session") != "session":
+                return "only session allow rules can be added (behavior allow, destination session)"
+            for rule in update.get("rules") or []:
+                name = rule.get("toolName") if isinstance(rule, dict) else None
+                content = rule.get("ruleContent") if isinstance(rule, dict) else None
+                if not isinstance(name, str) or (content is not None and not isinstance(content, str)):
+                    return "each rule needs a string toolName (and an optional string ruleContent)"
+                text = f"{name}({content})" if content else name
+                try:
+                    parse_rule(text)
+                except TetherError as exc:
+                    return str(exc)
+                texts.append(text)
+        if self.add_session_rule is not None:
+            for text in texts:
+                self.add_session_rule(text)
+        return None
 
 
 class ExternalTool:
@@ -368,7 +405,7 @@ async def run_one_turn(session: Session, renderer: Renderer, batch: list[dict[st
     p = session.p
     session.abort = asyncio.Event()
     renderer.errors.clear()
-    deps = p.turn_deps(emit=renderer.on_event, approver=SdkApprover(session), abort=session.abort, max_turns=None)
+    deps = p.turn_deps(emit=renderer.on_event, approver=SdkApprover(session, p.add_session_rule), abort=session.abort, max_turns=None)
     api_before = p.backend.api_ms
     try:
         with p.store.turn_lock(p.session.agent.id, p.session.conversation_id):

@@ -159,12 +159,12 @@ def _tool_list(flag: str, values: list[str]) -> list[str]:
 
     out: list[str] = []
     for value in values:
-        for text in split_rule_list(value):
-            try:
+        try:
+            for text in split_rule_list(value):
                 parse_rule(text)  # a malformed rule fails here, naming itself
-            except UsageError as exc:
-                raise UsageError(f"{flag}: {exc}") from None
-            out.append(text)
+                out.append(text)
+        except UsageError as exc:
+            raise UsageError(f"{flag}: {exc}") from None
     return out
 
 

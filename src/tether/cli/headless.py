@@ -32,7 +32,8 @@ class HeadlessApprover:
 
     async def ask(self, item: Classified, ctx: ToolContext) -> ApprovalAnswer:
         effect = item.tool.effect if item.tool is not None else Effect.EXEC
-        return ApprovalAnswer(False, headless_denial(item.call.name, effect, self.mode))
+        message = headless_denial(item.call.name, effect, self.mode)
+        return ApprovalAnswer(False, f"{message} ({item.decision.reason})")
 
 
 def run_headless(flags: RunFlags) -> int:

@@ -119,6 +119,12 @@ class Prepared:
         value = self.env.get("TETHER_SCRATCHPAD")
         return Path(value) if value else self.store.home / "tmp" / self.session.conversation_id
 
+    def add_session_rule(self, text: str) -> None:
+        """An "always allow" answer: the rule holds for the rest of this process."""
+        if self.policy is None:
+            self.policy = build_policy(self.flags, self.settings, self.cwd, Path.home())
+        self.policy.add_session_allow(parse_rule(text))
+
     def make_run_context(self, tool_call_id: str) -> ToolRunContext:
         return ToolRunContext(
             cwd=self.cwd,

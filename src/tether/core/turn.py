@@ -241,7 +241,7 @@ async def _answer_calls(deps: TurnDeps, calls: list[ToolCallRequest], ctx: ToolC
     for item in classified:
         call = item.call
         deps.emit(LocalToolCall(call.tool_call_id, call.name, call.arguments or "{}"))
-        if item.verdict == "ask" and deps.permission_hooks is not None:
+        if item.verdict == "ask" and not item.decision.sticky and deps.permission_hooks is not None:
             hooked = await deps.permission_hooks.decide(item)
             if hooked is not None and hooked[0] == "allow":
                 admitted.append(AdmittedCall(call.tool_call_id, call.name, item.tool, item.args))
@@ -253,6 +253,12 @@ async def _answer_calls(deps: TurnDeps, calls: list[ToolCallRequest], ctx: ToolC
             reply = await deps.approver.ask(item, ctx)
             if reply.allow:
                 args = reply.updated_input if reply.updated_input is not None else item.args
+                if reply.updated_input is not None and item.tool is not None:
+                    # Rewritten arguments are a new call: nothing lifts a deny, not even a human.
+                    again = deps.decide(item.tool, args, ctx)
+                    if again.verdict == "deny":
+                        answers[call.tool_call_id] = _denial(call, again.reason)
+                        continue
                 admitted.append(AdmittedCall(call.tool_call_id, call.name, item.tool, args))
                 continue
             interrupt = interrupt or reply.interrupt
