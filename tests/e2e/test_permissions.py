@@ -145,3 +145,18 @@ def test_read_only_shell_runs_without_rules_but_writes_do_not(workdir: Path) -> 
     assert ret["status"] == "success", ret
     run, ret = run_one_call(workdir, bash_call("cat a.txt > b.txt"))
     assert ret["status"] == "error" and not (workdir / "b.txt").exists()
+
+
+def test_file_tools_keep_to_the_sandbox_roots(workdir: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    call = {"name": "Write", "arguments": {"file_path": str(outside), "content": "x"}}
+    run, ret = run_one_call(workdir, call, "--yolo", extra_env={"TETHER_FS_SANDBOX": "1"})
+    assert run.code == 0, run.stderr
+    assert ret["status"] == "error" and "Permission denied by workspace sandbox" in ret["tool_return"]
+    assert not outside.exists()
+    call = {"name": "Write", "arguments": {"file_path": ".git/hooks/pre-commit", "content": "x"}}
+    run, ret = run_one_call(workdir, call, "--yolo", extra_env={"TETHER_FS_SANDBOX": "1"})
+    assert ret["status"] == "error" and not (workdir / ".git" / "hooks").exists()
+    run, ret = run_one_call(workdir, {"name": "Write", "arguments": {"file_path": "in.txt", "content": "x"}},
+                            "--yolo", extra_env={"TETHER_FS_SANDBOX": "1"})
+    assert ret["status"] == "success" and (workdir / "in.txt").exists()

@@ -1,4 +1,4 @@
-"""Subcommands (`tether version | agents | messages | connect`), run before any session bootstrap.
+"""Subcommands (`tether version | agents | messages | connect | sandbox`), run before any bootstrap.
 
 Each prints JSON (agents, messages) or one line, and exits 0, or prints `Error: …` and exits 1.
 """
@@ -30,6 +30,7 @@ def run_subcommand(name: str, argv: Sequence[str]) -> int:
         "agents": _agents,
         "messages": _messages,
         "connect": _connect,
+        "sandbox": _sandbox,
     }
     try:
         return handlers[name](list(argv))
@@ -120,4 +121,35 @@ def _connect(argv: list[str]) -> int:
         timeout=ns.timeout,
     )
     sys.stdout.write(f"Saved credentials for {ns.provider} as {record.get('name', ns.provider)}\n")
+    return 0
+
+
+def _sandbox(argv: list[str]) -> int:
+    p = _Parser(prog="tether sandbox")
+    sub = p.add_subparsers(dest="action", required=True)
+    sub.add_parser("status")
+    p.parse_args(argv)
+    # Imported here: the probe and the settings loader stay off every other path.
+    from pathlib import Path
+
+    from tether.runtime.sandboxing import describe_switch, sandbox_switch
+    from tether.runtime.session import tether_home
+    from tether.runtime.settings import load_settings
+    from tether.sandbox import format_status, probe
+
+    status = probe()
+    sys.stdout.write(format_status(status) + "\n")
+    sys.stdout.flush()
+    settings = load_settings(tether_home(os.environ), Path.cwd())
+    switch = sandbox_switch(os.environ, {"sandbox": settings.sandbox})
+    lines = [describe_switch(switch)]
+    lines += [f"note: {why}" for why in settings.ignored if "sandbox" in why]
+    if switch.enabled and status.backend is None:
+        lines.append("note: no backend here, so every shell command will be refused (fail closed)")
+    if "TETHER_SANDBOX" in os.environ:
+        lines.append(
+            f"note: already inside a tether sandbox (TETHER_SANDBOX={os.environ['TETHER_SANDBOX']}); "
+            "commands stay in it and are not wrapped again"
+        )
+    sys.stdout.write("\n".join(lines) + "\n")
     return 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-SUBCOMMANDS = ("version", "agents", "messages", "connect")
+SUBCOMMANDS = ("version", "agents", "messages", "connect", "sandbox")
 
 
 def entry() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from tether.backends.local.backend import LocalBackend
 from tether.backends.local.store import LocalStore
 from tether.cli.flags import RunFlags
-from tether.core.permissions import Call, Decision, Policy, RuleSet, Scope, decide
+from tether.core.permissions import Call, Decision, Guards, Policy, RuleSet, Scope, decide
 from tether.core.permissions.rules import Rule, canonical_tool_name, cli_allow_rule, parse_rule
 from tether.core.prompt import DEFAULT_SYSTEM
 from tether.core.tools import Tool, ToolContext, ToolContextStore, ToolRegistry, ToolRunContext
@@ -42,9 +42,10 @@ class PermissionPolicy:
     The mode comes from the tool-context snapshot (it can change between turns); session allow
     rules (added when a client answers "always allow") live here, in memory."""
 
-    def __init__(self, rules: RuleSet, scope: Scope) -> None:
+    def __init__(self, rules: RuleSet, scope: Scope, guards: Guards | None = None) -> None:
         self.rules = rules
         self.scope = scope
+        self.guards = guards or Guards()
 
     def add_session_allow(self, rule: Rule) -> None:
         self.rules = self.rules.with_session_allow(rule)
@@ -59,7 +60,7 @@ class PermissionPolicy:
             cwd=ctx.cwd,
             external=bool(getattr(tool, "external", False)),
         )
-        return decide(call, Policy(ctx.permission_mode, self.rules, self.scope))
+        return decide(call, Policy(ctx.permission_mode, self.rules, self.scope, self.guards))
 
 
 def build_policy(flags: RunFlags, settings: Settings, cwd: Path, home: Path) -> PermissionPolicy:
@@ -73,6 +74,19 @@ def build_policy(flags: RunFlags, settings: Settings, cwd: Path, home: Path) -> 
         ask=perms.ask,
     )
     return PermissionPolicy(rules, Scope.of(cwd, home, perms.additional_directories))
+
+
+def file_guards(home: Path, agent_id: str, env: Mapping[str, str], writable: Any = None) -> Guards:
+    """Step 0 of every check: other agents' memory trees are off limits to file tools (this
+    agent's and its parent's are not), and with the shell sandbox on, file writes keep to the
+    sandbox's writable roots."""
+    from tether.backends.local.store import b64url
+
+    agents = (home / "agents").resolve()
+    ids = [agent_id, *([env["TETHER_PARENT_AGENT_ID"]] if env.get("TETHER_PARENT_AGENT_ID") else [])]
+    own = tuple(agents / name for i in ids for name in (i, b64url(i)))
+    roots = tuple(Path(r).resolve() for r in writable) if writable is not None else None
+    return Guards(writable_roots=roots, agents_root=agents, own_agent_dirs=own)
 
 
 def build_registry() -> ToolRegistry:
@@ -175,6 +189,9 @@ def prepare(flags: RunFlags) -> Prepared:
         print(f"tether: {message}", file=sys.stderr)
     if not flags.permission_mode_given and settings.permissions.mode is not None:
         flags.permission_mode = settings.permissions.mode
+    from tether.runtime.sandboxing import sandbox_switch, shell_sandbox_from
+
+    sandbox_switch(env, {"sandbox": settings.sandbox})  # a bad switch fails before anything is made
     user = settings.user
     hook_config = merge_hooks(
         settings.hooks_user, list(settings.hooks_project),
@@ -210,10 +227,17 @@ def prepare(flags: RunFlags) -> Prepared:
     prepared = Prepared(flags, env, cwd, store, session, backend, build_registry(), hooks)
     prepared.settings = settings
     prepared.policy = build_policy(flags, settings, cwd, Path(env.get("HOME") or Path.home()))
+    prepared.policy.guards = file_guards(store.home, session.agent.id, env)
     from tether.tools.background import BackgroundTasks
 
     # One pool per run, so shutdown stops every background task the run started.
     prepared.services["background"] = BackgroundTasks(prepared.scratch)
+    sandbox = shell_sandbox_from(env, {"sandbox": settings.sandbox}, cwd, store.home, prepared.scratch)
+    prepared.services["sandbox"] = sandbox
+    if sandbox is not None:  # file tools may not write where the sandboxed shell could not
+        prepared.policy.guards = file_guards(
+            store.home, session.agent.id, env, sandbox.policy.writable_roots
+        )
     _add_subagents(prepared)
     if flags.tools is not None:
         unknown = sorted(set(flags.tools) - set(prepared.registry.names()))

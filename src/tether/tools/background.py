@@ -21,8 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tether.errors import ToolFailure
+from tether.sandbox.policy import SandboxError
 from tether.tools.output import SHELL_OUTPUT_CAP, cap_text, clean_program_output, secret_values
-from tether.tools.process_group import ShellProcess, kill_group, spawn_shell
+from tether.tools.process_group import (
+    Sandbox,
+    ShellProcess,
+    kill_group,
+    sandbox_refusal,
+    spawn_shell,
+)
 
 MAX_RUNNING = 32
 SCRATCH_ENV = "TETHER_SCRATCHPAD"
@@ -80,10 +87,13 @@ class BackgroundTasks:
         env: Mapping[str, str] | None = None,
         description: str = "",
         scratch_dir: Path | None = None,
+        sandbox: Sandbox | None = None,
     ) -> BackgroundTask:
         """Launch `bash -c command` in its own process group with output going to its log.
 
-        Raises `ToolFailure` when `max_running` tasks are already running or the launch fails.
+        With `sandbox` the command runs confined by it. Raises `ToolFailure` when `max_running`
+        tasks are already running or the launch fails (a sandbox refusal: "Sandbox error: …",
+        and nothing ran).
         """
         if self.running_count + self._starting >= self._max_running:
             raise ToolFailure(
@@ -96,7 +106,12 @@ class BackgroundTasks:
             directory = self._resolve_scratch(scratch_dir)
             task_id, log_path, fd = self._open_log(directory)
             try:
-                process = await spawn_shell(command, cwd=cwd, env=full_env, log_fd=fd)
+                process = await spawn_shell(
+                    command, cwd=cwd, env=full_env, log_fd=fd, sandbox=sandbox
+                )
+            except SandboxError as exc:
+                log_path.unlink(missing_ok=True)
+                raise ToolFailure(sandbox_refusal(exc)) from exc
             except OSError as exc:
                 raise ToolFailure(
                     f"Could not start background command: {exc.strerror or exc}"

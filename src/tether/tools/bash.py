@@ -2,7 +2,8 @@
 
 Foreground calls wait for the command (default 2 minutes, at most 10), return its merged output,
 and on timeout or interrupt kill the whole group; `run_in_background` hands the command to the
-`BackgroundTasks` service instead and returns its id at once.
+`BackgroundTasks` service instead and returns its id at once. When the runtime puts a sandbox in
+`ctx.services["sandbox"]`, both kinds run confined by it, and a command it refuses does not run.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from tether.core.tools import Effect, ToolResult, ToolRunContext
 from tether.errors import ToolFailure
+from tether.sandbox.policy import SandboxError
 from tether.tools.arguments import optional_bool, optional_number, optional_str, require_str
 from tether.tools.background import BackgroundTasks
 from tether.tools.output import (
@@ -25,7 +27,7 @@ from tether.tools.output import (
     error_result,
     secret_values,
 )
-from tether.tools.process_group import ShellProcess, spawn_shell
+from tether.tools.process_group import Sandbox, ShellProcess, sandbox_refusal, spawn_shell
 
 DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 600_000
@@ -157,14 +159,18 @@ class BashTool:
             )
         if ctx.abort.is_set():
             return error_result(INTERRUPTED)
+        try:
+            sandbox = sandbox_service(ctx)
+        except SandboxError as exc:
+            return error_result(sandbox_refusal(exc))
         if in_background:
-            return await self._start_background(command, description, ctx)
+            return await self._start_background(command, description, ctx, sandbox)
         if is_foreground_sleep(command):
             return error_result(FOREGROUND_SLEEP_REFUSED)
-        return await self._run_foreground(command, timeout_ms, ctx)
+        return await self._run_foreground(command, timeout_ms, ctx, sandbox)
 
     async def _start_background(
-        self, command: str, description: str, ctx: ToolRunContext
+        self, command: str, description: str, ctx: ToolRunContext, sandbox: Sandbox | None
     ) -> ToolResult:
         try:
             task = await self.background_tasks(ctx).start(
@@ -173,6 +179,7 @@ class BashTool:
                 env=ctx.env,
                 description=description,
                 scratch_dir=ctx.scratch_dir,
+                sandbox=sandbox,
             )
         except ToolFailure as exc:
             return error_result(str(exc))
@@ -184,11 +191,13 @@ class BashTool:
         )
 
     async def _run_foreground(
-        self, command: str, timeout_ms: int, ctx: ToolRunContext
+        self, command: str, timeout_ms: int, ctx: ToolRunContext, sandbox: Sandbox | None
     ) -> ToolResult:
         env = {**os.environ, **(ctx.env or {})}
         try:
-            process = await spawn_shell(command, cwd=ctx.cwd, env=env)
+            process = await spawn_shell(command, cwd=ctx.cwd, env=env, sandbox=sandbox)
+        except SandboxError as exc:
+            return error_result(sandbox_refusal(exc))
         except OSError as exc:
             return error_result(f"Could not start bash: {exc.strerror or exc}")
         try:
@@ -219,6 +228,17 @@ class BashTool:
             body, overflow_dir=ctx.scratch_dir, prefix=f"bash-output-{_safe(ctx.tool_call_id)}-"
         )
         return ToolResult(capped, is_error=is_error)
+
+
+def sandbox_service(ctx: ToolRunContext) -> Sandbox | None:
+    """The runtime's shell sandbox, if any; something else under the name is refused, not ignored."""
+    service = ctx.services.get("sandbox")
+    if service is None or isinstance(service, Sandbox):
+        return service
+    raise SandboxError(
+        f"the runtime's sandbox service is a {type(service).__name__}, which cannot wrap "
+        "commands (it needs a wrap(argv, cwd, env) method)"
+    )
 
 
 async def _wait_for_exit(process: ShellProcess, timeout_s: float, abort: asyncio.Event) -> str:

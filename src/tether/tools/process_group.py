@@ -4,6 +4,10 @@ Every command runs with `start_new_session=True`, so its pid is also its process
 everything it forks (pipelines, `cmd &` grandchildren) can be signalled at once. Killing is
 SIGTERM to the group, up to a grace period for it to empty, then SIGKILL: nothing from a group
 outlives the call that owns it.
+
+A `Sandbox` (the runtime's `ShellSandbox`) may confine the launch: the `bash -c` argv is wrapped
+(bwrap or sandbox-exec in front), still in its own group. A `SandboxError` from wrapping
+propagates before anything is spawned: a command meant for the sandbox never runs outside it.
 """
 
 from __future__ import annotations
@@ -14,13 +18,30 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from tether.sandbox.policy import SandboxError
+    from tether.sandbox.probe import WrappedCommand
 
 KILL_GRACE_S = 1.0
 _POLL_S = 0.02
 # Output beyond this is dropped in memory (and counted); 16 MiB is far past any useful answer.
 CAPTURE_LIMIT_BYTES = 16 * 1024 * 1024
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """Confines one launch: what to spawn instead of `argv`, or SandboxError (run nothing)."""
+
+    def wrap(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> WrappedCommand: ...
+
+
+def sandbox_refusal(exc: SandboxError) -> str:
+    """The tool-result text for a command the sandbox refused to start."""
+    return f"Sandbox error: {exc}. The command did not run."
 
 
 class _ShellProtocol(asyncio.SubprocessProtocol):
@@ -115,24 +136,37 @@ async def spawn_shell(
     env: Mapping[str, str],
     log_fd: int | None = None,
     capture_limit: int = CAPTURE_LIMIT_BYTES,
+    sandbox: Sandbox | None = None,
 ) -> ShellProcess:
-    """Start `bash -c command`; output is captured in memory, or written to `log_fd` if given."""
+    """Start `bash -c command`; output is captured in memory, or written to `log_fd` if given.
+
+    With `sandbox`, the command runs confined by it; SandboxError means nothing was started.
+    """
     bash = shutil.which("bash", path=env.get("PATH")) or shutil.which("bash")
     if bash is None:
         raise FileNotFoundError("bash was not found on PATH")
+    argv: Sequence[str] = (bash, "-c", command)
+    child_env = dict(env)
+    wrapped = sandbox.wrap(argv, cwd, child_env) if sandbox is not None else None
+    if wrapped is not None:
+        argv, child_env = wrapped.argv, wrapped.env
     loop = asyncio.get_running_loop()
-    transport, protocol = await loop.subprocess_exec(
-        lambda: _ShellProtocol(loop, capture_limit),
-        bash,
-        "-c",
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=log_fd if log_fd is not None else subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        cwd=os.fspath(cwd),
-        env=dict(env),
-        start_new_session=True,
-    )
+    try:
+        transport, protocol = await loop.subprocess_exec(
+            lambda: _ShellProtocol(loop, capture_limit),
+            *argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd if log_fd is not None else subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=os.fspath(cwd),
+            env=child_env,
+            start_new_session=True,
+            pass_fds=wrapped.pass_fds if wrapped is not None else (),
+        )
+    finally:
+        # The child holds its own copies (bwrap reads the seccomp program from one).
+        if wrapped is not None:
+            wrapped.close()
     return ShellProcess(transport, protocol)
 
 

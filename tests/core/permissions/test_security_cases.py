@@ -336,3 +336,40 @@ def test_g8_unrestricted_keeps_file_denies(tree) -> None:
 def test_g10_unknown_tools_ask(tree) -> None:
     cwd, home = tree
     assert tool(policy(cwd, home, rules()), "mcp__server__do_things").verdict == "ask"
+
+
+# -- step 0 guards (issue 4, item 6): file tools held to the sandbox's roots -----------------------
+
+
+def test_workspace_sandbox_guard_holds_file_tools_to_the_shell_roots(tree) -> None:
+    from tether.core.permissions import Guards, Policy, Scope
+
+    cwd, home = tree
+    scope = Scope.of(cwd, home)
+    guards = Guards(writable_roots=(scope.cwd, home / "tmp"))
+    pol = Policy("unrestricted", rules(), scope, guards)
+    assert tool(pol, "Write", "src/ok.py").verdict == "allow"
+    denied = tool(pol, "Write", str(home / "elsewhere.txt"))
+    assert denied.verdict == "deny" and "workspace sandbox" in denied.reason
+    assert tool(pol, "Edit", ".git/config").verdict == "deny"
+    assert tool(pol, "Write", ".tether/settings.json").verdict == "deny"
+    assert tool(pol, "Write", "src/new").verdict == "deny"  # dangling link out of the root
+    assert tool(pol, "Read", str(home / ".ssh" / "id_rsa")).verdict == "allow"  # reads: no guard
+
+
+def test_cross_agent_guard_keeps_file_tools_out_of_other_agents_memory(tree) -> None:
+    from tether.core.permissions import Guards, Policy, Scope
+
+    cwd, home = tree
+    agents = home / ".tether" / "agents"
+    (agents / "agent-me" / "memory").mkdir(parents=True)
+    (agents / "agent-other" / "memory").mkdir(parents=True)
+    (agents / "agent-other" / "memory" / "notes.md").write_text("private")
+    scope = Scope.of(cwd, home)
+    guards = Guards(agents_root=agents.resolve(), own_agent_dirs=((agents / "agent-me").resolve(),))
+    pol = Policy("unrestricted", rules(), scope, guards)
+    assert tool(pol, "Read", str(agents / "agent-me" / "memory" / "x.md")).verdict == "allow"
+    other = tool(pol, "Read", str(agents / "agent-other" / "memory" / "notes.md"))
+    assert other.verdict == "deny" and "cross-agent guard" in other.reason
+    assert tool(pol, "Grep", str(home)).verdict == "deny"  # a recursive search would walk into it
+    assert shell(pol, f"cat {agents}/agent-other/memory/notes.md").verdict == "deny"

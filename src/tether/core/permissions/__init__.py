@@ -8,7 +8,7 @@
     modes.py     modes and the `Decision` value
 """
 
-from tether.core.permissions.checker import Call, Policy, RuleSet, Scope, decide
+from tether.core.permissions.checker import Call, Guards, Policy, RuleSet, Scope, decide
 from tether.core.permissions.modes import (
     MODE_STRICTNESS,
     PERMISSION_MODES,
@@ -24,6 +24,7 @@ __all__ = [
     "PERMISSION_MODES",
     "Call",
     "Decision",
+    "Guards",
     "Policy",
     "Rule",
     "RuleError",

@@ -87,10 +87,51 @@ class Scope:
 
 
 @dataclass(frozen=True, slots=True)
+class Guards:
+    """Step 0, before any rule: the roots the kernel sandbox enforces for the shell, held for the
+    file tools too, and the other agents' memory trees no file tool may enter."""
+
+    writable_roots: tuple[Path, ...] | None = None  # workspace sandbox on: writes only here
+    readonly_names: tuple[str, ...] = (".git", ".tether")  # read-only even inside writable roots
+    agents_root: Path | None = None  # cross-agent guard: $TETHER_HOME/agents
+    own_agent_dirs: tuple[Path, ...] = ()  # this agent's (and its parent's) trees under it
+
+    def check(self, family: str, refs: Sequence[PathRef]) -> Decision | None:
+        for ref in refs:
+            path = ref.resolved
+            if self.agents_root is not None and _enters_other_agent(path, family, self):
+                return Decision("deny", f"Permission denied by cross-agent guard: {path} belongs "
+                                        "to another agent's memory")
+            if self.writable_roots is not None and family in WRITE_FAMILIES:
+                root = next((r for r in self.writable_roots if within(path, (r,))), None)
+                if root is None:
+                    shown = ", ".join(str(r) for r in self.writable_roots)
+                    return Decision("deny", f"Permission denied by workspace sandbox: {path} is "
+                                            f"outside {shown}")
+                rel = path.relative_to(root).parts
+                if rel and rel[0] in self.readonly_names:
+                    return Decision("deny", f"Permission denied by workspace sandbox: {path} is "
+                                            f"inside {root / rel[0]}, which is read-only")
+        return None
+
+
+def _enters_other_agent(path: Path, family: str, guards: Guards) -> bool:
+    root = guards.agents_root
+    assert root is not None
+    if within(path, guards.own_agent_dirs):
+        return False
+    if path != root and within(path, (root,)):
+        return True
+    # A recursive reader started above the tree would walk into it.
+    return family in ("Glob", "Grep", "ListDir") and within(root, (path,))
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     mode: str
     rules: RuleSet
     scope: Scope
+    guards: Guards = field(default_factory=Guards)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +164,10 @@ def _decide_tool(call: Call, family: str, policy: Policy) -> Decision:
         if magic_link(ref):
             return Decision("deny", f"Permission denied: {ref.spelled} goes through a /proc or "
                                     "/dev/fd link that can reach any file")
+    if family in FILE_FAMILIES:
+        guarded = policy.guards.check(family, refs)
+        if guarded is not None:
+            return guarded
     for rule in rules.denies:
         if _tool_rule(rule, family, call, refs, scope, deny=True):
             return Decision("deny", f"Permission denied by rule: {rule}", rule.text)
@@ -265,6 +310,11 @@ class _ShellCheck:
     # deny -----------------------------------------------------------------------------------
 
     def _denied(self) -> Decision | None:
+        if self.policy.guards.agents_root is not None:
+            for command in self.commands:
+                guarded = self.policy.guards.check("Read", self._path_words(command))
+                if guarded is not None:
+                    return guarded
         maybe: Rule | None = None
         for rule in self.rules.denies:
             for command in self.analysis.commands:
