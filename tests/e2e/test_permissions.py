@@ -160,3 +160,13 @@ def test_file_tools_keep_to_the_sandbox_roots(workdir: Path, tmp_path: Path) -> 
     run, ret = run_one_call(workdir, {"name": "Write", "arguments": {"file_path": "in.txt", "content": "x"}},
                             "--yolo", extra_env={"TETHER_FS_SANDBOX": "1"})
     assert ret["status"] == "success" and (workdir / "in.txt").exists()
+
+
+def test_grep_never_reads_a_file_a_deny_rule_protects(workdir: Path, tether_home: Path) -> None:
+    write_settings(tether_home / "settings.json", {"permissions": {"deny": ["Read(.env)"]}})
+    (workdir / ".env").write_text("API_KEY=CANARY-42\n")
+    (workdir / "app.py").write_text("API_KEY = load()\n")
+    call = {"name": "Grep", "arguments": {"pattern": "API_KEY", "output_mode": "content"}}
+    run, ret = run_one_call(workdir, call)
+    assert ret["status"] == "success" and "app.py" in ret["tool_return"]
+    assert "CANARY-42" not in run.stdout and ".env" not in ret["tool_return"]

@@ -47,6 +47,20 @@ class PermissionPolicy:
         self.scope = scope
         self.guards = guards or Guards()
 
+    def read_denied(self) -> Callable[[Path], bool] | None:
+        """For recursive readers (Grep): whether a file deny rule protects `path`; None when no
+        file deny rule exists, so searches pay nothing."""
+        denies = [r for r in self.rules.denies if r.kind == "path"]
+        if not denies:
+            return None
+        only_denies = RuleSet(deny=tuple(denies))
+
+        def denied(path: Path) -> bool:
+            call = Call("Read", paths=(str(path),))
+            return decide(call, Policy("unrestricted", only_denies, self.scope)).verdict == "deny"
+
+        return denied
+
     def add_session_allow(self, rule: Rule) -> None:
         self.rules = self.rules.with_session_allow(rule)
 
@@ -228,6 +242,7 @@ def prepare(flags: RunFlags) -> Prepared:
     prepared.settings = settings
     prepared.policy = build_policy(flags, settings, cwd, Path(env.get("HOME") or Path.home()))
     prepared.policy.guards = file_guards(store.home, session.agent.id, env)
+    prepared.services["read_denied"] = prepared.policy.read_denied()
     from tether.tools.background import BackgroundTasks
 
     # One pool per run, so shutdown stops every background task the run started.

@@ -10,7 +10,7 @@ import asyncio
 import bisect
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -259,6 +259,8 @@ class GrepQuery:
     multiline: bool = False
     head_limit: int = 0
     offset: int = 0
+    # Files a deny rule protects (`services["read_denied"]`): never opened, never listed.
+    skip: Callable[[Path], bool] | None = None
 
 
 def parse_grep_args(args: Mapping[str, Any], cwd: Path) -> GrepQuery:
@@ -324,6 +326,9 @@ class GrepTool:
     async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
         try:
             query = parse_grep_args(args, ctx.cwd)
+            denied = ctx.services.get("read_denied")
+            if callable(denied):
+                query = replace(query, skip=denied)
             if not query.root.exists():
                 raise ToolFailure(f"Path does not exist: {query.root}")
         except ToolFailure as exc:
@@ -339,6 +344,8 @@ def _candidates(query: GrepQuery, should_stop: Callable[[], bool]) -> list[tuple
         if query.glob is not None and not query.glob.matches(relative):
             continue
         if query.extensions is not None and not entry.name.endswith(query.extensions):
+            continue
+        if query.skip is not None and query.skip(Path(entry.path)):
             continue
         try:
             info = entry.stat()
