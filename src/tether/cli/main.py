@@ -22,6 +22,10 @@ def main(argv: Sequence[str]) -> int:
 
         _write(f"{__version__} (tether)\n")
         return 0
+    if argv and argv[0] == "compact":
+        from tether.cli.compact_cmd import run_compact
+
+        return run_compact(argv[1:])
     if argv and argv[0] == "trust":
         from tether.cli.trust import run_trust
 

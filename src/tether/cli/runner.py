@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.backends.local.backend import LocalBackend
+from tether.backends.local.compaction import CompactionSettings
 from tether.backends.local.store import LocalStore
 from tether.cli.flags import RunFlags
 from tether.core.permissions import Call, Decision, Guards, Policy, RuleSet, Scope, decide
@@ -101,6 +102,28 @@ def file_guards(home: Path, agent_id: str, env: Mapping[str, str], writable: Any
     own = tuple(agents / name for i in ids for name in (i, b64url(i)))
     roots = tuple(Path(r).resolve() for r in writable) if writable is not None else None
     return Guards(writable_roots=roots, agents_root=agents, own_agent_dirs=own)
+
+
+# Context windows tether assumes when neither TETHER_CONTEXT_WINDOW nor the agent's
+# model_settings.context_window_limit says: the providers' common sizes, and a small local one.
+DEFAULT_WINDOWS = {"anthropic": 200_000, "openai": 400_000, "openai-chat": 128_000}
+LOCAL_WINDOW = 32_768
+
+
+def context_window(env: Mapping[str, str], model_settings: Mapping[str, Any], provider: str) -> int:
+    raw = env.get("TETHER_CONTEXT_WINDOW")
+    where = "TETHER_CONTEXT_WINDOW"
+    if raw is None and model_settings.get("context_window_limit") is not None:
+        raw, where = str(model_settings["context_window_limit"]), "model_settings.context_window_limit"
+    if raw is None:
+        return DEFAULT_WINDOWS.get(provider, LOCAL_WINDOW)
+    try:
+        value = int(raw)
+    except ValueError:
+        raise UsageError(f"{where} must be a number of tokens, not {raw!r}") from None
+    if value < 1024:
+        raise UsageError(f"{where} must be at least 1024 tokens, not {value}")
+    return value
 
 
 def build_registry() -> ToolRegistry:
@@ -238,6 +261,10 @@ def prepare(flags: RunFlags) -> Prepared:
         today=date.today().isoformat(),
     )
     hooks = HookRunner(hook_config, cwd=cwd, agent_id=session.agent.id, session_id=session.agent.id)
+    backend.context_window = context_window(env, session.agent.model_settings, provider_name)
+    backend.compaction = CompactionSettings.from_dict(
+        session.agent.extra.get("compaction_settings"), f"agent {session.agent.id}"
+    )
     prepared = Prepared(flags, env, cwd, store, session, backend, build_registry(), hooks)
     prepared.settings = settings
     prepared.policy = build_policy(flags, settings, cwd, Path(env.get("HOME") or Path.home()))

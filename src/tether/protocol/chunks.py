@@ -166,6 +166,32 @@ class RetryNotice:
         return _wire(self, event_type="retry", event_data=data)
 
 
+@dataclass(frozen=True, slots=True)
+class CompactionNotice:
+    """The conversation was compacted before this call (`event_message{event_type:compaction}`)."""
+
+    trigger: str
+    stats: dict[str, Any]
+    run_id: str | None = None
+    message_type: Literal["event_message"] = "event_message"
+
+    def to_wire(self) -> dict[str, Any]:
+        return _wire(self, event_type="compaction", event_data={"trigger": self.trigger, **self.stats})
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryMessage:
+    """The summary that now stands in for the evicted history (`summary_message`)."""
+
+    summary: str
+    id: str
+    run_id: str | None = None
+    message_type: Literal["summary_message"] = "summary_message"
+
+    def to_wire(self) -> dict[str, Any]:
+        return _wire(self, id=self.id, summary=self.summary)
+
+
 Chunk = (
     AssistantText
     | Reasoning
@@ -174,6 +200,8 @@ Chunk = (
     | StopReason
     | ErrorChunk
     | RetryNotice
+    | CompactionNotice
+    | SummaryMessage
 )
 
 

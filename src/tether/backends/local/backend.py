@@ -10,29 +10,39 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import orjson
 
+from tether.backends.local.compaction import (
+    Compacted,
+    CompactionFailed,
+    CompactionSettings,
+    Compactor,
+    is_overflow,
+)
 from tether.backends.local.store import LocalStore
 from tether.backends.local.transcript import Transcript, settle_orphaned_tool_calls
+from tether.core import compaction as plan
 from tether.core.prompt import compile_system_prompt
 from tether.core.tools import ToolContext
 from tether.errors import ProviderError
 from tether.protocol.chunks import (
     AssistantText,
     Chunk,
+    CompactionNotice,
     ErrorChunk,
     Reasoning,
     RetryNotice,
     StopReason,
+    SummaryMessage,
     ToolCallRequest,
     UsageStatistics,
     now_ms,
 )
-from tether.protocol.llm import ProviderRequest
+from tether.protocol.llm import ProviderRequest, ToolSpec
 from tether.protocol.messages import (
     AssistantMessage,
     AssistantPart,
@@ -65,7 +75,37 @@ class LocalBackend:
         self.provider_name = provider_name
         self.model_id = model_id
         self.system = compile_system_prompt(system, cwd=str(cwd), platform=platform, date=today)
+        # Set by the runtime to add memory, instructions and skills (runtime/prompt_cache.py):
+        # resolved per send, so a memory commit between sends reaches the next request.
+        self.system_prompt: Callable[[ConversationRef], Awaitable[str]] | None = None
         self.api_ms = 0
+        # Compaction (§4.6, §16): None leaves the conversation to grow until the provider refuses.
+        self.context_window: int | None = None
+        self.compaction = CompactionSettings()
+
+    async def compact(
+        self, conversation: ConversationRef, *, trigger: plan.Trigger = "manual", tools_json: str = ""
+    ) -> Compacted:
+        """Compact now (`tether compact`); raises CompactionFailed with history unchanged."""
+        transcript = self._transcript(conversation)
+        history = settle(transcript, transcript.load())
+        system = self.system if self.system_prompt is None else await self.system_prompt(conversation)
+        return await Compactor(self.provider, self.model_id).compact(
+            transcript, history, trigger=trigger, window=self.context_window or 200_000,
+            system=system, tools_json=tools_json, settings=self.compaction,
+        )
+
+    async def _compact(
+        self, transcript: Transcript, history: list[Message], trigger: plan.Trigger,
+        system: str, tools_json: str, run_id: str,
+    ) -> AsyncIterator[Chunk]:
+        assert self.context_window is not None
+        done = await Compactor(self.provider, self.model_id).compact(
+            transcript, history, trigger=trigger, window=self.context_window, system=system,
+            tools_json=tools_json, settings=self.compaction,
+        )
+        yield CompactionNotice(trigger, done.stats, run_id)
+        yield SummaryMessage(done.summary, done.summary_message.id, run_id)
 
     def _transcript(self, conversation: ConversationRef) -> Transcript:
         return self.store.transcript(conversation.agent_id, conversation.conversation_id)
@@ -87,30 +127,74 @@ class LocalBackend:
         history = [*history, *new]
 
         run_id = f"local-run-{uuid.uuid4().hex[:12]}"
-        request = ProviderRequest(
-            model=self.model_id,
-            system=self.system,
-            messages=tuple(history),
-            tools=ctx.specs(),
-            session_id=conversation.conversation_id,
-        )
+        system = self.system if self.system_prompt is None else await self.system_prompt(conversation)
+        tools = ctx.specs()
+        window = self.context_window
+        compactions = 0
+        if window is not None:
+            tools_json = _tools_json(tools)
+            floor = plan.estimate(system, [], tools_json)
+            if floor > window:
+                yield ErrorChunk(
+                    f"The system prompt and tools alone (~{floor} tokens) exceed the context "
+                    f"window of {window} tokens; raise the model's context (for a local server, "
+                    "e.g. OLLAMA_CONTEXT_LENGTH or llama.cpp --n_ctx) or set a larger "
+                    "TETHER_CONTEXT_WINDOW", "local_backend_error", "", False, run_id)
+                yield StopReason("error", run_id)
+                return
+            if plan.estimate(system, history, tools_json) > plan.threshold(window):
+                compactions += 1
+                try:
+                    async for chunk in self._compact(
+                        transcript, history, "context_window_limit", system, tools_json, run_id
+                    ):
+                        yield chunk
+                    history = transcript.load()
+                except CompactionFailed as exc:
+                    # Below the window there is still room: try the call; an overflow compacts again.
+                    yield CompactionNotice("context_window_limit", {"failed": str(exc)}, run_id)
         parts = _PartsBuilder()
         usage: UsageStatistics | None = None
         stop: StopReason | None = None
         started = time.monotonic()
         try:
-            async for chunk in self.provider.stream(request):
-                chunk = replace(chunk, run_id=run_id)
-                if isinstance(chunk, UsageStatistics):
-                    usage = chunk
-                elif isinstance(chunk, StopReason):
-                    stop = chunk
-                elif not isinstance(chunk, RetryNotice):
-                    parts.add(chunk)
-                yield chunk
+            while True:
+                request = ProviderRequest(
+                    model=self.model_id,
+                    system=system,
+                    messages=tuple(history),
+                    tools=tools,
+                    session_id=conversation.conversation_id,
+                )
+                try:
+                    async for chunk in self.provider.stream(request):
+                        chunk = replace(chunk, run_id=run_id)
+                        if isinstance(chunk, UsageStatistics):
+                            usage = chunk
+                        elif isinstance(chunk, StopReason):
+                            stop = chunk
+                        elif not isinstance(chunk, RetryNotice):
+                            parts.add(chunk)
+                        yield chunk
+                    break
+                except ProviderError as exc:
+                    overflow = is_overflow(exc) and not parts.started
+                    if not overflow or window is None or compactions >= plan.MAX_COMPACTIONS_PER_TURN:
+                        raise
+                    compactions += 1
+                    async for chunk in self._compact(
+                        transcript, history, "context_window_overflow", system,
+                        _tools_json(tools), run_id,
+                    ):
+                        yield chunk
+                    history = transcript.load()
         except ProviderError as exc:
             yield ErrorChunk(exc.message, exc.error_type, exc.detail, exc.retryable, run_id)
             yield StopReason("llm_api_error", run_id)
+            return
+        except CompactionFailed as exc:
+            yield ErrorChunk(str(exc), "local_backend_error", "", False, run_id)
+            yield StopReason("error", run_id)
             return
         finally:
             self.api_ms += int((time.monotonic() - started) * 1000)
@@ -130,6 +214,10 @@ class LocalBackend:
             stop_reason=stop.stop_reason,
         )
         transcript.append([assistant])
+
+
+def _tools_json(tools: Sequence[ToolSpec]) -> str:
+    return orjson.dumps([[t.name, t.description, t.parameters] for t in tools]).decode()
 
 
 def settle(transcript: Transcript, history: list[Message]) -> list[Message]:
@@ -189,6 +277,11 @@ class _PartsBuilder:
             self._parts.append(
                 ToolCallPart(chunk.tool_call_id, chunk.name, args if isinstance(args, dict) else {})
             )
+
+    @property
+    def started(self) -> bool:
+        """Whether the model produced any output yet (after which nothing may be retried)."""
+        return bool(self._parts)
 
     def build(self) -> tuple[AssistantPart, ...]:
         return tuple(self._parts)
