@@ -43,6 +43,12 @@ class RunFlags:
     disallowed_tools: list[str] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)
     tools: list[str] | None = None  # None: every tool; [] (from --tools ""): none
+    no_mods: bool = False  # --no-mods: load no mods this run (also TETHER_DISABLE_MODS=1)
+    skills_dir: str | None = None  # --skills DIR: the project skills folder for this run
+    skill_sources: list[str] | None = None  # None: all sources
+    no_skills: bool = False
+    no_bundled_skills: bool = False
+    resume: bool = False  # -r/--resume (interactive): reopen this agent's latest conversation
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,6 +69,7 @@ def _parser() -> _Parser:
     p.add_argument("--new-agent", action="store_true")
     p.add_argument("-C", "--conversation", "--conv", dest="conversation")
     p.add_argument("--new", action="store_true", dest="new_conversation")
+    p.add_argument("-r", "--resume", action="store_true")
     p.add_argument("--max-turns")
     p.add_argument("--output-format", default="text")
     p.add_argument("--input-format")
@@ -93,8 +100,13 @@ def _parser() -> _Parser:
     p.add_argument("--memfs-startup")
     p.add_argument("--skill-sources")
     p.add_argument("--no-skills", action="store_true")
+    p.add_argument("--skills", dest="skills_dir")
+    p.add_argument("--no-bundled-skills", action="store_true")
+    p.add_argument("--memfs", action="store_true")  # local memory is always on
+    p.add_argument("--no-memfs", action="store_true")  # ignored, as in the reference
     p.add_argument("--tags")
     p.add_argument("--tools", help='comma list of the tools to offer ("" for none)')
+    p.add_argument("--no-mods", action="store_true", help="load no mods this run")
     return p
 
 
@@ -113,6 +125,7 @@ def parse_run_flags(argv: Sequence[str], *, stdin_is_tty: bool | None = None) ->
         # `--conversation agent-…` is shorthand for `--agent agent-… --conversation default`
         flags.agent, flags.conversation = ns.conversation, "default"
     flags.new_conversation = ns.new_conversation
+    flags.resume = ns.resume
     flags.max_turns = _positive_int("--max-turns", ns.max_turns)
     flags.output_format = _choice("--output-format", ns.output_format, OUTPUT_FORMATS)
     if ns.input_format is not None:
@@ -125,6 +138,7 @@ def parse_run_flags(argv: Sequence[str], *, stdin_is_tty: bool | None = None) ->
         ns.yolo or ns.permission_mode is not None or os.environ.get("TETHER_PERMISSION_MODE")
     )
     flags.trust = ns.trust
+    flags.no_mods = ns.no_mods
     if ns.system is not None:
         flags.system_preset = _choice("--system", ns.system, SYSTEM_PRESETS)
     if ns.system is not None and ns.system_custom is not None:
@@ -137,6 +151,11 @@ def parse_run_flags(argv: Sequence[str], *, stdin_is_tty: bool | None = None) ->
     if ns.tools is not None:
         flags.tools = [t.strip() for t in ns.tools.split(",") if t.strip()]
     _validate_compat(ns)
+    flags.skills_dir = ns.skills_dir
+    if ns.skill_sources is not None:
+        flags.skill_sources = [s.strip() for s in ns.skill_sources.split(",") if s.strip()]
+    flags.no_skills = ns.no_skills
+    flags.no_bundled_skills = ns.no_bundled_skills
     _check_conflicts(flags)
     return flags
 
@@ -193,6 +212,10 @@ def _check_conflicts(f: RunFlags) -> None:
         raise UsageError("--conversation default needs --agent <id>")
     if f.new_conversation and conv is not None:
         raise UsageError("--new cannot be combined with --conversation")
+    if f.resume and f.headless:
+        raise UsageError("--resume is interactive only; headless runs take --conversation <id>")
+    if f.resume and (f.new_conversation or f.new_agent or (conv is not None and conv != "default")):
+        raise UsageError("--resume cannot be combined with --new, --new-agent or --conversation <id>")
     if f.agent and f.new_agent:
         raise UsageError("--agent cannot be combined with --new-agent")
 

@@ -26,6 +26,14 @@ def main(argv: Sequence[str]) -> int:
         from tether.cli.compact_cmd import run_compact
 
         return run_compact(argv[1:])
+    if argv and argv[0] in ("memory", "memfs"):
+        from tether.cli.memory_cmd import run_memory
+
+        return run_memory(argv[1:])
+    if argv and argv[0] in ("mods", "hooks"):
+        from tether.cli.mods_cmd import run_mods_command
+
+        return run_mods_command(argv[0], argv[1:])
     if argv and argv[0] == "trust":
         from tether.cli.trust import run_trust
 

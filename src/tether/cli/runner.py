@@ -32,6 +32,7 @@ from tether.runtime.hooks import (
     SessionPermissionHooks,
     SessionToolHooks,
     merge_hooks,
+    provider_model_call,
 )
 from tether.runtime.session import Session, resolve_session, tether_home
 from tether.runtime.settings import Settings, load_settings
@@ -160,6 +161,7 @@ class Prepared:
     settings: Settings = field(default_factory=Settings)
     contexts: ToolContextStore = field(default_factory=ToolContextStore)
     services: dict[str, Any] = field(default_factory=dict)
+    mods: Any = None  # runtime.mods.ModSession, None when mods are off
 
     @property
     def conversation(self) -> ConversationRef:
@@ -192,7 +194,7 @@ class Prepared:
         self, *, emit: Callable[[Event], None], approver: Approver, abort: asyncio.Event, max_turns: int | None
     ) -> TurnDeps:
         flags = self.flags
-        return TurnDeps(
+        deps = TurnDeps(
             backend=self.backend,
             snapshot=lambda: self.contexts.snapshot(self.registry, self.cwd, flags.permission_mode),
             decide=self.policy or build_policy(flags, self.settings, self.cwd, Path.home()),
@@ -204,9 +206,12 @@ class Prepared:
             tool_hooks=SessionToolHooks(self.hooks) if self.hooks else None,
             permission_hooks=SessionPermissionHooks(self.hooks) if self.hooks else None,
         )
+        return self.mods.attach(deps) if self.mods is not None else deps
 
     async def shutdown(self) -> None:
         """Stop what the run started in the background: nothing outlives the process."""
+        if self.mods is not None:
+            await self.mods.close()
         for name in ("subagents", "background"):
             service = self.services.get(name)
             if service is not None:
@@ -260,7 +265,8 @@ def prepare(flags: RunFlags) -> Prepared:
         platform=f"{platform.system()} {platform.release()}",
         today=date.today().isoformat(),
     )
-    hooks = HookRunner(hook_config, cwd=cwd, agent_id=session.agent.id, session_id=session.agent.id)
+    hooks = HookRunner(hook_config, cwd=cwd, agent_id=session.agent.id, session_id=session.agent.id,
+                       ask_model=provider_model_call(provider, model_id, store.home, env))
     backend.context_window = context_window(env, session.agent.model_settings, provider_name)
     backend.compaction = CompactionSettings.from_dict(
         session.agent.extra.get("compaction_settings"), f"agent {session.agent.id}"
@@ -281,13 +287,32 @@ def prepare(flags: RunFlags) -> Prepared:
             store.home, session.agent.id, env, sandbox.policy.writable_roots
         )
     _add_subagents(prepared)
+    _add_memory(prepared)
     if flags.tools is not None:
         unknown = sorted(set(flags.tools) - set(prepared.registry.names()))
         if unknown:
             raise UsageError(f"--tools names unknown tools: {', '.join(unknown)}")
         keep = set(flags.tools)
         prepared.registry = prepared.registry.filtered(lambda name: name in keep)
+    from tether.runtime.mods import load_mods
+
+    prepared.mods = load_mods(prepared)  # after --tools: mod tools go into the final registry
     return prepared
+
+
+def _add_memory(prepared: Prepared) -> None:
+    """The agent's MemFS, the memory and Skill tools, the memory-aware system prompt."""
+    from tether.runtime.prompt_cache import attach_memory, project_trusted
+
+    f, store = prepared.flags, prepared.store
+    attach_memory(
+        registry=prepared.registry, backend=prepared.backend, store=store,
+        agent=prepared.session.agent, cwd=prepared.cwd,
+        trusted=project_trusted(prepared.settings.trust, f.trust, store.home, prepared.cwd),
+        skills_dir=f.skills_dir, skill_sources=f.skill_sources, no_skills=f.no_skills,
+        no_bundled_skills=f.no_bundled_skills, services=prepared.services,
+        warn=lambda m: print(f"tether: {m}", file=sys.stderr),
+    )
 
 
 def _add_subagents(prepared: Prepared) -> None:

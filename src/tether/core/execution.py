@@ -11,10 +11,13 @@ from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tether.core.tools import Effect, Tool, ToolContext, ToolResult, ToolRunContext
 from tether.protocol.turns import ApprovalResult
+
+if TYPE_CHECKING:
+    from tether.core.approvals import DecideFn
 
 RESULT_CAP = 32_000
 INTERRUPTED = "Interrupted by user"
@@ -35,6 +38,7 @@ RunContextFactory = Callable[[str], ToolRunContext]
 class PreToolVerdict:
     blocked: str | None = None  # feedback when a hook blocked (or failed: a guard never fails open)
     updated_args: Mapping[str, Any] | None = None
+    result: ToolResult | None = None  # the call is answered without running the tool (a mod)
 
 
 class ToolHooks(Protocol):
@@ -42,8 +46,9 @@ class ToolHooks(Protocol):
 
     async def before(self, call: AdmittedCall) -> PreToolVerdict: ...
 
-    async def after(self, call: AdmittedCall, result: ApprovalResult) -> str | None:
-        """Text to append to the result the model reads (hook feedback, additional context)."""
+    async def after(self, call: AdmittedCall, result: ApprovalResult) -> str | ApprovalResult | None:
+        """Text to append to the result the model reads (hook feedback, additional context),
+        or a whole new result (a mod's `tool_end`)."""
         ...
 
 
@@ -65,11 +70,12 @@ async def execute_batch(
     abort: asyncio.Event,
     on_result: Callable[[ApprovalResult], None] | None = None,
     hooks: ToolHooks | None = None,
+    decide: DecideFn | None = None,  # re-checks arguments a hook rewrote: a deny wins
 ) -> list[ApprovalResult]:
     locks = BatchLocks()
 
     async def one(call: AdmittedCall) -> ApprovalResult:
-        result = await _run_locked(call, ctx, locks, make_run_context, abort, hooks)
+        result = await _run_locked(call, ctx, locks, make_run_context, abort, hooks, decide)
         if on_result is not None:
             on_result(result)
         return result
@@ -84,6 +90,7 @@ async def _run_locked(
     make_run_context: RunContextFactory,
     abort: asyncio.Event,
     hooks: ToolHooks | None,
+    decide: DecideFn | None = None,
 ) -> ApprovalResult:
     if call.tool is None:
         available = ", ".join(sorted(ctx.tools))
@@ -99,23 +106,31 @@ async def _run_locked(
             await stack.enter_async_context(locks.exec_lock)
         if abort.is_set():
             return _result(call, ToolResult(INTERRUPTED, True))
+        answered: ToolResult | None = None
         if hooks is not None:
             verdict = await hooks.before(call)
             if verdict.blocked is not None:
                 return _result(call, ToolResult(f"Error: Tool execution blocked by hook. {verdict.blocked}", True))
-            if verdict.updated_args is not None:
+            if verdict.updated_args is not None and verdict.result is None:
                 call = replace(call, args={**call.args, **verdict.updated_args})
+                again = decide(tool, call.args, ctx) if decide is not None else None
+                if again is not None and again.verdict == "deny":
+                    return _result(call, ToolResult(again.reason or "Tool execution denied.", True))
+            answered = verdict.result
         run_ctx = make_run_context(call.tool_call_id)
         run_ctx.abort = abort
         try:
-            outcome = await tool.run(call.args, run_ctx)
+            outcome = answered if answered is not None else await tool.run(call.args, run_ctx)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a tool bug becomes the model's error result, not a crash
             outcome = ToolResult(f"{type(exc).__name__}: {exc}", True)
     result = _result(call, outcome)
     if hooks is not None and (extra := await hooks.after(call, result)):
-        result = replace(result, output=f"{result.output}\n\n{extra}")
+        if isinstance(extra, ApprovalResult):
+            result = extra
+        else:
+            result = replace(result, output=f"{result.output}\n\n{extra}")
     return result
 
 

@@ -29,8 +29,9 @@ from tether.protocol.chunks import (
     StopReason,
     ToolCallRequest,
     UsageStatistics,
+    now_ms,
 )
-from tether.protocol.messages import Usage, UserMessage
+from tether.protocol.messages import TextPart, Usage, UserMessage
 from tether.protocol.turns import (
     ApprovalResult,
     ConversationRef,
@@ -73,6 +74,22 @@ class PermissionHooks(Protocol):
         ...
 
 
+class TurnEvents(Protocol):
+    """Lifecycle points mods observe and steer (runtime/mods); tool points go through ToolHooks."""
+
+    async def turn_start(self, user: UserMessage) -> UserMessage | str:
+        """The message to send (maybe rewritten), or a string: why the turn is cancelled."""
+        ...
+
+    async def turn_end(self, outcome: TurnOutcome) -> str | None:
+        """After `end_turn`: text to send as the next user message, or None to finish."""
+        ...
+
+    async def llm_start(self, turn_input: TurnInput) -> None: ...
+
+    async def llm_end(self, stop: StopReason | None, outcome: TurnOutcome) -> None: ...
+
+
 class Approver(Protocol):
     """Who answers `ask`: a headless policy, an SDK over stream-json, a TUI dialog, a client."""
 
@@ -91,6 +108,7 @@ class TurnDeps:
     max_turns: int | None = None
     tool_hooks: ToolHooks | None = None
     permission_hooks: PermissionHooks | None = None
+    events: TurnEvents | None = None
 
 
 @dataclass(slots=True)
@@ -115,6 +133,11 @@ class TurnOutcome:
 
 async def run_turn(deps: TurnDeps, conversation: ConversationRef, user: UserMessage) -> TurnOutcome:
     out = TurnOutcome()
+    if deps.events is not None:
+        started = await deps.events.turn_start(user)
+        if isinstance(started, str):
+            return _fail(deps, out, started, "cancelled")
+        user = started
     turn_input = TurnInput(user=user)
     while True:
         if not turn_input.approvals and _limit_reached(deps, out):
@@ -125,7 +148,11 @@ async def run_turn(deps: TurnDeps, conversation: ConversationRef, user: UserMess
                 "max_steps",
             )
         ctx = deps.snapshot()
+        if deps.events is not None:
+            await deps.events.llm_start(turn_input)
         calls, stop = await _stream_step(deps, conversation, turn_input, ctx, out)
+        if deps.events is not None:
+            await deps.events.llm_end(stop, out)
         if deps.abort.is_set():
             return _fail(deps, out, "Interrupted by SIGINT", "cancelled")
         if stop is None or stop.stop_reason not in ("end_turn", "requires_approval"):
@@ -135,7 +162,12 @@ async def run_turn(deps: TurnDeps, conversation: ConversationRef, user: UserMess
             return out
         if stop.stop_reason == "end_turn":
             out.stop_reason = "end_turn"
-            return out
+            follow = await deps.events.turn_end(out) if deps.events is not None else None
+            if not follow:
+                return out
+            # A mod's continuation is the next user message; --max-turns counts it like any send.
+            turn_input = TurnInput(user=UserMessage(f"ui-msg-{now_ms()}", (TextPart(follow),), now_ms()))
+            continue
         if not calls:
             return _fail(deps, out, "Model requested approval without any tool call", "error")
         answers = await _answer_calls(deps, calls, ctx)
@@ -277,6 +309,7 @@ async def _answer_calls(deps: TurnDeps, calls: list[ToolCallRequest], ctx: ToolC
             deps.abort,
             lambda r: deps.emit(LocalToolReturn(r)),
             deps.tool_hooks,
+            deps.decide,
         )
         answers.update((r.tool_call_id, r) for r in executed)
     for call in calls:  # every call is answered, even when an interrupt skipped execution

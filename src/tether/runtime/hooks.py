@@ -1,9 +1,17 @@
 """Hooks: user commands run at lifecycle points, configured in settings (reference §9).
 
-A hook is a shell command that gets the event as JSON on stdin. Exit 0 allows (stdout may carry
-`hookSpecificOutput`), exit 2 blocks (stderr goes back to the model), anything else is an
-error. tether treats a PreToolUse error as a block: a crashing guard never lets a call through.
-Timeouts send SIGTERM to the hook's process group, then SIGKILL a second later.
+A command hook is a shell command that gets the event as JSON on stdin. Exit 0 allows (stdout
+may carry `hookSpecificOutput`), exit 2 blocks (stderr goes back to the model), anything else is
+an error. tether treats a PreToolUse error as a block: a crashing guard never lets a call
+through. Timeouts send SIGTERM to the hook's process group, then SIGKILL a second later.
+
+A prompt hook asks the session's model (or the hook's `model`) to judge the event: the reply
+must be JSON `{"ok": true}` (allow) or `{"ok": false, "reason": "…"}` (block); anything else,
+a provider failure or the timeout (30 s) is an error.
+
+Headless runs the tool and permission hooks, PreCompact and SubagentStop. UserPromptSubmit,
+Stop, SessionStart, SessionEnd and Notification have `HookRunner` methods for the interactive
+frontends, which are the only ones the reference runs them in.
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ import asyncio
 import os
 import re
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -27,12 +35,16 @@ SIMPLE_EVENTS = (
 )
 EVENTS = TOOL_EVENTS + SIMPLE_EVENTS
 DEFAULT_TIMEOUT_S = 60.0
+PROMPT_TIMEOUT_S = 30.0
+PROMPT_LABEL = "prompt hook"
 _SCRUBBED_ENV = (
     "TETHER_AGENT_ID", "AGENT_ID", "TETHER_CONVERSATION_ID", "CONVERSATION_ID",
     "TETHER_MEMORY_DIR", "MEMORY_DIR",
 )
 
 Decision = Literal["allow", "block", "error"]
+# (prompt text, model override or None, timeout) -> the model's reply text; raises on failure
+ModelCall = Callable[[str, str | None, float], Awaitable[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +55,24 @@ class HookCommand:
 
 
 @dataclass(frozen=True, slots=True)
+class HookPrompt:
+    prompt: str  # `$ARGUMENTS` is replaced by the event JSON (appended when absent)
+    model: str | None = None  # a handle (`openai/gpt-5.5`) or a model id of the session's provider
+    timeout_s: float = PROMPT_TIMEOUT_S
+    quiet: bool = False
+
+    @property
+    def command(self) -> str:
+        return PROMPT_LABEL
+
+
+Hook = HookCommand | HookPrompt
+
+
+@dataclass(frozen=True, slots=True)
 class HookGroup:
     matcher: str | None  # None / "" / "*": every tool
-    hooks: tuple[HookCommand, ...]
+    hooks: tuple[Hook, ...]
 
     def matches(self, tool_name: str | None) -> bool:
         if not self.matcher or self.matcher == "*" or tool_name is None:
@@ -61,7 +88,7 @@ class HookConfig:
     events: Mapping[str, tuple[HookGroup, ...]] = field(default_factory=dict)
     disabled: bool = False
 
-    def commands(self, event: str, tool_name: str | None = None) -> list[HookCommand]:
+    def commands(self, event: str, tool_name: str | None = None) -> list[Hook]:
         if self.disabled:
             return []
         return [h for g in self.events.get(event, ()) if g.matches(tool_name) for h in g.hooks]
@@ -125,19 +152,30 @@ def _group(raw: Any, where: str, event: str) -> HookGroup:
     matcher = raw.get("matcher")
     if matcher is not None and not isinstance(matcher, str):
         raise UsageError(f"{where}.matcher must be a string")
-    hooks: list[HookCommand] = []
+    hooks: list[Hook] = []
     for j, h in enumerate(raw["hooks"]):
         at = f"{where}.hooks[{j}]"
         if not isinstance(h, dict):
             raise UsageError(f"{at} must be an object")
-        if h.get("type") == "prompt":
-            raise UsageError(f"{at}: prompt hooks are not supported yet; use type 'command'")
-        if h.get("type") != "command" or not isinstance(h.get("command"), str) or not h["command"].strip():
-            raise UsageError(f"{at} must be {{\"type\": \"command\", \"command\": \"...\"}}")
-        timeout = h.get("timeout", DEFAULT_TIMEOUT_S)
+        prompt = h.get("type") == "prompt"
+        timeout = h.get("timeout", PROMPT_TIMEOUT_S if prompt else DEFAULT_TIMEOUT_S)
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
             raise UsageError(f"{at}.timeout must be a positive number of seconds")
-        hooks.append(HookCommand(h["command"], float(timeout), bool(h.get("quiet", False))))
+        quiet = bool(h.get("quiet", False))
+        if prompt:
+            if not isinstance(h.get("prompt"), str) or not h["prompt"].strip():
+                raise UsageError(f"{at} must be {{\"type\": \"prompt\", \"prompt\": \"... $ARGUMENTS ...\"}}")
+            model = h.get("model")
+            if model is not None and (not isinstance(model, str) or not model.strip()):
+                raise UsageError(f"{at}.model must be a model handle such as anthropic/claude-opus-4-8")
+            hooks.append(HookPrompt(h["prompt"], model, float(timeout), quiet))
+            continue
+        if h.get("type") != "command" or not isinstance(h.get("command"), str) or not h["command"].strip():
+            raise UsageError(
+                f"{at} must be {{\"type\": \"command\", \"command\": \"...\"}} "
+                "or {\"type\": \"prompt\", \"prompt\": \"...\"}"
+            )
+        hooks.append(HookCommand(h["command"], float(timeout), quiet))
     return HookGroup(matcher, tuple(hooks))
 
 
@@ -165,11 +203,20 @@ def merge_hooks(
 class HookRunner:
     """Runs the configured hooks of one session (working directory, agent, conversation)."""
 
-    def __init__(self, config: HookConfig, *, cwd: Path, agent_id: str | None, session_id: str | None) -> None:
+    def __init__(
+        self,
+        config: HookConfig,
+        *,
+        cwd: Path,
+        agent_id: str | None,
+        session_id: str | None,
+        ask_model: ModelCall | None = None,
+    ) -> None:
         self.config = config
         self.cwd = cwd
         self.agent_id = agent_id
         self.session_id = session_id
+        self.ask_model = ask_model  # prompt hooks; None: they report an error (never allow)
 
     def payload(self, event: str, **fields: Any) -> dict[str, Any]:
         base: dict[str, Any] = {"event_type": event, "working_directory": str(self.cwd)}
@@ -194,7 +241,9 @@ class HookRunner:
         hooks = self.config.commands(event, tool_name)
         return list(await asyncio.gather(*(self._run_one(h, event, payload) for h in hooks)))
 
-    async def _run_one(self, hook: HookCommand, event: str, payload: dict[str, Any]) -> HookResult:
+    async def _run_one(self, hook: Hook, event: str, payload: dict[str, Any]) -> HookResult:
+        if isinstance(hook, HookPrompt):
+            return await self._run_prompt(hook, payload)
         env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
         env.update(TETHER_HOOK_EVENT=event, TETHER_WORKING_DIR=str(self.cwd), USER_CWD=str(self.cwd))
         if self.agent_id:
@@ -217,6 +266,150 @@ class HookRunner:
         code = proc.returncode
         decision: Decision = "allow" if code == 0 else "block" if code == 2 else "error"
         return HookResult(hook.command, decision, out.decode(errors="replace"), err.decode(errors="replace"), code)
+
+    async def _run_prompt(self, hook: HookPrompt, payload: dict[str, Any]) -> HookResult:
+        if self.ask_model is None:
+            return HookResult(PROMPT_LABEL, "error", "", "no model is available to this session", None)
+        arguments = orjson.dumps(payload).decode()
+        if "$ARGUMENTS" in hook.prompt:
+            text = hook.prompt.replace("$ARGUMENTS", arguments)
+        else:
+            text = f"{hook.prompt}\n\nARGUMENTS: {arguments}"
+        try:
+            reply = await asyncio.wait_for(self.ask_model(text, hook.model, hook.timeout_s), hook.timeout_s)
+        except TimeoutError:
+            return HookResult(PROMPT_LABEL, "error", "", f"timed out after {hook.timeout_s:g} s", None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a provider failure decides nothing, and never allows
+            return HookResult(PROMPT_LABEL, "error", "", f"the model call failed: {exc}", None)
+        verdict = _prompt_verdict(reply)
+        if verdict is None:
+            return HookResult(PROMPT_LABEL, "error", reply, f"the model did not answer with {{ok, reason}} JSON: {reply[:200]!r}", None)
+        ok, reason = verdict
+        if ok:
+            return HookResult(PROMPT_LABEL, "allow", "", reason, 0)
+        return HookResult(PROMPT_LABEL, "block", "", reason or "blocked by a prompt hook", 2)
+
+    # --- simple events: the frontends that run them call these -----------------------------
+
+    async def user_prompt_submit(self, prompt: str, *, is_command: bool = False) -> EventOutcome:
+        """Before a prompt is sent: a block keeps it from the model; exit-0 stdout is context."""
+        payload = self.payload("UserPromptSubmit", prompt=prompt, is_command=is_command)
+        return EventOutcome.of(await self.run_sequential("UserPromptSubmit", payload), context=True)
+
+    async def stop(
+        self,
+        stop_reason: str,
+        *,
+        message_count: int | None = None,
+        tool_call_count: int | None = None,
+        assistant_message: str | None = None,
+        user_message: str | None = None,
+    ) -> EventOutcome:
+        """When the agent finishes answering: a block sends its feedback back as a user message."""
+        optional = {"message_count": message_count, "tool_call_count": tool_call_count,
+                    "assistant_message": assistant_message, "user_message": user_message}
+        payload = self.payload("Stop", stop_reason=stop_reason, **{k: v for k, v in optional.items() if v is not None})
+        return EventOutcome.of(await self.run_sequential("Stop", payload))
+
+    async def session_start(self, *, is_new_session: bool, agent_name: str | None = None) -> EventOutcome:
+        extra = {"agent_name": agent_name} if agent_name else {}
+        payload = self.payload("SessionStart", is_new_session=is_new_session, **extra)
+        return EventOutcome.of(await self.run_sequential("SessionStart", payload), context=True)
+
+    async def session_end(self, *, reason: str | None = None) -> EventOutcome:
+        payload = self.payload("SessionEnd", **({"reason": reason} if reason else {}))
+        return EventOutcome.of(await self.run_parallel("SessionEnd", payload))
+
+    async def notification(self, message: str, *, title: str | None = None) -> EventOutcome:
+        payload = self.payload("Notification", message=message, **({"title": title} if title else {}))
+        return EventOutcome.of(await self.run_parallel("Notification", payload))
+
+    async def pre_compact(
+        self, *, trigger: str, context_length: int | None = None, max_context_length: int | None = None
+    ) -> EventOutcome:
+        """Before a compaction (headless too); informational: it cannot stop the compaction."""
+        optional = {"context_length": context_length, "max_context_length": max_context_length}
+        payload = self.payload("PreCompact", trigger=trigger, **{k: v for k, v in optional.items() if v is not None})
+        return EventOutcome.of(await self.run_parallel("PreCompact", payload))
+
+    async def subagent_stop(self, *, subagent_type: str, subagent_id: str, success: bool, error: str | None = None) -> EventOutcome:
+        payload = self.payload("SubagentStop", subagent_type=subagent_type, subagent_id=subagent_id,
+                               success=success, **({"error": error} if error else {}))
+        return EventOutcome.of(await self.run_parallel("SubagentStop", payload))
+
+
+@dataclass(frozen=True, slots=True)
+class EventOutcome:
+    """What a simple event's hooks said: a block (with feedback), extra context, errors."""
+
+    blocked: str | None = None
+    context: str = ""
+    errors: tuple[str, ...] = ()
+    results: tuple[HookResult, ...] = ()
+
+    @classmethod
+    def of(cls, results: Sequence[HookResult], *, context: bool = False) -> EventOutcome:
+        blocked = next((r.feedback for r in results if r.decision == "block"), None)
+        notes = [r.stdout.strip() for r in results if context and r.decision == "allow" and r.stdout.strip()]
+        errors = tuple(r.feedback for r in results if r.decision == "error")
+        return cls(blocked, "\n".join(notes), errors, tuple(results))
+
+
+def _prompt_verdict(reply: str) -> tuple[bool, str] | None:
+    """`{ok, reason?}` from the model's reply: the whole text, else the first {...} in it."""
+    text = reply.strip()
+    candidates = [text]
+    start, end = text.find("{"), text.rfind("}")
+    if 0 <= start < end:
+        candidates.append(text[start : end + 1])
+    for candidate in candidates:
+        try:
+            doc = orjson.loads(candidate)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("ok"), bool):
+            reason = doc.get("reason")
+            return doc["ok"], reason if isinstance(reason, str) else ""
+    return None
+
+
+_JUDGE_SYSTEM = (
+    "You evaluate a hook of a coding agent. Read the event and the instructions, then reply with "
+    'one JSON object and nothing else: {"ok": true} to let it proceed, or '
+    '{"ok": false, "reason": "<why, addressed to the agent>"} to block it.'
+)
+
+
+def provider_model_call(provider: Any, model_id: str, home: Path, env: Mapping[str, str]) -> ModelCall:
+    """Prompt hooks ask the session's provider; a hook's `model` names another model or handle."""
+
+    async def ask(text: str, model: str | None, timeout_s: float) -> str:
+        from tether.protocol.chunks import AssistantText, ErrorChunk, now_ms
+        from tether.protocol.llm import ProviderRequest
+        from tether.protocol.messages import TextPart, UserMessage
+
+        chosen, chosen_model = provider, model_id
+        if model and "/" in model:
+            from tether.providers.catalog import parse_handle, resolve_provider
+
+            chosen, chosen_model = resolve_provider(model, home, env), parse_handle(model)[1]
+        elif model:
+            chosen_model = model
+        request = ProviderRequest(
+            model=chosen_model, system=_JUDGE_SYSTEM, max_tokens=1024,
+            messages=(UserMessage(f"hook-msg-{now_ms()}", (TextPart(text),), now_ms()),),
+        )
+        parts: list[str] = []
+        async for chunk in chosen.stream(request):
+            if isinstance(chunk, AssistantText):
+                parts.append(chunk.content)
+            elif isinstance(chunk, ErrorChunk):
+                raise RuntimeError(chunk.message)
+        return "".join(parts)
+
+    return ask
 
 
 async def _kill_group(proc: asyncio.subprocess.Process) -> None:

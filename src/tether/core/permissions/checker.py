@@ -8,9 +8,10 @@ The order is the reference's (§7.4), first match wins, deny before anything:
     4  mode: unrestricted allows, acceptEdits allows edits inside the workspace
     5  --allowedTools
     6  (not strict) read-only shell commands inside the workspace
-    7  (not strict) Read / Glob / Grep / LS inside the workspace
+    7  (not strict) Read / Glob / Grep / LS inside the workspace, and Skill
     8  session allow            9  settings allow           10 settings ask
-    11 default: the bookkeeping tools and the reflection subagents run; everything else asks
+    11 default: bookkeeping tools, the agent's own `memory` (confined to its repo) and the
+       reflection subagents run; everything else asks
 
 A shell call is judged per simple command (see `shell.analyse`): any command matching a deny
 rule denies the call; it is allowed only when every command is admitted by step 5, 6, 8 or 9; a
@@ -42,7 +43,7 @@ from tether.core.permissions.rules import (
 from tether.core.permissions.shell import Argv, ShellAnalysis, SimpleCommand, analyse
 
 # Step 11: tools that only change conversation state, and subagents that only read history.
-DEFAULT_ALLOWED = frozenset({"TodoWrite", "TaskOutput", "TaskStop", "update_plan"})
+DEFAULT_ALLOWED = frozenset({"TodoWrite", "TaskOutput", "TaskStop", "update_plan", "memory"})
 READ_ONLY_SUBAGENTS = frozenset({"recall", "Recall", "reflection", "Reflection", "history-analyzer"})
 _PRIMARY_ARGUMENT = {"Task": "subagent_type", "Skill": "skill", "WebFetch": "url"}
 
@@ -184,6 +185,8 @@ def _decide_tool(call: Call, family: str, policy: Policy) -> Decision:
             return Decision("allow", f"allowed by --allowedTools {rule}", rule.text)
     if mode != "strict" and family in READ_FAMILIES and inside:
         return Decision("allow", "read-only tool inside the workspace")
+    if mode != "strict" and family == "Skill":
+        return Decision("allow", "loading a skill only reads its instructions")
     for source, group in (("session rule", rules.session_allow), ("rule", rules.allow)):
         for rule in group:
             if _tool_rule(rule, family, call, refs, scope, deny=False):

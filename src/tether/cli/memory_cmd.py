@@ -1,0 +1,106 @@
+"""`tether memory` (alias `memfs`): look at an agent's memory repository from the shell.
+
+    tether memory status [--agent ID]              revision, blocks, skills, uncommitted changes
+    tether memory diff   [--agent ID]              what the working tree has that HEAD does not
+    tether memory log    [--agent ID] [--limit N]  the memory's commits, newest first
+    tether memory export [--agent ID] --out DIR    HEAD's files, written under DIR
+
+Without --agent: this folder's last agent, else the last agent used anywhere. Nothing here
+creates a memory repository; an agent gets one on its first run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tether.errors import TetherError, UsageError
+
+if TYPE_CHECKING:
+    from tether.memory.memfs import MemFS
+
+ACTIONS = ("status", "diff", "log", "export")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"tether memory: {message}")
+
+
+def run_memory(argv: Sequence[str]) -> int:
+    parser = _Parser(prog="tether memory", description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=ACTIONS)
+    parser.add_argument("-a", "--agent")
+    parser.add_argument("--out")
+    parser.add_argument("--limit", type=int, default=20)
+    try:
+        ns = parser.parse_args(list(argv))
+        if ns.action == "export" and not ns.out:
+            raise UsageError("tether memory export: --out DIR is required")
+        if ns.limit <= 0:
+            raise UsageError("tether memory: --limit expects a positive integer")
+        return _run(ns)
+    except TetherError as exc:
+        sys.stderr.write(f"Error: {exc}\n")
+        return 1
+
+
+def _run(ns: argparse.Namespace) -> int:
+    from tether.backends.local.store import LocalStore
+    from tether.memory.memfs import MemFS, memory_dir
+    from tether.runtime.session import _last_agent, tether_home
+
+    store = LocalStore(tether_home(os.environ))
+    if ns.agent:
+        agent = store.get_agent(ns.agent)
+    else:
+        found = _last_agent(store, Path.cwd())
+        if found is None:
+            raise UsageError(f"no agent has run yet in {store.home}; pass --agent <id>")
+        agent = found
+    memfs = MemFS(memory_dir(store.home, agent.id), agent_id=agent.id, agent_name=agent.name)
+    out = sys.stdout
+    if not memfs.exists:
+        if ns.action == "export":
+            raise UsageError(f"agent {agent.id} has no memory yet (it is created on its first run)")
+        if ns.action == "status":
+            out.write(f"agent: {agent.id}\nmemory: {memfs.root} (not created yet)\n")
+        return 0
+    if ns.action == "status":
+        out.write(_status(memfs))
+    elif ns.action == "diff":
+        out.write(memfs.diff())
+    elif ns.action == "log":
+        for commit in memfs.log(ns.limit):
+            out.write(f"{commit.sha[:7]}  {commit.date}  {commit.subject}\n")
+    else:
+        target = Path(ns.out).expanduser().resolve()
+        count = memfs.export(target)
+        out.write(f"exported {count} files from {memfs.revision() or 'HEAD'} to {target}\n")
+    return 0
+
+
+def _status(memfs: MemFS) -> str:
+    paths = memfs.head_paths()
+    system = [p for p in paths if p.startswith("system/") and p.endswith(".md")]
+    skills = sorted({p.split("/")[1] for p in paths if p.startswith("skills/") and p.endswith("/SKILL.md")})
+    other = [p for p in paths if not p.startswith(("system/", "skills/"))]
+    dirty = memfs.status_lines()
+    lines = [
+        f"agent: {memfs.agent_id}",
+        f"memory: {memfs.root}",
+        f"revision: {memfs.revision() or 'none'}",
+        f"system blocks ({len(system)}): {', '.join(system) or '-'}",
+        f"skills ({len(skills)}): {', '.join(skills) or '-'}",
+        f"other files: {len(other)}",
+    ]
+    if dirty:
+        lines.append(f"uncommitted ({len(dirty)}, not in the prompt until committed):")
+        lines.extend(f"  {line}" for line in dirty)
+    else:
+        lines.append("uncommitted: none")
+    return "\n".join(lines) + "\n"

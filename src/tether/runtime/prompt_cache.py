@@ -1,0 +1,316 @@
+"""The compiled system prompt of a conversation, and when it may be reused (reference §4.5).
+
+    compiled = base system (agent system + <env>)
+             + <self> / <memory> blocks from `system/` at MemFS HEAD (+ the other memory files,
+               by path and description only)
+             + project instructions (AGENTS.md, CLAUDE.md in the working directory)
+             + <available_skills>
+             + <memory_metadata>
+
+It is stored per conversation in `system-prompt.json` = {content, coreMemory, compiledAt,
+rawSystemHash, memfsRevision}. `rawSystemHash` is the sha256 of everything that is not memory
+(base system, project instructions, the skills found outside memory); `memfsRevision` is the
+memory's HEAD commit. A send reuses the stored prompt iff both match; checking costs one read of
+the git ref file, no subprocess. A prompt is compiled only on a miss.
+
+Memory changing mid-conversation (a `memory` tool commit between two sends): the reference
+keeps the prompt and sends a `<memory_update>` system message on Anthropic models that accept
+system messages mid-conversation. The local backend's provider request carries one system
+string and no mid-conversation system role, so tether recompiles instead: the next send of the
+same turn already sees the new memory, on every provider. The cost is a provider-side prompt
+cache miss on the system prefix after a memory edit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from tether.memory import blocks
+from tether.memory.memfs import MemFSError
+from tether.protocol.turns import ConversationRef
+
+if TYPE_CHECKING:
+    from tether.backends.local.backend import LocalBackend
+    from tether.backends.local.records import AgentRecord
+    from tether.backends.local.store import LocalStore
+    from tether.core.tools import ToolRegistry
+    from tether.memory.memfs import MemFS
+    from tether.runtime.skills import SkillCatalog
+
+CACHE_FILE = "system-prompt.json"
+PROJECT_FILES = ("AGENTS.md", "CLAUDE.md")
+PROJECT_CAP = 40_000  # characters per instruction file
+PERSONA = "system/persona.md"
+MEMORY_INTRO = (
+    "This is your memory: a git repository of Markdown files that persists across "
+    "conversations. Blocks under system/ are shown below; other files are listed by path and "
+    "description (read them when relevant). Change memory with the `memory` tool; every change "
+    "is a commit, and only committed changes appear here."
+)
+
+
+def read_project_instructions(cwd: Path) -> str:
+    """AGENTS.md and CLAUDE.md from the working directory, each in its own tag ("" if none).
+
+    They are text for the model, not configuration that runs, so they load without trust."""
+    parts = []
+    for name in PROJECT_FILES:
+        path = cwd / name
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace").strip()
+        except (FileNotFoundError, IsADirectoryError, PermissionError):
+            continue
+        if not text:
+            continue
+        if len(text) > PROJECT_CAP:
+            text = text[:PROJECT_CAP] + f"\n[{name} truncated at {PROJECT_CAP} characters]"
+        parts.append(f'<project_instructions source="{name}">\n{text}\n</project_instructions>')
+    return "\n\n".join(parts)
+
+
+def render_memory(files: dict[str, bytes]) -> str:
+    """The memory section from HEAD's files: persona as <self>, system/ blocks in <memory>,
+    the rest (skills/ and mods/ aside) listed by path and description."""
+    persona = ""
+    system: list[str] = []
+    external: list[str] = []
+    for path in sorted(files):
+        if not path.endswith(".md"):
+            continue
+        parsed = blocks.parse(files[path].decode("utf-8", errors="replace"))
+        if path == PERSONA:
+            persona = parsed.body.strip()
+        elif path.startswith("system/"):
+            attrs = f'path="{path}"'
+            if parsed.description:
+                attrs += f' description="{_attr(parsed.description)}"'
+            if parsed.read_only:
+                attrs += ' read_only="true"'
+            system.append(f"<block {attrs}>\n{parsed.body.strip()}\n</block>")
+        elif not path.startswith(("skills/", "mods/")):
+            external.append(f"- {path}: {parsed.description}" if parsed.description else f"- {path}")
+    out = []
+    if persona:
+        out.append(f"<self>\n{persona}\n</self>")
+    body = [MEMORY_INTRO]
+    body.extend(system or ["(no blocks in system/ yet)"])
+    if external:
+        body.append("<memory_files>\n" + "\n".join(external) + "\n</memory_files>")
+    out.append("<memory>\n" + "\n\n".join(body) + "\n</memory>")
+    return "\n\n".join(out)
+
+
+class SystemPrompt:
+    """Resolves one conversation's system prompt per send: stored one if fresh, else compiled.
+
+    Passed to `LocalBackend.system_prompt`; `compilations` counts real compilations (tests and
+    benchmarks read it)."""
+
+    def __init__(
+        self,
+        *,
+        base: str,
+        cache_dir: Callable[[ConversationRef], Path],
+        memfs: MemFS | None = None,
+        skills: SkillCatalog | None = None,
+        project_instructions: str = "",
+    ) -> None:
+        self.base = base
+        self.cache_dir = cache_dir
+        self.memfs = memfs
+        self.skills = skills
+        self.project_instructions = project_instructions
+        self.compilations = 0
+        self._raw_hash = _sha256(
+            "\0".join([base, project_instructions, self._external_skills_text()])
+        )
+        self._last: tuple[ConversationRef, str | None, str] | None = None
+
+    @property
+    def raw_hash(self) -> str:
+        return self._raw_hash
+
+    async def __call__(self, conversation: ConversationRef) -> str:
+        hit = self.cached(conversation)
+        if hit is not None:
+            return hit
+        return await asyncio.to_thread(self.compile, conversation)
+
+    def resolve(self, conversation: ConversationRef) -> str:
+        """The synchronous form, for callers outside an event loop (CLI, benchmarks)."""
+        hit = self.cached(conversation)
+        return hit if hit is not None else self.compile(conversation)
+
+    def cached(self, conversation: ConversationRef) -> str | None:
+        """The stored prompt if its hash and memory revision are current, else None."""
+        revision = self.memfs.revision() if self.memfs is not None else None
+        last = self._last
+        if last is not None and last[0] == conversation and last[1] == revision:
+            return last[2]
+        data = _read_json(self.cache_dir(conversation) / CACHE_FILE)
+        if (
+            isinstance(data, dict)
+            and data.get("rawSystemHash") == self._raw_hash
+            and data.get("memfsRevision") == revision
+            and isinstance(data.get("content"), str)
+        ):
+            self._last = (conversation, revision, data["content"])
+            return data["content"]
+        return None
+
+    def compile(self, conversation: ConversationRef) -> str:
+        """Compile from HEAD and store it; the memory read pins one revision for the whole prompt."""
+        self.compilations += 1
+        memfs = self.memfs
+        revision = memfs.revision() if memfs is not None else None
+        core_memory = ""
+        agent_skills = None
+        readable = True
+        if memfs is not None:
+            try:
+                files = memfs.read_head_tree(rev=revision)
+            except MemFSError as exc:  # a broken memory must not stop the conversation
+                readable = False
+                core_memory = f"<memory>\nYour memory could not be read: {exc}\n</memory>"
+            else:
+                core_memory = render_memory(files)
+                if self.skills is not None:
+                    agent_skills = self.skills.agent_skills(files)
+        compiled_at = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        sections = [self.base.strip()]
+        if core_memory:
+            sections.append(core_memory)
+        if self.project_instructions:
+            sections.append(self.project_instructions)
+        if self.skills is not None and self.skills.enabled:
+            from tether.runtime.skills import render_available
+
+            listing = render_available(self.skills.all(agent_skills or []).values())
+            if listing:
+                sections.append(listing)
+        meta = [f"AGENT_ID: {conversation.agent_id}", f"CONVERSATION_ID: {conversation.conversation_id}"]
+        if memfs is not None:
+            meta += [f"MEMORY_DIR: {memfs.root}", f"MEMORY_REVISION: {revision or 'none'}"]
+        meta.append(f"COMPILED_AT: {compiled_at}")
+        sections.append("<memory_metadata>\n" + "\n".join(meta) + "\n</memory_metadata>")
+        content = "\n\n".join(sections)
+        record = {
+            "content": content,
+            "coreMemory": core_memory,
+            "compiledAt": compiled_at,
+            "rawSystemHash": self._raw_hash,
+            "memfsRevision": revision,
+        }
+        if readable:  # an unreadable memory is retried on the next send, not cached
+            _write_cache(self.cache_dir(conversation) / CACHE_FILE, record)
+            self._last = (conversation, revision, content)
+        return content
+
+    def _external_skills_text(self) -> str:
+        if self.skills is None or not self.skills.enabled:
+            return ""
+        return "\n".join(f"{s.source}\t{s.name}\t{s.description}" for s in self.skills.external)
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
+
+
+def _attr(text: str) -> str:
+    return text.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return orjson.loads(path.read_bytes())
+    except (FileNotFoundError, NotADirectoryError, orjson.JSONDecodeError):
+        return None  # absent or damaged: compile again and replace it
+
+
+def _write_cache(path: Path, record: dict[str, Any]) -> None:
+    from tether.backends.local.locks import write_atomic
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, orjson.dumps(record, option=orjson.OPT_INDENT_2) + b"\n")
+
+
+def project_trusted(settings_trust: str | None, trust_flag: bool, home: Path, cwd: Path) -> bool:
+    """Whether this folder's `.tether/` may supply skills: the settings' verdict when the folder
+    has project settings, else `--trust` or the trust store."""
+    if settings_trust is not None:
+        return settings_trust == "trusted"
+    if trust_flag:
+        return True
+    from tether.runtime.trust import TrustStore
+
+    return TrustStore(home).state(cwd) == "trusted"
+
+
+def attach_memory(
+    *,
+    registry: ToolRegistry,
+    backend: LocalBackend,
+    store: LocalStore,
+    agent: AgentRecord,
+    cwd: Path,
+    trusted: bool,
+    skills_dir: str | None,
+    skill_sources: list[str] | None,
+    no_skills: bool,
+    no_bundled_skills: bool,
+    services: dict[str, Any],
+    warn: Callable[[str], None],
+) -> SystemPrompt:
+    """Open (or create) the agent's MemFS, register the `memory` and `Skill` tools, and give
+    the backend the memory-aware system prompt. Without git, the run goes on without memory."""
+    from tether.memory.memfs import MemFS
+    from tether.runtime.skills import discover_skills, resolve_sources
+    from tether.tools.memory import MemoryTool
+    from tether.tools.skill import SkillTool
+
+    if skills_dir and not no_skills and not Path(skills_dir).expanduser().is_dir():
+        from tether.errors import UsageError
+
+        raise UsageError(f"--skills {skills_dir}: not a directory")
+    memfs: MemFS | None
+    try:
+        memfs = MemFS.open(store.home, agent.id, agent_name=agent.name)
+    except MemFSError as exc:
+        warn(f"agent memory is off for this run: {exc}")
+        memfs = None
+    sources = resolve_sources(
+        skill_sources=skill_sources, no_skills=no_skills, no_bundled=no_bundled_skills
+    )
+    catalog = discover_skills(
+        home=store.home,
+        cwd=cwd,
+        sources=sources,
+        project_trusted=trusted,
+        skills_dir=Path(skills_dir).expanduser().resolve() if skills_dir else None,
+        memfs=memfs,
+    )
+    for message in catalog.ignored:
+        warn(f"skipping skill {message}")
+    if memfs is not None:
+        registry.register(MemoryTool(memfs))
+        services["memfs"] = memfs
+    if catalog.enabled:
+        registry.register(SkillTool(catalog))
+    prompt = SystemPrompt(
+        base=backend.system,
+        cache_dir=lambda c: store.conversation_dir(c.agent_id, c.conversation_id),
+        memfs=memfs,
+        skills=catalog if catalog.enabled else None,
+        project_instructions=read_project_instructions(cwd),
+    )
+    backend.system_prompt = prompt
+    services["system_prompt"] = prompt
+    services["skills"] = catalog
+    return prompt
