@@ -34,6 +34,10 @@ def main(argv: Sequence[str]) -> int:
         from tether.cli.mods_cmd import run_mods_command
 
         return run_mods_command(argv[0], argv[1:])
+    if argv and argv[0] == "server":
+        from tether.server.app_server import run_server_command
+
+        return run_server_command(argv[1:])
     if argv and argv[0] == "trust":
         from tether.cli.trust import run_trust
 

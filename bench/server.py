@@ -1,0 +1,179 @@
+"""App Server under load: N concurrent conversations, each running M text turns against the fake
+provider through the real `tether server` subprocess.
+
+Run: .venv/bin/python bench/server.py [--conversations 50] [--turns 5]
+All runtimes are started first (runtime_start builds a session synchronously, like a headless
+run's bootstrap), then every conversation runs its turns at once. Prints turns/s and p50/p99 of
+input → turn_finished for that phase, runtime_start p50/p99, and the server's peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from websockets.asyncio.client import connect  # noqa: E402
+
+from tether.testing import fake_provider  # noqa: E402
+from tether.testing.fake_provider import FakeProvider  # noqa: E402
+
+# socketserver's listen backlog is 5: with 50 conversations calling at once, the fake provider
+# (not the App Server) would drop SYNs and add 1 s / 3 s TCP retransmits to the tail.
+fake_provider._Server.request_queue_size = 256
+
+TETHER = str(Path(sys.executable).with_name("tether"))
+MODEL = "anthropic/bench"
+
+
+async def recv_until(ws: object, kind: str, **match: str) -> dict:
+    while True:
+        frame = json.loads(await ws.recv())  # type: ignore[attr-defined]
+        if frame.get("type") == kind and all(frame.get(k) == v for k, v in match.items()):
+            return frame
+
+
+async def conversation(
+    url: str,
+    cwd: str,
+    agent_id: str | None,
+    turns: int,
+    latencies: list[float],
+    starts: list[float],
+    ready: asyncio.Barrier | None = None,
+) -> str:
+    async with connect(url, max_size=None) as ws:
+        t0 = time.perf_counter()
+        spec: dict = (
+            {"agent_id": agent_id} if agent_id else {"create_agent": {"body": {"model": MODEL}}}
+        )
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "runtime_start",
+                    "request_id": "s",
+                    "cwd": cwd,
+                    "create_conversation": {},
+                    **spec,
+                }
+            )
+        )
+        started = await recv_until(ws, "runtime_start_response")
+        assert started["success"], started
+        starts.append(time.perf_counter() - t0)
+        runtime = started["runtime"]
+        if ready is not None:  # every runtime is up before any turn: steady-state latencies
+            await ready.wait()
+        for n in range(turns):
+            rid = f"t{n}"
+            t1 = time.perf_counter()
+            await ws.send(
+                json.dumps(
+                    {
+                        "type": "input",
+                        "request_id": rid,
+                        "runtime": runtime,
+                        "payload": {
+                            "kind": "create_message",
+                            "messages": [{"role": "user", "content": f"ping {n}"}],
+                        },
+                    }
+                )
+            )
+            finished = await recv_until(ws, "turn_finished", request_id=rid)
+            assert finished["stop_reason"] == "end_turn", finished
+            latencies.append(time.perf_counter() - t1)
+        return runtime["agent_id"]
+
+
+def peak_rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def drive(url: str, cwd: str, n: int, turns: int) -> tuple[list[float], list[float], float]:
+    """Returns turn latencies, runtime_start latencies, and the wall time of the turn phase."""
+    latencies: list[float] = []
+    starts: list[float] = []
+    agent = await conversation(url, cwd, None, 1, [], starts)  # warm-up: creates the shared agent
+    starts.clear()
+    ready = asyncio.Barrier(n + 1)
+    tasks = [
+        asyncio.ensure_future(conversation(url, cwd, agent, turns, latencies, starts, ready))
+        for _ in range(n)
+    ]
+    await ready.wait()
+    t0 = time.perf_counter()
+    await asyncio.gather(*tasks)
+    return latencies, starts, time.perf_counter() - t0
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--conversations", type=int, default=50)
+    parser.add_argument("--turns", type=int, default=5)
+    args = parser.parse_args()
+    n, turns = args.conversations, args.turns
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        FakeProvider([{"text": "pong"}] * (n * turns + 1)) as fake,
+    ):
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("TETHER_", "ANTHROPIC_", "OPENAI_"))
+        }
+        env.update(
+            TETHER_HOME=str(Path(tmp) / "home"),
+            ANTHROPIC_BASE_URL=fake.url,
+            ANTHROPIC_API_KEY="bench",
+        )
+        proc = subprocess.Popen(
+            [TETHER, "server", "--listen", "ws://127.0.0.1:0", "--max-queue", "64"],
+            env=env,
+            cwd=tmp,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            url = proc.stdout.readline().strip()
+            latencies, starts, wall = asyncio.run(drive(url, tmp, n, turns))
+            rss = peak_rss_mib(proc.pid)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=30)
+    total = len(latencies)
+    print(f"conversations            {n} concurrent, {turns} text turns each ({total} turns)")
+    print(f"throughput               {total / wall:7.1f} turns/s   (wall {wall:.2f} s)")
+    print(
+        f"input -> turn_finished   p50 {pct(latencies, 0.5):7.1f} ms   p99 {pct(latencies, 0.99):7.1f} ms"
+        f"   mean {statistics.mean(latencies) * 1000:.1f} ms"
+    )
+    print(
+        f"runtime_start            p50 {pct(starts, 0.5):7.1f} ms   p99 {pct(starts, 0.99):7.1f} ms"
+    )
+    print(f"server peak RSS          {rss:7.1f} MiB   (exit {code} on SIGTERM)")
+    print(f"fake provider requests   {len(fake.requests)}   violations {len(fake.violations)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The App Server: `tether server --listen ws://…`, protocol v2 over one websocket per client."""

@@ -1,0 +1,465 @@
+"""`tether server`: the App Server (reference §12.1) on `websockets`' asyncio server.
+
+HTTP is answered in the `process_request` hook, before any upgrade: every request passes the
+Host (DNS rebinding), bearer and Origin checks of `auth.py` first; `/healthz` and `/readyz`
+say `ok`; `/app-server-info` (authenticated) describes the server; the configured path (or
+`/`) upgrades, `?channel=` (split channels) gets 426. Each websocket is one client speaking
+protocol v2; frames larger than `--max-frame-bytes` close it (1009); pings every 30 s and a
+client silent for 90 s after its last pong is reaped. SIGTERM / SIGINT stop it cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import os
+import signal
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import orjson
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from tether.backends.local.store import LocalStore
+from tether.errors import TetherError, UsageError
+from tether.server import auth, protocol_v2
+from tether.server.checkpoints import CheckpointStore, new_owner
+from tether.server.protocol_v2 import (
+    AbortMessage,
+    ApprovalResponse,
+    AppServerInfo,
+    ChangeDeviceState,
+    CreateMessage,
+    EventStream,
+    FrameError,
+    RuntimeScope,
+    RuntimeStart,
+    Sync,
+)
+from tether.server.runtime import ConversationRuntime
+from tether.server.runtime_start import ServerContext, build_prepared, check_cwd, resolve_runtime
+
+DEFAULT_LISTEN = "ws://127.0.0.1:0"
+DEFAULT_PATH = "/ws"
+DEFAULT_MAX_FRAME = 16 * 1024 * 1024
+OUTBOX_LIMIT = 10_000  # frames waiting for a client that does not read; past it, it is closed
+HEALTH_PATHS = ("/healthz", "/readyz")
+
+
+@dataclass
+class ServerOptions:
+    listen: str = DEFAULT_LISTEN
+    policy: auth.AuthPolicy = field(default_factory=auth.AuthPolicy)
+    max_frame_bytes: int = DEFAULT_MAX_FRAME
+    ping_interval: float = 30.0
+    ping_timeout: float = 60.0  # a ping unanswered this long closes: ~90 s since the last pong
+    max_queue: int = 32
+    cwd: Path | None = None
+
+
+def parse_listen_url(url: str) -> tuple[str, int, str]:
+    """(host, port, path) of a `ws://host:port[/path]` listen URL; UsageError otherwise."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port if parts.port is not None else 0
+    except ValueError as exc:
+        raise UsageError(f"--listen {url!r}: {exc}") from None
+    if parts.scheme != "ws":
+        raise UsageError(f"--listen {url!r}: only ws:// listen URLs are supported")
+    if (
+        parts.username
+        or parts.password
+        or parts.query
+        or parts.fragment
+        or "?" in url
+        or "#" in url
+    ):
+        raise UsageError(f"--listen {url!r}: the URL cannot include auth, a query or a fragment")
+    if not parts.hostname:
+        raise UsageError(f"--listen {url!r}: the URL needs a host")
+    path = parts.path if parts.path not in ("", "/") else DEFAULT_PATH
+    return auth.normalize_host(parts.hostname), port, path
+
+
+class Connection:
+    """One websocket client: an outbox drained by a writer task, and the runtimes it started."""
+
+    def __init__(self, ws: ServerConnection, ident: str) -> None:
+        self.ws = ws
+        self.id = ident
+        self.outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(OUTBOX_LIMIT)
+        self.runtimes: dict[RuntimeScope, ConversationRuntime] = {}
+        self.closed = False
+
+    def send_frame(self, frame: dict[str, Any]) -> None:
+        if self.closed:
+            return
+        try:
+            self.outbox.put_nowait(frame)
+        except asyncio.QueueFull:
+            self.closed = True
+            asyncio.ensure_future(self.ws.close(1008, "client is not reading its frames"))
+
+    async def pump(self) -> None:
+        try:
+            while True:
+                frame = await self.outbox.get()
+                await self.ws.send(orjson.dumps(frame).decode())
+        except ConnectionClosed:
+            self.closed = True
+
+
+class AppServer:
+    def __init__(self, options: ServerOptions, ctx: ServerContext) -> None:
+        self.options = options
+        self.ctx = ctx
+        self.host, self.port, self.path = parse_listen_url(options.listen)
+        auth.check_listen(self.host, options.policy)
+        self.instance = uuid.uuid4().hex[:8]
+        self.runtimes: dict[RuntimeScope, ConversationRuntime] = {}
+        self.connections: set[Connection] = set()
+        self.allowed_hosts: frozenset[str] | None = None
+        self._server: Server | None = None
+        self._ids = itertools.count(1)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"ws://{host}:{self.port}{self.path}"
+
+    async def start(self) -> str:
+        bind = "127.0.0.1" if self.host == "localhost" else self.host  # one socket, one port
+        self._server = await serve(
+            self.handle,
+            bind,
+            self.port,
+            process_request=self.process_request,
+            max_size=self.options.max_frame_bytes,
+            ping_interval=self.options.ping_interval,
+            ping_timeout=self.options.ping_timeout,
+            server_header=None,
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self.allowed_hosts = auth.allowed_host_headers(self.host, self.port)
+        return self.url
+
+    async def stop(self) -> None:
+        """Stop accepting, end running turns (clients still get their turn_finished), flush
+        what is queued for each client, then close every connection (1001)."""
+        if self._server is not None:
+            self._server.close(close_connections=False)
+        await asyncio.gather(*(rt.close() for rt in self.runtimes.values()), return_exceptions=True)
+        self.runtimes.clear()
+        deadline = time.monotonic() + 2
+        while (
+            any(not c.closed and not c.outbox.empty() for c in self.connections)
+            and time.monotonic() < deadline
+        ):
+            await asyncio.sleep(0.01)
+        await asyncio.gather(
+            *(c.ws.close(1001, "server shutting down") for c in list(self.connections)),
+            return_exceptions=True,
+        )
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 10)
+
+    # --- HTTP, before any upgrade -------------------------------------------------------------
+
+    def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        url = urlsplit(request.path)
+        rejection = auth.check_request(
+            list(request.headers.raw_items()),
+            self.options.policy,
+            allowed_hosts=self.allowed_hosts,
+            now=time.time(),
+        )
+        if url.path in HEALTH_PATHS:
+            if rejection is not None and rejection.status != 401:
+                return connection.respond(rejection.status, rejection.message + "\n")
+            return connection.respond(200, "ok\n")
+        if rejection is not None:
+            return connection.respond(rejection.status, rejection.message + "\n")
+        if url.path == "/app-server-info":
+            response = connection.respond(
+                200, orjson.dumps(protocol_v2.app_server_info_response(None)).decode()
+            )
+            del response.headers["Content-Type"]
+            response.headers["Content-Type"] = "application/json"
+            return response
+        if url.path not in (self.path, "/"):
+            return connection.respond(404, f"no such endpoint: {url.path}\n")
+        if "channel" in parse_qs(url.query, keep_blank_values=True):
+            return connection.respond(
+                426, "split channels are not supported: connect without ?channel=\n"
+            )
+        return None
+
+    # --- websocket clients --------------------------------------------------------------------
+
+    async def handle(self, ws: ServerConnection) -> None:
+        conn = Connection(ws, f"app-server-{next(self._ids)}")
+        self.connections.add(conn)
+        writer = asyncio.ensure_future(conn.pump())
+        try:
+            async for raw in ws:
+                self.dispatch(conn, raw)
+        except ConnectionClosed:
+            pass
+        finally:
+            self.connections.discard(conn)
+            conn.closed = True
+            for rt in conn.runtimes.values():
+                rt.unsubscribe(conn)
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
+
+    def dispatch(self, conn: Connection, raw: str | bytes) -> None:
+        try:
+            frame = protocol_v2.parse_frame(raw)
+            self._dispatch(conn, frame)
+        except FrameError as exc:
+            conn.send_frame(
+                protocol_v2.error_frame(
+                    exc.message, request_id=exc.request_id, frame_type=exc.frame_type
+                )
+            )
+        except Exception as exc:  # a server bug: say so, keep the connection and the server
+            traceback.print_exc(file=sys.stderr)
+            conn.send_frame(
+                protocol_v2.error_frame(f"internal server error ({type(exc).__name__}: {exc})")
+            )
+
+    def _dispatch(self, conn: Connection, frame: protocol_v2.ClientFrame) -> None:
+        if isinstance(frame, AppServerInfo):
+            conn.send_frame(protocol_v2.app_server_info_response(frame.request_id))
+            return
+        if isinstance(frame, RuntimeStart):
+            self.runtime_start(conn, frame)
+            return
+        rt = conn.runtimes.get(frame.runtime)
+        if rt is None:
+            raise FrameError(
+                f"runtime {frame.runtime.agent_id}/{frame.runtime.conversation_id} is not started on "
+                "this connection; send runtime_start first",
+                request_id=frame.request_id,
+            )
+        if isinstance(frame, CreateMessage):
+            answer = rt.submit(frame)
+            if frame.request_id is not None:
+                conn.send_frame(
+                    rt.stream.frame("input_accepted", request_id=frame.request_id, **answer)
+                )
+        elif isinstance(frame, ApprovalResponse):
+            problem = rt.answer_approval(frame)
+            if problem is not None:
+                raise FrameError(problem, request_id=frame.request_id, frame_type="input")
+        elif isinstance(frame, ChangeDeviceState):
+            try:
+                rt.change_device_state(frame.mode, frame.cwd)
+            except TetherError as exc:
+                raise FrameError(
+                    f"change_device_state: {exc}",
+                    request_id=frame.request_id,
+                    frame_type="change_device_state",
+                ) from None
+            if frame.request_id is not None:
+                conn.send_frame(
+                    {
+                        "type": "change_device_state_response",
+                        "request_id": frame.request_id,
+                        "success": True,
+                        "applied": not rt.busy,
+                    }
+                )
+        elif isinstance(frame, AbortMessage):
+            aborted = rt.abort(frame.run_id)
+            if frame.request_id is not None:
+                conn.send_frame(
+                    {
+                        "type": "abort_message_response",
+                        "request_id": frame.request_id,
+                        "success": True,
+                        "aborted": aborted,
+                    }
+                )
+        elif isinstance(frame, Sync):
+            for state in rt.state_frames():
+                conn.send_frame(state)
+
+    def runtime_start(self, conn: Connection, frame: RuntimeStart) -> None:
+        try:
+            cwd = check_cwd(frame.cwd, self.ctx.default_cwd)
+            resolved = resolve_runtime(self.ctx, frame)
+            rt = self.runtimes.get(resolved.scope)
+            if rt is None:
+                prepared = build_prepared(self.ctx, resolved.scope, cwd, frame.mode)
+                rt = ConversationRuntime(
+                    self.ctx, prepared, EventStream(resolved.scope, self.instance)
+                )
+                self.runtimes[resolved.scope] = rt
+            recovered = rt.recover_now()
+        except (TetherError, OSError) as exc:
+            conn.send_frame(
+                {
+                    "type": "runtime_start_response",
+                    "request_id": frame.request_id,
+                    "success": False,
+                    "runtime": None,
+                    "agent": None,
+                    "conversation": None,
+                    "created": {"agent": False, "conversation": False},
+                    "error": str(exc),
+                }
+            )
+            return
+        rt.subscribe(conn)
+        conn.runtimes[resolved.scope] = rt
+        scope = resolved.scope
+        conn.send_frame(
+            {
+                "type": "runtime_start_response",
+                "request_id": frame.request_id,
+                "success": True,
+                "runtime": scope.to_dict(),
+                "agent": {
+                    "id": scope.agent_id,
+                    "model": rt.p.session.model,
+                    "tools": rt.p.registry.names(),
+                },
+                "conversation": {"id": scope.conversation_id, "agent_id": scope.agent_id},
+                "created": {
+                    "agent": resolved.created_agent,
+                    "conversation": resolved.created_conversation,
+                },
+                "recovered_effects": [
+                    {
+                        "tool_call_id": r.tool_call_id,
+                        "tool_name": r.tool_name,
+                        "outcome": r.outcome,
+                        "output": r.output,
+                    }
+                    for r in recovered
+                ],
+            }
+        )
+        for state in rt.state_frames():
+            conn.send_frame(state)
+
+
+# --- the command --------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message} (see `tether server --help`)")
+
+
+def _parser() -> _Parser:
+    p = _Parser(
+        prog="tether server", description="Serve agents to protocol v2 clients over a websocket."
+    )
+    p.add_argument(
+        "--listen", default=DEFAULT_LISTEN, help=f"ws://host:port[/path] (default {DEFAULT_LISTEN})"
+    )
+    p.add_argument("--ws-auth", help="capability-token | signed-bearer-token")
+    p.add_argument("--ws-token-file", help="absolute path of a file holding the bearer token")
+    p.add_argument("--ws-token-sha256", help="hex SHA-256 of the bearer token")
+    p.add_argument(
+        "--ws-shared-secret-file", help="absolute path of the HS256 secret (>= 32 bytes)"
+    )
+    p.add_argument("--ws-issuer")
+    p.add_argument("--ws-audience")
+    p.add_argument("--ws-max-clock-skew-seconds")
+    p.add_argument("--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME)
+    p.add_argument("--ping-interval", type=float, default=30.0)
+    p.add_argument("--ping-timeout", type=float, default=60.0)
+    p.add_argument(
+        "--max-queue", type=int, default=32, help="inputs that may wait per conversation"
+    )
+    p.add_argument("--cwd", help="working directory for runtimes that name none (default: here)")
+    p.add_argument("--openai-api", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def options_from_argv(argv: Sequence[str]) -> ServerOptions:
+    ns = _parser().parse_args(list(argv))
+    if ns.openai_api:
+        raise UsageError("--openai-api is not available in this build yet")
+    for flag, value in (("--max-frame-bytes", ns.max_frame_bytes), ("--max-queue", ns.max_queue)):
+        if value <= 0:
+            raise UsageError(f"{flag} must be a positive integer")
+    policy = auth.policy_from_flags(
+        auth.AuthFlags(
+            ns.ws_auth,
+            ns.ws_token_file,
+            ns.ws_token_sha256,
+            ns.ws_shared_secret_file,
+            ns.ws_issuer,
+            ns.ws_audience,
+            ns.ws_max_clock_skew_seconds,
+        )
+    )
+    cwd = check_cwd(ns.cwd, Path.cwd()) if ns.cwd else None
+    return ServerOptions(
+        ns.listen, policy, ns.max_frame_bytes, ns.ping_interval, ns.ping_timeout, ns.max_queue, cwd
+    )
+
+
+def make_context(options: ServerOptions, env: dict[str, str]) -> ServerContext:
+    from tether.runtime.session import tether_home
+
+    home = tether_home(env)
+    return ServerContext(
+        store=LocalStore(home),
+        checkpoints=CheckpointStore(home / "checkpoints.db"),
+        env=env,
+        default_cwd=options.cwd or Path.cwd(),
+        owner=new_owner(),
+        max_queue=options.max_queue,
+    )
+
+
+async def serve_until_signalled(options: ServerOptions) -> int:
+    ctx = make_context(options, dict(os.environ))
+    server = AppServer(options, ctx)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        url = await server.start()
+    except OSError as exc:
+        ctx.checkpoints.close()
+        raise TetherError(f"cannot listen on {options.listen}: {exc.strerror or exc}") from None
+    sys.stdout.write(url + "\n")
+    sys.stdout.flush()
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+        ctx.checkpoints.close()
+    return 0
+
+
+def run_server_command(argv: Sequence[str]) -> int:
+    try:
+        options = options_from_argv(argv)
+        parse_listen_url(options.listen)
+        auth.check_listen(parse_listen_url(options.listen)[0], options.policy)
+        return asyncio.run(serve_until_signalled(options))
+    except TetherError as exc:
+        sys.stderr.write(f"Error: {exc}\n")
+        return 1

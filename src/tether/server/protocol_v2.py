@@ -1,0 +1,439 @@
+"""Protocol v2 frames (reference §12.3): parsing what clients send, building what the server sends.
+
+Parsing is strict where bytes come in: a frame that is not JSON, has an unknown `type` or lacks a
+field becomes a `FrameError` naming the field; the connection stays up. Server frames scoped to
+a runtime carry `runtime`, `event_seq` (monotonic per runtime), `emitted_at` and
+`idempotency_key` (stable per event, so a client can drop a frame it has already seen).
+Model output travels as `stream_delta{delta}`, the delta being the chunk exactly as headless
+stream-json writes it (`type: "message"` + the Letta message fields).
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from tether import __version__
+from tether.core.turn import Event
+from tether.errors import ProtocolError
+from tether.protocol import wire
+from tether.protocol.chunks import ErrorChunk, RetryNotice, ToolCallRequest, iso_now
+from tether.protocol.messages import ImagePart, TextPart, UserPart
+from tether.protocol.turns import LocalToolCall, LocalToolReturn, TurnError
+
+PROTOCOL_VERSION = 1
+
+LOOP_STATUSES = (
+    "SENDING_API_REQUEST",
+    "WAITING_FOR_API_RESPONSE",
+    "RETRYING_API_REQUEST",
+    "PROCESSING_API_RESPONSE",
+    "EXECUTING_CLIENT_SIDE_TOOL",
+    "EXECUTING_COMMAND",
+    "WAITING_ON_APPROVAL",
+    "WAITING_ON_INPUT",
+)
+
+
+class FrameError(ProtocolError):
+    """A client frame the server cannot act on; `str()` says which field and why."""
+
+    def __init__(
+        self, message: str, *, request_id: str | None = None, frame_type: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.request_id = request_id
+        self.frame_type = frame_type
+
+
+# --- client → server ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeScope:
+    agent_id: str
+    conversation_id: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"agent_id": self.agent_id, "conversation_id": self.conversation_id}
+
+
+@dataclass(frozen=True, slots=True)
+class AppServerInfo:
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeStart:
+    request_id: str
+    agent_id: str | None
+    create_agent: dict[str, Any] | None
+    conversation_id: str | None
+    create_conversation: dict[str, Any] | None
+    cwd: str | None
+    mode: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    client_message_id: str
+    parts: tuple[UserPart, ...]
+    content: Any  # as the client sent it, echoed in update_queue
+
+
+@dataclass(frozen=True, slots=True)
+class CreateMessage:
+    request_id: str | None
+    idempotency_key: str | None  # the client's key, else its request_id
+    runtime: RuntimeScope
+    messages: tuple[NewMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalResponse:
+    request_id: str | None
+    runtime: RuntimeScope
+    approval_request_id: str
+    allow: bool
+    message: str
+    updated_input: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeDeviceState:
+    request_id: str | None
+    runtime: RuntimeScope
+    mode: str | None
+    cwd: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AbortMessage:
+    request_id: str | None
+    runtime: RuntimeScope
+    run_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Sync:
+    request_id: str | None
+    runtime: RuntimeScope
+
+
+ClientFrame = (
+    AppServerInfo
+    | RuntimeStart
+    | CreateMessage
+    | ApprovalResponse
+    | ChangeDeviceState
+    | AbortMessage
+    | Sync
+)
+FRAME_TYPES = (
+    "app_server_info",
+    "runtime_start",
+    "input",
+    "change_device_state",
+    "abort_message",
+    "sync",
+)
+
+
+def parse_frame(raw: str | bytes) -> ClientFrame:
+    try:
+        msg = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise FrameError(f"frame is not valid JSON ({exc})") from None
+    if not isinstance(msg, dict):
+        raise FrameError(f"frame must be a JSON object, got {type(msg).__name__}")
+    kind = msg.get("type")
+    rid = msg.get("request_id")
+    request_id = rid if isinstance(rid, str) else None
+    if not isinstance(kind, str):
+        raise FrameError("frame needs a string 'type'", request_id=request_id)
+    reader = _Reader(msg, kind, request_id)
+    if rid is not None and request_id is None:
+        raise reader.fail("request_id", "must be a string")
+    if kind == "app_server_info":
+        return AppServerInfo(reader.required_str("request_id"))
+    if kind == "runtime_start":
+        return _runtime_start(reader)
+    if kind == "input":
+        return _input(reader)
+    if kind == "change_device_state":
+        payload = reader.obj("payload", required=True)
+        assert payload is not None
+        sub = _Reader(payload, kind, request_id, "payload.")
+        return ChangeDeviceState(
+            request_id, reader.runtime(), sub.opt_str("mode"), sub.opt_str("cwd")
+        )
+    if kind == "abort_message":
+        return AbortMessage(request_id, reader.runtime(), reader.opt_str("run_id"))
+    if kind == "sync":
+        return Sync(request_id, reader.runtime())
+    raise FrameError(
+        f"unknown frame type {kind!r}; this server accepts: {', '.join(FRAME_TYPES)}",
+        request_id=request_id,
+        frame_type=kind,
+    )
+
+
+def _runtime_start(r: _Reader) -> RuntimeStart:
+    request_id = r.required_str("request_id")
+    agent_id, create_agent = r.opt_str("agent_id"), r.obj("create_agent")
+    if (agent_id is None) == (create_agent is None):
+        raise r.fail("agent_id", "give exactly one of 'agent_id' or 'create_agent'")
+    conversation_id, create_conversation = (
+        r.opt_str("conversation_id"),
+        r.obj("create_conversation"),
+    )
+    if conversation_id is not None and create_conversation is not None:
+        raise r.fail(
+            "conversation_id", "give at most one of 'conversation_id' or 'create_conversation'"
+        )
+    if create_conversation is not None and agent_id is None and create_agent is None:
+        raise r.fail("create_conversation", "needs an agent")
+    return RuntimeStart(
+        request_id,
+        agent_id,
+        create_agent,
+        conversation_id,
+        create_conversation,
+        r.opt_str("cwd"),
+        r.opt_str("mode"),
+    )
+
+
+def _input(r: _Reader) -> CreateMessage | ApprovalResponse:
+    runtime = r.runtime()
+    payload = r.obj("payload", required=True)
+    assert payload is not None
+    p = _Reader(payload, "input", r.request_id, "payload.")
+    kind = p.required_str("kind")
+    if kind == "create_message":
+        items = payload.get("messages")
+        if not isinstance(items, list) or not items:
+            raise p.fail("messages", "must be a non-empty list of messages")
+        messages = tuple(_message(p, item, n) for n, item in enumerate(items))
+        key = r.opt_str("idempotency_key") or r.request_id
+        return CreateMessage(r.request_id, key, runtime, messages)
+    if kind == "approval_response":
+        approval_id = p.required_str("request_id")
+        if "error" in payload:
+            return ApprovalResponse(
+                r.request_id, runtime, approval_id, False, str(payload["error"]), None
+            )
+        decision = p.obj("decision", required=True)
+        assert decision is not None
+        d = _Reader(decision, "input", r.request_id, "payload.decision.")
+        behavior = d.required_str("behavior")
+        if behavior == "allow":
+            updated = decision.get("updated_input")
+            if updated is not None and not isinstance(updated, dict):
+                raise d.fail("updated_input", "must be an object or null")
+            return ApprovalResponse(
+                r.request_id, runtime, approval_id, True, d.opt_str("message") or "", updated
+            )
+        if behavior == "deny":
+            message = d.opt_str("message") or "Denied by the client"
+            return ApprovalResponse(r.request_id, runtime, approval_id, False, message, None)
+        raise d.fail("behavior", "must be 'allow' or 'deny'")
+    raise p.fail("kind", "must be 'create_message' or 'approval_response'")
+
+
+def _message(p: _Reader, item: Any, n: int) -> NewMessage:
+    where = f"messages[{n}]"
+    if not isinstance(item, dict):
+        raise p.fail(where, "must be an object")
+    role = item.get("role", "user")
+    if role != "user":
+        raise p.fail(f"{where}.role", "must be 'user'")
+    content = item.get("content")
+    parts = user_parts(content)
+    if parts is None:
+        raise p.fail(f"{where}.content", "must be a string or a list of text/image parts")
+    cmid = item.get("client_message_id")
+    if cmid is not None and not isinstance(cmid, str):
+        raise p.fail(f"{where}.client_message_id", "must be a string")
+    return NewMessage(cmid or f"cm-{uuid.uuid4().hex[:12]}", parts, content)
+
+
+def user_parts(content: Any) -> tuple[UserPart, ...] | None:
+    """A Letta MessageCreate content (string, or text / base64 image parts) as message parts."""
+    if isinstance(content, str):
+        return (TextPart(content),) if content else None
+    if not isinstance(content, list):
+        return None
+    parts: list[UserPart] = []
+    for part in content:
+        if not isinstance(part, dict):
+            return None
+        if part.get("type") == "text" and isinstance(part.get("text"), str):
+            parts.append(TextPart(part["text"]))
+        elif part.get("type") == "image":
+            source = part["source"] if isinstance(part.get("source"), dict) else part
+            data, mime = source.get("data"), source.get("media_type") or source.get("mimeType")
+            if not (isinstance(data, str) and isinstance(mime, str)):
+                return None
+            parts.append(ImagePart(data, mime))
+        else:
+            return None
+    return tuple(parts) or None
+
+
+class _Reader:
+    """Field access that fails with the frame type and the field's path."""
+
+    def __init__(
+        self, msg: dict[str, Any], kind: str, request_id: str | None, prefix: str = ""
+    ) -> None:
+        self.msg, self.kind, self.request_id, self.prefix = msg, kind, request_id, prefix
+
+    def fail(self, field: str, why: str) -> FrameError:
+        return FrameError(
+            f"{self.kind}: '{self.prefix}{field}' {why}",
+            request_id=self.request_id,
+            frame_type=self.kind,
+        )
+
+    def required_str(self, field: str) -> str:
+        value = self.msg.get(field)
+        if not isinstance(value, str) or not value:
+            raise self.fail(field, "is required (a non-empty string)")
+        return value
+
+    def opt_str(self, field: str) -> str | None:
+        value = self.msg.get(field)
+        if value is not None and not isinstance(value, str):
+            raise self.fail(field, "must be a string")
+        return value or None
+
+    def obj(self, field: str, *, required: bool = False) -> dict[str, Any] | None:
+        value = self.msg.get(field)
+        if value is None and not required:
+            return None
+        if not isinstance(value, dict):
+            raise self.fail(
+                field, "is required (an object)" if value is None else "must be an object"
+            )
+        return value
+
+    def runtime(self) -> RuntimeScope:
+        scope = self.obj("runtime", required=True)
+        assert scope is not None
+        sub = _Reader(scope, self.kind, self.request_id, f"{self.prefix}runtime.")
+        return RuntimeScope(sub.required_str("agent_id"), sub.required_str("conversation_id"))
+
+
+# --- server → client ------------------------------------------------------------------------
+
+
+def error_frame(
+    message: str, *, request_id: str | None = None, frame_type: str | None = None
+) -> dict[str, Any]:
+    frame: dict[str, Any] = {"type": "error", "message": message, "emitted_at": iso_now()}
+    if request_id is not None:
+        frame["request_id"] = request_id
+    if frame_type is not None:
+        frame["frame_type"] = frame_type
+    return frame
+
+
+def app_server_info_response(request_id: str | None) -> dict[str, Any]:
+    return {
+        "type": "app_server_info_response",
+        "request_id": request_id,
+        "success": True,
+        "backend": "local",
+        "letta_code_version": __version__,
+        "protocol_version": PROTOCOL_VERSION,
+        "capabilities": {
+            "agent_management": True,
+            "conversation_management": True,
+            "memory_management": False,
+            "runtime_start": True,
+            "runtime_workspace_sandbox": False,
+            "runtime_external_tools_update": False,
+            "split_channels": False,
+        },
+    }
+
+
+class EventStream:
+    """Envelopes for one runtime's frames: a shared, monotonic `event_seq` for every subscriber."""
+
+    def __init__(self, scope: RuntimeScope, instance: str) -> None:
+        self.scope = scope
+        self.instance = instance  # keeps idempotency keys unique across server restarts
+        self.envelope = wire.Envelope(scope.agent_id, scope.conversation_id)
+        self._seq = itertools.count(1)
+        self.last_seq = 0
+
+    def frame(self, kind: str, **fields: Any) -> dict[str, Any]:
+        self.last_seq = seq = next(self._seq)
+        return {
+            "type": kind,
+            **fields,
+            "runtime": self.scope.to_dict(),
+            "event_seq": seq,
+            "emitted_at": iso_now(),
+            "idempotency_key": f"{self.instance}:{self.scope.conversation_id}:{seq}",
+        }
+
+    def delta(self, event: Event) -> dict[str, Any] | None:
+        """The stream_delta payload for one turn event, or None for what headless drops too."""
+        env = self.envelope
+        if isinstance(event, LocalToolCall):
+            return wire.tool_call_event(env, event)
+        if isinstance(event, LocalToolReturn):
+            return wire.tool_return_event(env, event)
+        if isinstance(event, TurnError):
+            delta: dict[str, Any] = {
+                "message_type": "loop_error",
+                "id": f"loop-error-{uuid.uuid4().hex[:12]}",
+                "date": iso_now(),
+                "message": event.message,
+                "stop_reason": event.stop_reason,
+                "is_terminal": True,
+            }
+            if event.run_id:
+                delta["run_id"] = event.run_id
+            if event.api_error:
+                delta["api_error"] = event.api_error
+            return delta
+        if isinstance(event, RetryNotice):
+            retry: dict[str, Any] = {
+                "message_type": "retry",
+                "id": f"retry-{uuid.uuid4().hex[:12]}",
+                "date": iso_now(),
+                "message": event.message,
+                "reason": "llm_api_error",
+                "attempt": event.attempt,
+                "max_attempts": event.max_attempts,
+                "delay_ms": event.delay_ms,
+            }
+            if event.run_id:
+                retry["run_id"] = event.run_id
+            return retry
+        if isinstance(event, ToolCallRequest | ErrorChunk):
+            return None  # approvals go out as control_request; errors as loop_error
+        return wire.chunk_event(env, event, partial=False)
+
+    def lifecycle(
+        self, message_type: str, tool_call_id: str, run_id: str | None, **extra: Any
+    ) -> dict[str, Any]:
+        delta: dict[str, Any] = {
+            "message_type": message_type,
+            "id": f"{message_type}-{tool_call_id}",
+            "date": iso_now(),
+            "tool_call_id": tool_call_id,
+            **extra,
+        }
+        if run_id:
+            delta["run_id"] = run_id
+        return delta

@@ -1,0 +1,500 @@
+"""The conversation runtime the App Server drives: one conversation, one bounded input queue, at
+most one turn at a time (the store's turn lock makes that hold across processes too).
+
+Every client subscribed to a runtime sees the same frames with the same `event_seq`. Inputs are
+queued in arrival order and run one turn each; approvals go out as `control_request
+{can_use_tool}` to every subscriber and the first `approval_response` settles them; an abort
+cancels the running turn (its tool process groups are killed by the tools themselves). Before
+each turn, tool calls a crashed run left open are answered from their effect checkpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from tether import __version__
+from tether.cli.runner import Prepared
+from tether.core.approvals import Classified
+from tether.core.tools import ToolContext
+from tether.core.turn import ApprovalAnswer, Event, TurnOutcome, run_turn
+from tether.errors import TetherError
+from tether.protocol.chunks import RetryNotice, now_ms
+from tether.protocol.messages import UserMessage
+from tether.protocol.turns import ApprovalResult, LocalToolReturn
+from tether.server.checkpoints import (
+    CheckpointHooks,
+    RecoveredEffect,
+    conversation_scope,
+    recover_open_calls,
+)
+from tether.server.protocol_v2 import (
+    ApprovalResponse,
+    CreateMessage,
+    EventStream,
+    error_frame,
+)
+from tether.server.runtime_start import ServerContext, build_prepared, check_cwd
+
+# tether's permission modes under the names protocol v2 clients know
+_WIRE_MODES = {"standard": "default", "unrestricted": "bypassPermissions"}
+_SEEN_KEYS = 1024
+
+
+class Subscriber(Protocol):
+    id: str
+
+    def send_frame(self, frame: dict[str, Any]) -> None:
+        """Queue a frame for the client; never blocks."""
+        ...
+
+
+@dataclass
+class QueuedInput:
+    id: str
+    idempotency_key: str | None
+    request_id: str | None
+    messages: tuple[Any, ...]
+    enqueued_at: str
+    announced: bool = False
+
+    def to_wire(self) -> dict[str, Any]:
+        first = self.messages[0]
+        content = first.content if len(self.messages) == 1 else [m.content for m in self.messages]
+        return {
+            "id": self.id,
+            "client_message_id": first.client_message_id,
+            "kind": "message",
+            "source": "user",
+            "content": content,
+            "enqueued_at": self.enqueued_at,
+        }
+
+
+@dataclass
+class PendingApproval:
+    request_id: str
+    frame: dict[str, Any]
+    future: asyncio.Future[ApprovalResponse] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+# --- the runtime ------------------------------------------------------------------------------
+
+
+class ConversationRuntime:
+    def __init__(self, ctx: ServerContext, prepared: Prepared, stream: EventStream) -> None:
+        self.ctx = ctx
+        self.p = prepared
+        self.stream = stream
+        self.scope = stream.scope
+        self.checkpoint_scope = conversation_scope(self.scope.agent_id, self.scope.conversation_id)
+        self.subscribers: dict[str, Subscriber] = {}
+        self.queue: deque[QueuedInput] = deque()
+        self.status = "WAITING_ON_INPUT"
+        self.active_run_ids: list[str] = []
+        self.executing: list[str] = []
+        self.approvals: dict[str, PendingApproval] = {}
+        self.seen: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.abort_event: asyncio.Event | None = None  # set while a turn runs
+        self.turns_finished = 0
+        self._pending_state: tuple[str | None, Path | None] | None = None
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._worker = asyncio.ensure_future(self._work())
+
+    # --- subscribers and state ---------------------------------------------------------------
+
+    def subscribe(self, sub: Subscriber) -> None:
+        self.subscribers[sub.id] = sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        self.subscribers.pop(sub.id, None)
+
+    def broadcast(self, frame: dict[str, Any]) -> None:
+        for sub in list(self.subscribers.values()):
+            sub.send_frame(frame)
+
+    @property
+    def busy(self) -> bool:
+        return self.abort_event is not None
+
+    def device_status_frame(self) -> dict[str, Any]:
+        mode = self.p.flags.permission_mode
+        return self.stream.frame(
+            "update_device_status",
+            device_status={
+                "current_connection_id": None,
+                "connection_name": None,
+                "is_online": True,
+                "is_processing": self.busy,
+                "current_permission_mode": _WIRE_MODES.get(mode, mode),
+                "current_working_directory": str(self.p.cwd),
+                "git_context": None,
+                "letta_code_version": __version__,
+                "current_toolset": "default",
+                "current_toolset_preference": "auto",
+                "current_loaded_tools": self.p.registry.names(),
+                "current_available_skills": [],
+                "background_processes": [],
+                "pending_control_requests": [
+                    {"request_id": a.request_id, "request": a.frame["request"]}
+                    for a in self.approvals.values()
+                ],
+                "memory_directory": None,
+                "reflection_settings": None,
+                "supported_commands": [],
+            },
+        )
+
+    def loop_status_frame(self) -> dict[str, Any]:
+        return self.stream.frame(
+            "update_loop_status",
+            loop_status={
+                "status": self.status,
+                "active_run_ids": list(self.active_run_ids),
+                "executing_tool_call_ids": list(self.executing),
+            },
+        )
+
+    def queue_frame(self, removed: list[str] | None = None) -> dict[str, Any]:
+        waiting = [q.to_wire() for q in self.queue if q.announced]
+        return self.stream.frame("update_queue", queue=waiting, removed=removed or [])
+
+    def state_frames(self) -> list[dict[str, Any]]:
+        """What a (re)connecting client needs: device, loop and queue state, open approvals."""
+        return [
+            self.device_status_frame(),
+            self.loop_status_frame(),
+            self.queue_frame(),
+            *(a.frame for a in self.approvals.values()),
+        ]
+
+    def _set_status(self, status: str) -> None:
+        if status != self.status:
+            self.status = status
+            self.broadcast(self.loop_status_frame())
+
+    # --- commands from clients ---------------------------------------------------------------
+
+    def submit(self, command: CreateMessage) -> dict[str, Any]:
+        """Queue a create_message; returns the input_accepted fields (a repeat is not re-run)."""
+        key = command.idempotency_key
+        if key is not None and key in self.seen:
+            return {**self.seen[key], "duplicate": True}
+        if len(self.queue) >= self.ctx.max_queue:
+            return {
+                "accepted": False,
+                "error": f"the input queue of {self.scope.conversation_id} is full "
+                f"({self.ctx.max_queue} inputs waiting); retry after a turn finishes",
+            }
+        from tether.protocol.chunks import iso_now
+
+        item = QueuedInput(
+            f"q-{uuid.uuid4().hex[:12]}", key, command.request_id, command.messages, iso_now()
+        )
+        started = not self.busy and not self.queue and not self._closing
+        self.queue.append(item)
+        answer: dict[str, Any] = {
+            "accepted": True,
+            "disposition": "started" if started else "queued",
+            "queue_item_id": item.id,
+        }
+        if key is not None:
+            self.seen[key] = answer
+            while len(self.seen) > _SEEN_KEYS:
+                self.seen.popitem(last=False)
+        item.announced = not started
+        # After the caller has answered input_accepted: the queue update and the turn come later.
+        asyncio.get_running_loop().call_soon(self._announce, item)
+        return answer
+
+    def _announce(self, item: QueuedInput) -> None:
+        if item.announced and item in self.queue:
+            self.broadcast(self.queue_frame())
+        self._wake.set()
+
+    def answer_approval(self, response: ApprovalResponse) -> str | None:
+        """Settle a pending can_use_tool; an error message when there is none by that id."""
+        pending = self.approvals.get(response.approval_request_id)
+        if pending is None or pending.future.done():
+            return f"no pending approval request {response.approval_request_id!r} in this runtime"
+        pending.future.set_result(response)
+        return None
+
+    def abort(self, run_id: str | None) -> bool:
+        if self.abort_event is None:
+            return False
+        if run_id is not None and run_id not in self.active_run_ids:
+            return False
+        self.abort_event.set()
+        return True
+
+    def change_device_state(self, mode: str | None, cwd: str | None) -> None:
+        """Validate now, apply between turns (a running turn keeps the context it started with).
+
+        A new mode applies from the next send; a new cwd is a new workspace, so the runtime's
+        pieces are built again for it (settings, sandbox, guards)."""
+        from tether.core.permissions import normalize_mode
+
+        new_mode = normalize_mode(mode) if mode is not None else None
+        new_cwd = check_cwd(cwd, self.p.cwd) if cwd is not None else None
+        self._pending_state = (new_mode, new_cwd)
+        if not self.busy:
+            self._apply_device_state()
+
+    def _apply_device_state(self) -> None:
+        if self._pending_state is None:
+            return
+        mode, cwd = self._pending_state
+        self._pending_state = None
+        if cwd is not None and cwd != self.p.cwd:
+            old = self.p
+            self.p = build_prepared(self.ctx, self.scope, cwd, mode or old.flags.permission_mode)
+            asyncio.ensure_future(old.shutdown())
+        elif mode is not None:
+            self.p.flags.permission_mode = mode
+        self.broadcast(self.device_status_frame())
+
+    # --- recovery ---------------------------------------------------------------------------
+
+    def recover(self) -> list[RecoveredEffect]:
+        """Answer calls a crashed run left open (under the turn lock); tell every subscriber."""
+        transcript = self.p.store.transcript(self.scope.agent_id, self.scope.conversation_id)
+        recovered, results = recover_open_calls(
+            self.ctx.checkpoints, self.checkpoint_scope, self.ctx.owner, transcript.load()
+        )
+        if results:
+            transcript.append(results)
+            for r in recovered:
+                result = ApprovalResult(r.tool_call_id, r.tool_name, r.output, r.is_error)
+                delta = self.stream.delta(LocalToolReturn(result))
+                self.broadcast(self.stream.frame("stream_delta", delta=delta))
+        return recovered
+
+    def recover_now(self) -> list[RecoveredEffect]:
+        """Recovery at runtime_start, if no turn (here or in another process) holds the lock."""
+        if self.busy:
+            return []
+        try:
+            with self.p.store.turn_lock(self.scope.agent_id, self.scope.conversation_id):
+                return self.recover()
+        except TetherError:
+            return []
+
+    # --- turns -------------------------------------------------------------------------------
+
+    async def _work(self) -> None:
+        while not self._closing:
+            if not self.queue:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            item = self.queue.popleft()
+            if item.announced:
+                self.broadcast(self.queue_frame(removed=[item.id]))
+            await self._run(item)
+
+    async def _run(self, item: QueuedInput) -> None:
+        p = self.p
+        turn_id = f"turn-{uuid.uuid4().hex[:12]}"
+        self.abort_event = abort = asyncio.Event()
+        self.active_run_ids = []
+        deps = p.turn_deps(
+            emit=self._on_event, approver=RuntimeApprover(self), abort=abort, max_turns=None
+        )
+        hooks = CheckpointHooks(
+            self.ctx.checkpoints,
+            self.checkpoint_scope,
+            self.ctx.owner,
+            inner=deps.tool_hooks,
+            on_start=self._tool_started,
+            on_end=self._tool_ended,
+        )
+        deps.tool_hooks = hooks
+        results: dict[str, ApprovalResult] = {}
+        emit = deps.emit
+
+        def emit_and_note(event: Event) -> None:
+            if isinstance(event, LocalToolReturn):
+                results[event.result.tool_call_id] = event.result
+            emit(event)
+
+        deps.emit = emit_and_note
+        snapshot = deps.snapshot
+
+        def snapshot_and_send() -> ToolContext:
+            self._set_status("SENDING_API_REQUEST")
+            return snapshot()
+
+        deps.snapshot = snapshot_and_send
+        parts = tuple(part for m in item.messages for part in m.parts)
+        user = UserMessage(f"ui-msg-{now_ms()}-{item.id}", parts, now_ms())
+        error: str | None = None
+        try:
+            with p.store.turn_lock(self.scope.agent_id, self.scope.conversation_id):
+                self.recover()
+                try:
+                    outcome = await run_turn(deps, p.conversation, user)
+                finally:
+                    await hooks.settle_leftovers(results)
+        except TetherError as exc:  # a busy conversation, a damaged transcript, a fenced checkpoint
+            error = str(exc)
+            outcome = TurnOutcome(stop_reason="error")
+            self.broadcast(
+                self.stream.frame(
+                    "stream_delta",
+                    delta={
+                        "message_type": "loop_error",
+                        "id": f"loop-error-{turn_id}",
+                        "message": error,
+                        "stop_reason": "error",
+                        "is_terminal": True,
+                    },
+                )
+            )
+        finally:
+            self.abort_event = None
+            for pending in self.approvals.values():
+                pending.future.cancel()
+            self.approvals.clear()
+            self.executing.clear()
+        if outcome.error is not None and error is None:
+            error = outcome.error.message
+        frame: dict[str, Any] = {
+            "turn_id": turn_id,
+            "stop_reason": outcome.stop_reason,
+            "run_id": outcome.run_ids[-1] if outcome.run_ids else None,
+            "run_ids": list(outcome.run_ids),
+            "request_id": item.request_id,
+        }
+        if error is not None:
+            frame["error"] = error
+        self.turns_finished += 1
+        self.active_run_ids = []
+        self._set_status("WAITING_ON_INPUT")
+        self.broadcast(self.stream.frame("turn_finished", **frame))
+        try:
+            self._apply_device_state()
+        except TetherError as exc:
+            self.broadcast(error_frame(f"change_device_state: {exc}"))
+
+    def _on_event(self, event: Event) -> None:
+        status = self.status
+        if isinstance(event, RetryNotice):
+            status = "RETRYING_API_REQUEST"
+        elif status in ("SENDING_API_REQUEST", "RETRYING_API_REQUEST") and hasattr(
+            event, "message_type"
+        ):
+            status = "PROCESSING_API_RESPONSE"
+        run_id = getattr(event, "run_id", None)
+        new_run = isinstance(run_id, str) and run_id not in self.active_run_ids
+        if new_run:
+            self.active_run_ids.append(run_id)  # type: ignore[arg-type]
+        if new_run or status != self.status:
+            self.status = status
+            self.broadcast(self.loop_status_frame())
+        delta = self.stream.delta(event)
+        if delta is not None:
+            self.broadcast(self.stream.frame("stream_delta", delta=delta))
+
+    def _tool_started(self, tool_call_id: str) -> None:
+        self.executing.append(tool_call_id)
+        run_id = self.active_run_ids[-1] if self.active_run_ids else None
+        self.broadcast(
+            self.stream.frame(
+                "stream_delta",
+                delta=self.stream.lifecycle("client_tool_start", tool_call_id, run_id),
+            )
+        )
+        self.status = "EXECUTING_CLIENT_SIDE_TOOL"
+        self.broadcast(self.loop_status_frame())
+
+    def _tool_ended(self, tool_call_id: str) -> None:
+        if tool_call_id in self.executing:
+            self.executing.remove(tool_call_id)
+        run_id = self.active_run_ids[-1] if self.active_run_ids else None
+        self.broadcast(
+            self.stream.frame(
+                "stream_delta", delta=self.stream.lifecycle("client_tool_end", tool_call_id, run_id)
+            )
+        )
+        self.status = "EXECUTING_CLIENT_SIDE_TOOL" if self.executing else "PROCESSING_API_RESPONSE"
+        self.broadcast(self.loop_status_frame())
+
+    async def close(self, timeout: float = 10.0) -> None:
+        """Abort the running turn, stop the worker and what the runtime started."""
+        self._closing = True
+        if self.abort_event is not None:
+            self.abort_event.set()
+        self._wake.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._worker), timeout)
+        except (TimeoutError, asyncio.CancelledError):
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._worker
+        await self.p.shutdown()
+
+
+class RuntimeApprover:
+    """`ask` becomes a control_request{can_use_tool} to every subscriber; the first
+    approval_response answers it. An abort answers it with "Cancelled by user"."""
+
+    def __init__(self, runtime: ConversationRuntime) -> None:
+        self.rt = runtime
+
+    async def ask(self, item: Classified, ctx: ToolContext) -> ApprovalAnswer:
+        from tether.cli.diffs import preview_diffs
+
+        rt = self.rt
+        call = item.call
+        request_id = f"perm-{call.tool_call_id}"
+        request: dict[str, Any] = {
+            "subtype": "can_use_tool",
+            "tool_name": call.name,
+            "input": item.args,
+            "tool_call_id": call.tool_call_id,
+            "permission_suggestions": [],
+            "blocked_path": None,
+            "decision_reason": item.decision.reason,
+        }
+        diffs = preview_diffs(call.name, item.args, ctx.cwd)
+        if diffs is not None:
+            request["diffs"] = diffs
+        previous = rt.status
+        rt._set_status("WAITING_ON_APPROVAL")
+        frame = rt.stream.frame(
+            "control_request",
+            request_id=request_id,
+            request=request,
+            agent_id=rt.scope.agent_id,
+            conversation_id=rt.scope.conversation_id,
+        )
+        pending = PendingApproval(request_id, frame)
+        rt.approvals[request_id] = pending
+        rt.broadcast(frame)
+        abort = rt.abort_event
+        waiters: set[asyncio.Future[Any]] = {pending.future}
+        aborted = asyncio.ensure_future(abort.wait()) if abort is not None else None
+        if aborted is not None:
+            waiters.add(aborted)
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if aborted is not None:
+                aborted.cancel()
+            rt.approvals.pop(request_id, None)
+        rt._set_status(previous if previous != "WAITING_ON_APPROVAL" else "PROCESSING_API_RESPONSE")
+        if not pending.future.done() or pending.future.cancelled():
+            return ApprovalAnswer(False, "Cancelled by user", interrupt=True)
+        response = pending.future.result()
+        if response.allow:
+            return ApprovalAnswer(True, response.message, response.updated_input)
+        return ApprovalAnswer(False, response.message)
