@@ -370,6 +370,10 @@ class _ShellCheck:
         run_dir = self.scope.resolve(str(command.cwd), self.cwd, self.scope.home).resolved
         if not within(run_dir, self.scope.roots):
             return None, f"`{_show(command.argv)}` runs in {run_dir}, outside the workspace"
+        if command.argv[0] == "git":
+            hazard = self.scope.git_hazard(run_dir)
+            if hazard:  # no rule meant "and run what this repository's config names"
+                return None, f"`{_show(command.argv)}` would run {hazard} from the repository's git config"
         for rule in self.rules.cli_allow:
             if _shell_rule(rule, command.argv, deny=False) == "yes":
                 return f"--allowedTools {rule}", None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -180,10 +181,19 @@ class _Walker:
             self.cwd = None
 
     def redirected(self, node: Any) -> None:
-        for index, child in enumerate(node.children):
-            if node.field_name_for_child(index) == "redirect" or child.type.endswith("_redirect"):
-                self.redirect(child)
-            elif child.is_named:
+        redirects = [c for i, c in enumerate(node.children)
+                     if node.field_name_for_child(i) == "redirect" or c.type.endswith("_redirect")]
+        body = node.child_by_field_name("body")
+        if body is not None and body.type == "command":
+            # `timeout 5 >/dev/null rm -rf x`: bash gives the words after the target to the
+            # command; the grammar hangs them on the redirection. Judge them as the command's.
+            self.command(body, trailing=redirects)
+            return
+        for child in redirects:
+            if self.redirect(child):
+                raise _Opaque(f"gives words after the redirection `{_clip(child)}` to a compound command")
+        for child in node.children:
+            if child.is_named and child not in redirects:
                 self.statement(child)
 
     def test(self, node: Any) -> None:
@@ -223,10 +233,14 @@ class _Walker:
         while stack:
             current = stack.pop()
             if current.type in ("command_substitution", "process_substitution"):
+                if current.children and current.children[0].type == "`" and "\\`" in current.text.decode():
+                    raise _Opaque("nests backticks, which bash expands in a second pass")
                 saved = self.cwd
                 self.sequence(current)
                 self.cwd = saved
                 continue
+            if current.type == "expansion" and _hides_substitution(current):
+                raise _Opaque(f"hides a command inside the expansion `{_clip(current)}`")
             stack.extend(current.children)
 
     def word(self, node: Any) -> str | None:
@@ -235,11 +249,14 @@ class _Walker:
 
     # -- commands --------------------------------------------------------------------------
 
-    def command(self, node: Any) -> None:
+    def command(self, node: Any, trailing: Sequence[Any] = ()) -> None:
         assignments: list[tuple[str, str | None]] = []
         argv: list[str | None] = []
         spelled: str | None = None
-        for index, child in enumerate(node.children):
+        for index, child in enumerate([*node.children, *trailing]):
+            if index >= len(node.children):
+                argv.extend(self.redirect(child))
+                continue
             field_name = node.field_name_for_child(index)
             if child.type == "variable_assignment":
                 self.substitutions(child)
@@ -249,7 +266,7 @@ class _Walker:
                     (name.text.decode() if name else "?", _static(value, self.home) if value else "")
                 )
             elif field_name == "redirect" or child.type.endswith("_redirect"):
-                self.redirect(child)
+                argv.extend(self.redirect(child))
             elif child.type == "command_name":
                 word = child.named_children[0] if child.named_children else child
                 raw = word.text.decode()
@@ -316,38 +333,48 @@ class _Walker:
             SimpleCommand(peeled.argv, peeled.forms, peeled.cwd, source, blocked=peeled.blocked)
         )
 
-    def redirect(self, node: Any) -> None:
+    def redirect(self, node: Any) -> list[str | None]:
+        """Record what a redirection reads or writes; returns the words after its target, which
+        bash passes to the command as arguments."""
         kind = node.type
         if kind == "heredoc_redirect":
             start = next((c for c in node.children if c.type == "heredoc_start"), None)
             quoted = start is not None and any(q in start.text.decode() for q in "'\"\\")
+            extra: list[str | None] = []
             for child in node.children:
                 if child.type == "heredoc_body":
-                    if not quoted:
+                    body = child.text.decode()
+                    if not quoted and any(m in body for m in ("`", "$(", "<(", ">(")):
+                        # The grammar misses substitutions in some bodies (tab-led lines under
+                        # `<<-`, backticks): an unquoted body that could run something is opaque.
                         self.substitutions(child)
+                        raise _Opaque("has an unquoted heredoc whose body runs commands")
                 elif child.type.endswith("_redirect"):
-                    self.redirect(child)
+                    extra.extend(self.redirect(child))
                 elif child.is_named and child.type not in ("heredoc_start", "heredoc_end"):
                     self.statement(child)
-            return
+            return extra
         if kind == "herestring_redirect":
             self.substitutions(node)
-            return
+            return []
         if kind != "file_redirect":
             raise _Opaque(f"uses the redirection `{_clip(node)}`, which tether does not analyse")
         operator = next((c.type for c in node.children if not c.is_named), "")
-        destination = node.child_by_field_name("destination")
-        if destination is None:
-            return
+        words = [c for i, c in enumerate(node.children) if node.field_name_for_child(i) == "destination"]
+        extra = [self.word(w) for w in words[1:]]
+        if not words:
+            return extra
+        destination = words[0]
         if operator in (">&", "<&", ">&-", "<&-") and destination.type == "number":
-            return  # duplicating a descriptor writes no file
+            return extra  # duplicating a descriptor writes no file
         target = self.word(destination)
         if target is not None and operator in (">&", "<&") and target == "-":
-            return
+            return extra
         write = operator not in ("<", "<&")
         if target in ("/dev/null", "/dev/stdout", "/dev/stderr") and write:
-            return
+            return extra
         self.redirects.append(Redirect(target, write, self.cwd))
+        return extra
 
 
 _WORDLIKE = frozenset(
@@ -383,6 +410,20 @@ _STATEMENTS: dict[str, Any] = {
     "test_command": _Walker.test,
     "function_definition": _Walker.function,
 }
+
+
+def _hides_substitution(node: Any) -> bool:
+    """`${x#$(cmd)}`: the grammar reads the pattern as text, but bash runs the command."""
+    text: str = node.text.decode()
+    if not any(m in text for m in ("$(", "`", "<(", ">(")):
+        return False
+    stack = list(node.children)
+    while stack:
+        child = stack.pop()
+        if child.type in ("command_substitution", "process_substitution"):
+            return False  # seen properly: the walk analyses it
+        stack.extend(child.children)
+    return True
 
 
 def _clip(node: Any, limit: int = 40) -> str:
