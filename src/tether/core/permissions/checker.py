@@ -263,6 +263,50 @@ def _shell_rule(rule: Rule, argv: Argv, *, deny: bool) -> _Match:
     return "yes"
 
 
+class _ShellIndex:
+    """Shell rules by their first word, so a command meets only the rules that could match it."""
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        self.rules = tuple(rules)
+        self.generic: list[Rule] = []  # `*`, `Bash`, `Bash(:*)`: every command
+        self.by_head: dict[str, list[Rule]] = {}
+        for rule in rules:
+            if rule.kind in ("any", "family") or (rule.kind.startswith("shell") and not rule.tokens):
+                self.generic.append(rule)
+            elif rule.kind.startswith("shell"):
+                self.by_head.setdefault(rule.tokens[0], []).append(rule)
+
+    def candidates(self, argv: Argv) -> Iterable[Rule]:
+        head = argv[0] if argv else None
+        if head is None:
+            return self.rules  # an unknown name could be anything
+        return (*self.generic, *self.by_head.get(head, ()))
+
+    def match(self, argv: Argv, *, deny: bool) -> tuple[Rule, _Match] | None:
+        maybe: tuple[Rule, _Match] | None = None
+        for rule in self.candidates(argv):
+            hit = _shell_rule(rule, argv, deny=deny)
+            if hit == "yes":
+                return rule, hit
+            if hit == "maybe" and maybe is None:
+                maybe = (rule, hit)
+        return maybe
+
+
+_INDEXES: dict[int, tuple[tuple[Rule, ...], _ShellIndex]] = {}
+
+
+def _index(rules: tuple[Rule, ...]) -> _ShellIndex:
+    cached = _INDEXES.get(id(rules))
+    if cached is not None and cached[0] is rules:
+        return cached[1]
+    if len(_INDEXES) > 256:
+        _INDEXES.clear()
+    index = _ShellIndex(rules)
+    _INDEXES[id(rules)] = (rules, index)
+    return index
+
+
 class _ShellCheck:
     def __init__(self, call: Call, policy: Policy) -> None:
         self.call = call
@@ -273,16 +317,19 @@ class _ShellCheck:
         assert call.command is not None
         self.analysis: ShellAnalysis = analyse(call.command, self.cwd, self.scope.home)
         self.commands = [c for c in self.analysis.commands if c.role == "command"]
+        self._words: dict[int, list[PathRef]] = {}  # path words per command, resolved once
 
     def decide(self) -> Decision:
         rules, mode = self.rules, self.policy.mode
         denied = self._denied()
         if denied is not None:
             return denied
-        for rule in rules.always_ask:
-            if any(_shell_rule(rule, form, deny=True) != "no"
-                   for c in self.analysis.commands for form in c.forms):
-                return Decision("ask", f"{rule} always asks", rule.text, sticky=True)
+        sticky = _index(rules.always_ask)
+        for command in self.analysis.commands:
+            for form in command.forms:
+                found = sticky.match(form, deny=True)
+                if found is not None:
+                    return Decision("ask", f"{found[0]} always asks", found[0].text, sticky=True)
         opaque = self.analysis.opaque
         if mode == "unrestricted":
             if opaque and self._has_relevant_denies():
@@ -299,9 +346,11 @@ class _ShellCheck:
         for command in self.commands:
             admitted, reason = self._admit(command)
             if not admitted:
-                for rule in rules.ask:
-                    if any(_shell_rule(rule, f, deny=True) != "no" for f in command.forms):
-                        return Decision("ask", f"{rule} asks", rule.text)
+                asks = _index(rules.ask)
+                for form in command.forms:
+                    found = asks.match(form, deny=True)
+                    if found is not None:
+                        return Decision("ask", f"{found[0]} asks", found[0].text)
                 if mode == "strict" and reason is None:
                     reason = "permission mode strict asks for every call"
                 return Decision("ask", reason or f"`{_show(command.argv)}` needs approval")
@@ -319,14 +368,15 @@ class _ShellCheck:
                 if guarded is not None:
                     return guarded
         maybe: Rule | None = None
-        for rule in self.rules.denies:
-            for command in self.analysis.commands:
-                for form in command.forms:
-                    hit = _shell_rule(rule, form, deny=True)
-                    if hit == "yes":
-                        return Decision("deny", f"Permission denied by rule: {rule}", rule.text)
-                    if hit == "maybe":
-                        maybe = maybe or rule
+        index = _index(self.rules.denies)
+        for command in self.analysis.commands:
+            for form in command.forms:
+                found = index.match(form, deny=True)
+                if found is not None and found[1] == "yes":
+                    rule = found[0]
+                    return Decision("deny", f"Permission denied by rule: {rule}", rule.text)
+                if found is not None:
+                    maybe = maybe or found[0]
         file_denies = [r for r in self.rules.denies if r.kind == "path"]
         if file_denies:
             hit_rule = self._file_words_denied(file_denies)
@@ -374,9 +424,9 @@ class _ShellCheck:
             hazard = self.scope.git_hazard(run_dir)
             if hazard:  # no rule meant "and run what this repository's config names"
                 return None, f"`{_show(command.argv)}` would run {hazard} from the repository's git config"
-        for rule in self.rules.cli_allow:
-            if _shell_rule(rule, command.argv, deny=False) == "yes":
-                return f"--allowedTools {rule}", None
+        found = _index(self.rules.cli_allow).match(command.argv, deny=False)
+        if found is not None:
+            return f"--allowedTools {found[0]}", None
         strict = self.policy.mode == "strict"
         why_not: str | None = None
         if not strict:
@@ -384,9 +434,9 @@ class _ShellCheck:
             if why_not is None:
                 return f"read-only `{command.argv[0]}`", None
         for source, group in (("session rule", self.rules.session_allow), ("rule", self.rules.allow)):
-            for rule in group:
-                if _shell_rule(rule, command.argv, deny=False) == "yes":
-                    return f"{source} {rule}", None
+            found = _index(group).match(command.argv, deny=False)
+            if found is not None:
+                return f"{source} {found[0]}", None
         return None, why_not
 
     def _read_only(self, command: SimpleCommand, run_dir: Path) -> str | None:
@@ -430,6 +480,9 @@ class _ShellCheck:
     # words --------------------------------------------------------------------------------
 
     def _path_words(self, command: SimpleCommand) -> list[PathRef]:
+        cached = self._words.get(id(command))
+        if cached is not None:
+            return cached
         base = command.cwd or self.cwd
         out = []
         for word in command.argv[1:]:
@@ -437,6 +490,7 @@ class _ShellCheck:
                 continue
             for candidate in _path_candidates(word):
                 out.append(self.scope.resolve(candidate, base, self.scope.home))
+        self._words[id(command)] = out
         return out
 
     def _path_rule(self, rule: Rule, ref: PathRef, *, deny: bool) -> bool:

@@ -21,12 +21,14 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 # Kernel "magic links": reading through them reaches files a path check cannot see.
 _MAGIC = re.compile(r"^/(?:proc/[^/]+/(?:root|cwd|fd|fdinfo|environ|mem|map_files)|dev/fd)(?:/|$)")
 
 
+@lru_cache(maxsize=8192)
 def fold(text: str) -> str:
     return unicodedata.normalize("NFC", text).casefold()
 
@@ -85,11 +87,13 @@ def _search(regex: re.Pattern[str], text: str, deny: bool) -> bool:
 
 
 def _relative(path: Path, base: Path) -> str | None:
-    try:
-        rel = path.relative_to(base)
-    except ValueError:
-        return None
-    return "" if str(rel) == "." else str(rel)
+    # String prefixes on normalised absolute paths: pathlib's relative_to is the hot spot here.
+    p, b = str(path), str(base)
+    if p == b:
+        return ""
+    if b == "/":
+        return p[1:]
+    return p[len(b) + 1 :] if p.startswith(b) and p[len(b)] == "/" else None
 
 
 def _glob_to_regex(glob: str) -> str:
@@ -163,7 +167,7 @@ def resolve_path(raw: str | os.PathLike[str], cwd: Path, home: Path) -> PathRef:
 
 def within(path: Path, roots: Sequence[Path]) -> bool:
     """Component-wise containment: `/proj_evil/x` is not inside `/proj`."""
-    return any(path == root or path.is_relative_to(root) for root in roots)
+    return any(_relative(path, root) is not None for root in roots)
 
 
 def magic_link(ref: PathRef) -> bool:
