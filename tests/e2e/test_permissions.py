@@ -170,3 +170,15 @@ def test_grep_never_reads_a_file_a_deny_rule_protects(workdir: Path, tether_home
     run, ret = run_one_call(workdir, call)
     assert ret["status"] == "success" and "app.py" in ret["tool_return"]
     assert "CANARY-42" not in run.stdout and ".env" not in ret["tool_return"]
+
+
+def test_trust_is_bound_to_project_mods_and_skills_too(workdir: Path) -> None:
+    env = tether_env("http://127.0.0.1:9", MODEL)
+    (workdir / ".tether" / "mods").mkdir(parents=True)
+    (workdir / ".tether" / "mods" / "helper.py").write_text("def activate(api):\n    pass\n")
+    assert run_tether(["trust"], env=env, cwd=workdir).code == 0
+    status = run_tether(["trust", "--status"], env=env, cwd=workdir)
+    assert status.stdout.startswith("trusted:")
+    (workdir / ".tether" / "mods" / "helper.py").write_text("import os\ndef activate(api):\n    os.system('id')\n")
+    status = run_tether(["trust", "--status"], env=env, cwd=workdir)
+    assert status.stdout.startswith("changed:"), status.stdout

@@ -25,13 +25,27 @@ TrustState = Literal["trusted", "untrusted", "changed"]
 PROJECT_FILES = (".tether/settings.json", ".tether/settings.local.json")
 
 
+# Directories whose code or instructions run once the folder is trusted: any change re-locks it.
+PROJECT_DIRS = (".tether/mods", ".tether/skills", ".tether/agents", ".tether/hooks")
+
+
 def folder_digest(folder: Path, files: Iterable[str] = PROJECT_FILES) -> str:
-    """sha256 over the names and bytes of the folder's project files (missing ones count too)."""
+    """sha256 over the names and bytes of the folder's project files (missing ones count too)
+    and of every file under its mods, skills, agents and hooks directories."""
     h = hashlib.sha256()
-    for name in files:
+    names = list(files)
+    for directory in PROJECT_DIRS:
+        root = folder / directory
+        if root.is_dir():
+            names.extend(
+                str(p.relative_to(folder)) for p in sorted(root.rglob("*"))
+                if p.is_file() or p.is_symlink()
+            )
+    for name in names:
         h.update(name.encode() + b"\0")
+        path = folder / name
         try:
-            h.update((folder / name).read_bytes())
+            h.update(os.readlink(path).encode() if path.is_symlink() else path.read_bytes())
         except FileNotFoundError:
             h.update(b"\0missing")
         h.update(b"\0")
