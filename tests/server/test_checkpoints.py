@@ -20,7 +20,7 @@ from tether.protocol.messages import (
     UserMessage,
 )
 from tether.protocol.turns import ApprovalResult
-from tether.server.checkpoints import (
+from tether.runtime.checkpoints import (
     NOT_STARTED,
     UNKNOWN_OUTCOME,
     AlreadyCheckpointed,

@@ -409,6 +409,7 @@ async def run_one_turn(session: Session, renderer: Renderer, batch: list[dict[st
     api_before = p.backend.api_ms
     try:
         with p.store.turn_lock(p.session.agent.id, p.session.conversation_id):
+            p.recover_effects(renderer.on_event)
             outcome = await run_turn(deps, p.conversation, UserMessage(f"ui-msg-{now_ms()}", parts, now_ms()))
     except TetherError as exc:
         session.error(str(exc))

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.backends.local.backend import LocalBackend
 from tether.backends.local.compaction import CompactionSettings
@@ -26,7 +26,7 @@ from tether.core.prompt import DEFAULT_SYSTEM
 from tether.core.tools import Tool, ToolContext, ToolContextStore, ToolRegistry, ToolRunContext
 from tether.core.turn import Approver, Event, TurnDeps
 from tether.errors import TetherError, UsageError
-from tether.protocol.turns import ConversationRef
+from tether.protocol.turns import ApprovalResult, ConversationRef, LocalToolReturn
 from tether.runtime.hooks import (
     HookRunner,
     SessionPermissionHooks,
@@ -36,6 +36,9 @@ from tether.runtime.hooks import (
 )
 from tether.runtime.session import Session, resolve_session, tether_home
 from tether.runtime.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from tether.runtime.checkpoints import CheckpointStore, RecoveredEffect
 
 
 class PermissionPolicy:
@@ -162,6 +165,8 @@ class Prepared:
     contexts: ToolContextStore = field(default_factory=ToolContextStore)
     services: dict[str, Any] = field(default_factory=dict)
     mods: Any = None  # runtime.mods.ModSession, None when mods are off
+    checkpoint_store: tuple[CheckpointStore, str] | None = None
+    shared_checkpoints: bool = False  # the store belongs to someone else (the App Server)
 
     @property
     def conversation(self) -> ConversationRef:
@@ -190,9 +195,47 @@ class Prepared:
             },
         )
 
+    def checkpoints(self) -> tuple[CheckpointStore, str]:
+        """The effect-checkpoint store ($TETHER_HOME/checkpoints.db) and this process's owner
+        id, opened on first use; the App Server hands in its own shared store."""
+        if self.checkpoint_store is None:
+            from tether.runtime.checkpoints import CheckpointStore, new_owner
+
+            self.checkpoint_store = (CheckpointStore(self.store.home / "checkpoints.db"), new_owner())
+        return self.checkpoint_store
+
+    def recover_effects(self, emit: Callable[[Event], None] | None = None) -> list[RecoveredEffect]:
+        """Answer tool calls a crashed run left open from their checkpoints: exact results,
+        unknown outcomes (never re-run), or not started; each recovered one is also emitted as
+        a tool return so the client sees it. Call while holding the turn lock."""
+        from tether.runtime.checkpoints import conversation_scope, recover_open_calls
+
+        store, owner = self.checkpoints()
+        session = self.session
+        transcript = self.store.transcript(session.agent.id, session.conversation_id)
+        scope = conversation_scope(session.agent.id, session.conversation_id)
+        recovered, results = recover_open_calls(store, scope, owner, transcript.load())
+        if results:
+            transcript.append(results)
+        if emit is not None:
+            for r in recovered:
+                emit(LocalToolReturn(ApprovalResult(r.tool_call_id, r.tool_name, r.output, r.is_error)))
+        return recovered
+
     def turn_deps(
-        self, *, emit: Callable[[Event], None], approver: Approver, abort: asyncio.Event, max_turns: int | None
+        self,
+        *,
+        emit: Callable[[Event], None],
+        approver: Approver,
+        abort: asyncio.Event,
+        max_turns: int | None,
+        on_tool_start: Callable[[str], None] | None = None,
+        on_tool_end: Callable[[str], None] | None = None,
     ) -> TurnDeps:
+        """Every frontend's turn wiring. Effectful tool calls are checkpointed on every path:
+        a durable `before` record, then the exact result (DESIGN §4 item 3)."""
+        from tether.runtime.checkpoints import CheckpointHooks, conversation_scope
+
         flags = self.flags
         deps = TurnDeps(
             backend=self.backend,
@@ -206,12 +249,21 @@ class Prepared:
             tool_hooks=SessionToolHooks(self.hooks) if self.hooks else None,
             permission_hooks=SessionPermissionHooks(self.hooks) if self.hooks else None,
         )
-        return self.mods.attach(deps) if self.mods is not None else deps
+        if self.mods is not None:
+            deps = self.mods.attach(deps)
+        store, owner = self.checkpoints()
+        scope = conversation_scope(self.session.agent.id, self.session.conversation_id)
+        deps.tool_hooks = CheckpointHooks(
+            store, scope, owner, inner=deps.tool_hooks, on_start=on_tool_start, on_end=on_tool_end
+        )
+        return deps
 
     async def shutdown(self) -> None:
         """Stop what the run started in the background: nothing outlives the process."""
         if self.mods is not None:
             await self.mods.close()
+        if self.checkpoint_store is not None and not self.shared_checkpoints:
+            self.checkpoint_store[0].close()
         for name in ("subagents", "background"):
             service = self.services.get(name)
             if service is not None:

@@ -27,7 +27,7 @@ from tether.errors import TetherError
 from tether.protocol.chunks import RetryNotice, now_ms
 from tether.protocol.messages import UserMessage
 from tether.protocol.turns import ApprovalResult, LocalToolReturn
-from tether.server.checkpoints import (
+from tether.runtime.checkpoints import (
     CheckpointHooks,
     RecoveredEffect,
     conversation_scope,
@@ -307,17 +307,11 @@ class ConversationRuntime:
         self.abort_event = abort = asyncio.Event()
         self.active_run_ids = []
         deps = p.turn_deps(
-            emit=self._on_event, approver=RuntimeApprover(self), abort=abort, max_turns=None
+            emit=self._on_event, approver=RuntimeApprover(self), abort=abort, max_turns=None,
+            on_tool_start=self._tool_started, on_tool_end=self._tool_ended,
         )
-        hooks = CheckpointHooks(
-            self.ctx.checkpoints,
-            self.checkpoint_scope,
-            self.ctx.owner,
-            inner=deps.tool_hooks,
-            on_start=self._tool_started,
-            on_end=self._tool_ended,
-        )
-        deps.tool_hooks = hooks
+        hooks = deps.tool_hooks
+        assert isinstance(hooks, CheckpointHooks)  # the effect checkpoints of every path
         results: dict[str, ApprovalResult] = {}
         emit = deps.emit
 

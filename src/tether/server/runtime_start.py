@@ -13,7 +13,7 @@ from typing import Any
 from tether.backends.local.store import LocalStore
 from tether.cli.runner import Prepared, system_text
 from tether.errors import UsageError
-from tether.server.checkpoints import CheckpointStore
+from tether.runtime.checkpoints import CheckpointStore
 from tether.server.protocol_v2 import RuntimeScope, RuntimeStart
 
 
@@ -91,9 +91,13 @@ def build_prepared(
     previous = os.getcwd()
     os.chdir(cwd)
     try:
-        return prepare(flags)
+        prepared = prepare(flags)
     finally:
         os.chdir(previous)
+    # Every runtime checkpoints into the server's one store, under the server's owner id.
+    prepared.checkpoint_store = (ctx.checkpoints, ctx.owner)
+    prepared.shared_checkpoints = True
+    return prepared
 
 
 def check_cwd(value: str | None, default: Path) -> Path:
