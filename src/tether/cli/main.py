@@ -26,6 +26,14 @@ def main(argv: Sequence[str]) -> int:
         from tether.cli.compact_cmd import run_compact
 
         return run_compact(argv[1:])
+    if argv and argv[0] == "trust":
+        from tether.cli.trust import run_trust
+
+        return run_trust(argv[1:])
+    if argv and argv[0] == "server":
+        from tether.server.app_server import run_server_command
+
+        return run_server_command(argv[1:])
     if argv and argv[0] in ("memory", "memfs"):
         from tether.cli.memory_cmd import run_memory
 
@@ -34,14 +42,6 @@ def main(argv: Sequence[str]) -> int:
         from tether.cli.mods_cmd import run_mods_command
 
         return run_mods_command(argv[0], argv[1:])
-    if argv and argv[0] == "server":
-        from tether.server.app_server import run_server_command
-
-        return run_server_command(argv[1:])
-    if argv and argv[0] == "trust":
-        from tether.cli.trust import run_trust
-
-        return run_trust(argv[1:])
     if argv and argv[0] in SUBCOMMANDS:
         from tether.cli.commands import run_subcommand
 
@@ -59,11 +59,9 @@ def main(argv: Sequence[str]) -> int:
         from tether.cli.headless import run_headless
 
         return run_headless(flags)
-    sys.stderr.write(
-        "Error: the interactive terminal UI is not available in this build yet; "
-        'run headless with `tether -p "your prompt"` (or pipe the prompt on stdin)\n'
-    )
-    return 1
+    from tether.tui.app import run_tui
+
+    return run_tui(flags)
 
 
 def _write(text: str) -> None:

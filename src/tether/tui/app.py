@@ -1,0 +1,501 @@
+"""`tether` with no prompt: the Textual app that drives turns on the same runtime as headless.
+
+`run_tui(flags)` draws the first frame, then resolves the session with `prepare` in a thread (an
+error there closes the screen, prints `Error: …` and exits 1); `TetherApp` then runs `run_turn`
+per prompt with a `TuiApprover`, rendering the same events the headless renderer consumes. Prompts typed during a turn wait in a queue; Esc interrupts (the
+engine kills the tool's process group and answers every call); Ctrl-C twice exits cleanly.
+The TUI-only hooks run here: SessionStart, UserPromptSubmit, Stop (and SessionEnd).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import sys
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from tether.cli.flags import RunFlags
+from tether.errors import TetherError
+from tether.protocol.chunks import UsageStatistics, now_ms
+from tether.protocol.messages import TextPart, UserMessage
+from tether.protocol.turns import LocalToolCall
+from tether.tui.approvals import ApprovalRequest, ApprovalScreen, Choice, TuiApprover
+from tether.tui.commands import PickerScreen, parse_command, run_command
+from tether.tui.session_hooks import HookOutcome, SessionHooks
+from tether.tui.styles import STYLESHEET
+from tether.tui.widgets import PromptInput, StatusInfo, StatusLine, Transcript
+
+if TYPE_CHECKING:  # the runtime loads in a thread once the first frame is up
+    from tether.cli.runner import Prepared
+    from tether.core.turn import Event, TurnOutcome
+
+MAX_STOP_CONTINUATIONS = 3  # a Stop hook that keeps blocking cannot loop forever
+DOUBLE_PRESS_S = 2.0
+MODE_CYCLE = ("standard", "acceptEdits", "strict")
+HISTORY_KEEP = 500
+
+
+def run_tui(flags: RunFlags) -> int:
+    """Draw first, then resolve the session (`prepare`) in a thread; its errors exit 1."""
+    app = TetherApp(flags=flags, initial_prompt=flags.prompt)
+    code = app.run()
+    for message in (app.startup_error, app.crashed_turn):
+        if message:
+            sys.stderr.write(f"Error: {message}\n")
+    if app.startup_error:
+        return 1
+    return code if isinstance(code, int) else 1
+
+
+class TetherApp(App[int]):
+    CSS = STYLESHEET
+    BINDINGS = [
+        Binding("ctrl+c", "ctrl_c", "interrupt / exit", show=False, priority=True),
+        Binding("ctrl+q", "quit", "exit", show=False, priority=True),
+        Binding("escape", "interrupt", "interrupt", show=False),
+        Binding("shift+tab", "cycle_mode", "permission mode", show=False, priority=True),
+    ]
+    ENABLE_COMMAND_PALETTE = False
+
+    def __init__(
+        self, prepared: Prepared | None = None, *, flags: RunFlags | None = None,
+        initial_prompt: str | None = None,
+    ) -> None:
+        super().__init__()
+        if prepared is not None:
+            flags = prepared.flags
+        if flags is None:
+            raise ValueError("TetherApp needs a prepared session or the flags to prepare one")
+        self._prepared = prepared
+        self.flags = flags
+        self.initial_prompt = initial_prompt
+        self.queue: list[str] = []
+        self.abort: asyncio.Event | None = None
+        self.turn_task: asyncio.Task[None] | None = None
+        self.context_tokens = 0
+        self.startup_error: str | None = None
+        self.crashed_turn: str | None = None
+        self.first_frame_at: float | None = None
+        self._preparing: asyncio.Task[None] | None = None
+        self._ctrl_c_at = 0.0
+        self._hint = ""
+        self._quitting = False
+        self._wound_down = False
+        self._ui_alive = True  # False once the widgets are gone (late events are dropped)
+        self._tool_calls = 0
+        self._session_context: list[TextPart] = []  # SessionStart output, sent with the first prompt
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.approver = TuiApprover(
+            self._show_approval, lambda rule: self.prepared.add_session_rule(rule), self._rule_added,
+            Path(os.environ.get("HOME") or Path.home()),
+        )
+
+    @property
+    def prepared(self) -> Prepared:
+        if self._prepared is None:
+            raise TetherError("the session is still starting")
+        return self._prepared
+
+    @property
+    def ready(self) -> bool:
+        return self._prepared is not None
+
+    @property
+    def _history_file(self) -> Path:
+        return self.prepared.store.home / "state" / "prompt-history.jsonl"
+
+    # --- layout and status ---------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Transcript(id="transcript")
+        yield Static(id="queue")
+        yield PromptInput(id="prompt", placeholder="Ask tether… (/help for commands)")
+        yield StatusLine(id="status")
+
+    @property
+    def transcript(self) -> Transcript:
+        return self.query_one(Transcript)
+
+    @property
+    def prompt_box(self) -> PromptInput:
+        return self.query_one(PromptInput)
+
+    @property
+    def busy(self) -> bool:
+        """A turn is running, or the session is still starting: prompts wait in the queue."""
+        return not self.ready or (self.turn_task is not None and not self.turn_task.done())
+
+    def on_mount(self) -> None:
+        self.prompt_box.focus()
+        self.refresh_status()
+        self.set_interval(1.0, self.refresh_status)
+        self.call_after_refresh(self._after_first_frame)
+
+    def _after_first_frame(self) -> None:
+        self.first_frame_at = time.monotonic()
+        if self.ready:
+            self._session_ready()
+        else:
+            self._preparing = asyncio.ensure_future(self._prepare_session())
+
+    async def _prepare_session(self) -> None:
+        captured = io.StringIO()
+
+        def work() -> Prepared:
+            from tether.cli.runner import prepare
+            from tether.tui.sessions import apply_resume
+
+            # prepare() reports ignored settings on stderr: shown as notices, not over the screen
+            with contextlib.redirect_stderr(captured):
+                if self.flags.resume and not apply_resume(self.flags):
+                    print("tether: nothing to resume yet; this is a new conversation", file=sys.stderr)
+                return prepare(self.flags)
+
+        try:
+            self._prepared = await asyncio.to_thread(work)
+        except Exception as exc:
+            self.startup_error = str(exc) if isinstance(exc, TetherError) else f"{type(exc).__name__}: {exc}"
+            self.exit(1)
+            return
+        for line in captured.getvalue().splitlines():
+            if line.strip():
+                self.notice(line, "dim")
+        if self._quitting:
+            return
+        self._session_ready()
+
+    def _session_ready(self) -> None:
+        self.prompt_box.prompt_history[:0] = self._read_history()
+        s = self.prepared.session
+        self.notice(
+            f"tether · agent {s.agent.id} · conversation {s.conversation_id} · model {s.model}\n"
+            "/help for commands · esc interrupts · ctrl-c twice exits",
+            "dim",
+        )
+        from tether.tui.sessions import history
+
+        try:
+            messages = history(self.prepared)
+        except TetherError as exc:
+            messages = []
+            self.notice(f"Could not read this conversation's history: {exc}", "error")
+        if messages:
+            self.transcript.show_history(messages)
+        self.refresh_status()
+        self._spawn(self._session_start(is_new=not messages))
+
+    def refresh_status(self) -> None:
+        if not self._ui_alive:
+            return
+        p = self._prepared
+        if p is None:
+            info = StatusInfo(model=self.flags.model or "", agent="starting…", mode=self.flags.permission_mode,
+                              queued=len(self.queue), busy=True, hint=self._hint)
+        else:
+            background = p.services.get("background")
+            info = StatusInfo(
+                model=p.session.model,
+                agent=p.session.agent.id,
+                conversation=p.session.conversation_id,
+                mode=p.flags.permission_mode,
+                context_tokens=self.context_tokens,
+                background=background.running_count if background is not None else 0,
+                queued=len(self.queue),
+                busy=self.busy,
+                hint=self._hint,
+            )
+        self.query_one(StatusLine).show(info)
+        queue = self.query_one("#queue", Static)
+        queue.update(Text("\n".join(f"⏳ queued: {q}" for q in self.queue)) if self.queue else "")
+        queue.display = bool(self.queue)
+
+    def notice(self, text: str | Text, kind: str = "info") -> None:
+        if self._ui_alive:
+            self.transcript.notice(text, kind)
+
+    def _set_hint(self, hint: str, seconds: float = DOUBLE_PRESS_S) -> None:
+        self._hint = hint
+        self.refresh_status()
+
+        def clear() -> None:
+            if self._hint == hint:
+                self._hint = ""
+                self.refresh_status()
+
+        self.set_timer(seconds, clear)
+
+    # --- prompt history (one JSON string a line) -----------------------------------------------
+
+    def _read_history(self) -> list[str]:
+        try:
+            lines = self._history_file.read_bytes().splitlines()[-HISTORY_KEEP:]
+        except OSError:
+            return []
+        out: list[str] = []
+        for line in lines:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                value = orjson.loads(line)
+                if isinstance(value, str):
+                    out.append(value)
+        return out
+
+    def _remember(self, text: str) -> None:
+        with contextlib.suppress(OSError):
+            self._history_file.parent.mkdir(parents=True, exist_ok=True)
+            with self._history_file.open("ab") as f:
+                f.write(orjson.dumps(text) + b"\n")
+
+    # --- input ---------------------------------------------------------------------------------
+
+    def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
+        text = message.text
+        if self.ready:
+            self._remember(text)
+        command = parse_command(text)
+        if command is not None and not self.ready and command[0] not in ("exit", "quit", "q"):
+            self.notice(f"/{command[0]}: the session is still starting; try again in a moment", "dim")
+        elif command is not None:
+            self._spawn(run_command(self, *command))
+        elif self.busy:
+            self.queue.append(text)
+            self.refresh_status()
+        else:
+            self.start_turn([text])
+
+    def start_turn(self, prompts: list[str]) -> None:
+        self.turn_task = asyncio.ensure_future(self._turn_loop(prompts))
+        self.refresh_status()
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(self._guard(coro))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _guard(self, coro: Coroutine[Any, Any, Any]) -> None:
+        try:
+            await coro
+        except TetherError as exc:
+            self.notice(str(exc), "error")
+        except Exception as exc:  # a bug must show, not kill the session
+            self.notice(f"Internal error: {type(exc).__name__}: {exc}", "error")
+
+    # --- turns ---------------------------------------------------------------------------------
+
+    async def _turn_loop(self, prompts: list[str]) -> None:
+        try:
+            pending, from_hook, continuations = prompts, False, 0
+            while pending and not self._quitting:
+                outcome, feedback = await self._one_turn(pending, from_hook=from_hook)
+                pending, from_hook = [], False
+                if feedback is not None and continuations < MAX_STOP_CONTINUATIONS:
+                    continuations += 1
+                    pending, from_hook = [feedback], True
+                elif outcome is not None and outcome.interrupted:
+                    self._requeue_into_prompt()
+                elif self.queue and not self._quitting:
+                    pending, self.queue = self.queue, []
+                    continuations = 0
+                    self.refresh_status()
+        except Exception as exc:  # shown, and the session stays usable
+            self.crashed_turn = f"{type(exc).__name__}: {exc}"
+            self.notice(f"Internal error in the turn: {self.crashed_turn}", "error")
+        finally:
+            self.turn_task = None
+            self.refresh_status()
+
+    def _requeue_into_prompt(self) -> None:
+        """After an interrupt queued prompts are not sent: they go back into the prompt box."""
+        if not self.queue:
+            return
+        box = self.prompt_box
+        box.load_text("\n\n".join([*self.queue, *([box.text] if box.text.strip() else [])]))
+        self.queue.clear()
+        self.notice("Queued prompts are back in the input box (not sent)", "dim")
+
+    async def _one_turn(self, texts: list[str], *, from_hook: bool) -> tuple[TurnOutcome | None, str | None]:
+        """One user turn; returns its outcome and a Stop hook's feedback when one blocked."""
+        from tether.core.turn import run_turn
+
+        p = self.prepared
+        prompt = "\n\n".join(texts)
+        extra: list[TextPart] = []
+        if from_hook:
+            self.notice(f"Stop hook asked to continue: {prompt}", "dim")
+        else:
+            for text in texts:
+                self.transcript.add_user(text)
+            submitted = self._show(await SessionHooks(p.hooks).prompt_submit(prompt))
+            if submitted.blocked is not None:
+                self.notice(f"Prompt blocked by a UserPromptSubmit hook: {submitted.blocked}", "error")
+                return None, None
+            extra = submitted.context
+        parts = [TextPart(t) for t in texts] + self._session_context + extra
+        self._session_context = []
+        abort = asyncio.Event()
+        self.abort = abort
+        self._tool_calls = 0
+        deps = p.turn_deps(emit=self._emit, approver=self.approver, abort=abort, max_turns=None)
+        user = UserMessage(f"ui-msg-{now_ms()}", tuple(parts), now_ms())
+        self.refresh_status()
+        try:
+            with p.store.turn_lock(p.session.agent.id, p.session.conversation_id):
+                p.recover_effects(self._emit)  # calls a crashed run left open: never re-run
+                outcome = await run_turn(deps, p.conversation, user)
+        except TetherError as exc:  # a busy conversation, a damaged transcript
+            self.notice(str(exc), "error")
+            return None, None
+        finally:
+            self.abort = None
+        if outcome.stop_reason != "end_turn" or self._quitting:
+            return outcome, None
+        stopped = self._show(await SessionHooks(p.hooks).stop(
+            stop_reason=outcome.stop_reason, tool_call_count=self._tool_calls,
+            assistant_message=outcome.last_text, user_message=prompt, active=from_hook,
+        ))
+        return outcome, stopped.blocked
+
+    def _emit(self, event: Event) -> None:
+        if self._ui_alive:
+            self.transcript.render_event(event)
+        if isinstance(event, UsageStatistics):
+            self.context_tokens = event.total_tokens
+            self.refresh_status()
+        elif isinstance(event, LocalToolCall):
+            self._tool_calls += 1
+
+    # --- TUI-only hooks ------------------------------------------------------------------------
+
+    def _show(self, outcome: HookOutcome) -> HookOutcome:
+        for text, kind in outcome.notices:
+            self.notice(text, kind)
+        return outcome
+
+    async def _session_start(self, *, is_new: bool) -> None:
+        hooks = SessionHooks(self.prepared.hooks)
+        started = self._show(await hooks.session_start(is_new=is_new, agent_name=self.prepared.session.agent.name))
+        self._session_context = started.context
+        first = [self.initial_prompt] if self.initial_prompt else []
+        self.initial_prompt = None
+        waiting, self.queue = [*first, *self.queue], []  # typed while the session was starting
+        if waiting and not self._quitting:
+            self.start_turn(waiting)
+
+    # --- dialogs -------------------------------------------------------------------------------
+
+    def _show_approval(self, request: ApprovalRequest) -> asyncio.Future[Choice]:
+        future: asyncio.Future[Choice] = asyncio.get_running_loop().create_future()
+        screen = ApprovalScreen(request)
+
+        def answered(choice: Choice | None) -> None:
+            if not future.done():
+                future.set_result(choice or Choice("interrupt"))
+
+        def settled(_: asyncio.Future[Choice]) -> None:
+            # Answered from outside (interrupt, exit): close the dialog if it is still up.
+            if self._ui_alive and screen.is_attached and self.screen_stack[-1:] == [screen]:
+                screen.dismiss(None)
+
+        future.add_done_callback(settled)
+        self.push_screen(screen, callback=answered)
+        return future
+
+    def _rule_added(self, text: str) -> None:
+        self.notice(text, "dim")
+
+    async def pick(self, title: str, options: list[tuple[str, str]]) -> str | None:
+        future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+
+        def chosen(value: str | None) -> None:
+            if not future.done():
+                future.set_result(value)
+
+        self.push_screen(PickerScreen(title, options), callback=chosen)
+        return await future
+
+    async def open_conversation(self, conversation_id: str) -> None:
+        from tether.tui.sessions import history, switch_conversation
+
+        switch_conversation(self.prepared, conversation_id)
+        self.transcript.clear()
+        self.context_tokens = 0
+        self.notice(f"Resumed conversation {conversation_id}", "dim")
+        messages = history(self.prepared)
+        self.transcript.show_history(messages)
+        self.refresh_status()
+
+    # --- keys ----------------------------------------------------------------------------------
+
+    def action_interrupt(self) -> None:
+        if self.busy and self.abort is not None and not self.abort.is_set():
+            self.abort.set()
+            self.approver.cancel()
+            self._set_hint("interrupting…")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # In a dialog shift+tab moves focus as usual; the mode only cycles on the main screen.
+        return not (action == "cycle_mode" and isinstance(self.screen, ModalScreen))
+
+    def action_cycle_mode(self) -> None:
+        flags = self.flags
+        current = flags.permission_mode
+        nxt = MODE_CYCLE[(MODE_CYCLE.index(current) + 1) % len(MODE_CYCLE)] if current in MODE_CYCLE else MODE_CYCLE[0]
+        flags.permission_mode = nxt
+        self._set_hint(f"permission mode: {nxt}")
+
+    async def action_ctrl_c(self) -> None:
+        now = time.monotonic()
+        if now - self._ctrl_c_at < DOUBLE_PRESS_S:
+            await self.action_quit()
+            return
+        self._ctrl_c_at = now
+        if self.busy:
+            self.action_interrupt()
+        elif self.prompt_box.text:
+            self.prompt_box.clear()
+        self._set_hint("press Ctrl-C again to exit")
+
+    async def action_quit(self) -> None:
+        """Stop the running turn (its calls get answers on disk), stop background work, exit."""
+        self._quitting = True
+        await self._wind_down()
+        self.exit(0)
+
+    async def on_unmount(self) -> None:
+        # Any other way out (an error, the test harness) still settles the turn and stops tasks.
+        self._ui_alive = False
+        self._quitting = True
+        await self._wind_down()
+
+    async def _wind_down(self) -> None:
+        if self._wound_down:
+            return
+        self._wound_down = True
+        self.queue.clear()
+        if self._preparing is not None and not self._preparing.done():
+            with contextlib.suppress(Exception):  # a thread cannot be stopped: let it finish
+                await asyncio.wait_for(asyncio.shield(self._preparing), 30)
+        if self._prepared is None:
+            return
+        task = self.turn_task
+        if task is not None and not task.done():
+            if self.abort is not None:
+                self.abort.set()
+            self.approver.cancel()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(task), 30)
+        with contextlib.suppress(Exception):
+            await SessionHooks(self._prepared.hooks).session_end()
+        with contextlib.suppress(Exception):
+            await self._prepared.shutdown()
