@@ -33,8 +33,8 @@ from websockets.http11 import Request, Response
 
 from tether.backends.local.store import LocalStore
 from tether.errors import TetherError, UsageError
-from tether.server import auth, protocol_v2
 from tether.runtime.checkpoints import CheckpointStore, new_owner
+from tether.server import auth, protocol_v2
 from tether.server.protocol_v2 import (
     AbortMessage,
     ApprovalResponse,
