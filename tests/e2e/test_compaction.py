@@ -121,3 +121,35 @@ def test_tether_compact_subcommand(workdir, tether_home) -> None:
     out = json.loads(run.stdout)
     assert out["stats"]["trigger"] == "manual" and out["stats"]["mode"] == "all"
     assert compactions(tether_home)[0]["firstKeptEntryId"] is None
+
+
+def test_pre_compact_hooks_and_mod_events_see_the_compaction(workdir, tether_home) -> None:
+    conversation = grow(workdir, SMALL, LEAN)
+    seen = workdir.parent / "seen"
+    seen.mkdir()
+    settings = {"hooks": {"PreCompact": [{"hooks": [
+        {"type": "command", "command": f"cat > {seen}/pre-compact.json"}]}]}}
+    (tether_home / "settings.json").write_text(json.dumps(settings))
+    (tether_home / "mods").mkdir()
+    (tether_home / "mods" / "watch.py").write_text(
+        "import json\n"
+        "def activate(api):\n"
+        f"    out = {str(seen)!r}\n"
+        "    def log(name):\n"
+        "        def handler(event, ctx=None):\n"
+        "            with open(out + '/' + name + '.json', 'w') as fh:\n"
+        "                json.dump(event, fh)\n"
+        "        return handler\n"
+        "    api.events.on('compact_start', log('compact_start'))\n"
+        "    api.events.on('compact_end', log('compact_end'))\n"
+    )
+    with FakeProvider([{"text": "SUMMARY: watched."}, {"text": "after"}]) as fake:
+        run, _ = turn(workdir, fake, "part 2: " + "dolor sit " * 300, conversation, *LEAN, env=SMALL)
+    assert run.events[-1]["result"] == "after", run.stderr
+    pre = json.loads((seen / "pre-compact.json").read_text())
+    assert pre["event_type"] == "PreCompact" and pre["trigger"] == "context_window_limit"
+    assert pre["max_context_length"] == 2048 and pre["context_length"] > 1639
+    start = json.loads((seen / "compact_start.json").read_text())
+    end = json.loads((seen / "compact_end.json").read_text())
+    assert start["trigger"] == end["trigger"] == "context_window_limit"
+    assert end["counts"]["messages_count_after"] < end["counts"]["messages_count_before"]

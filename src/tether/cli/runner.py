@@ -130,6 +130,29 @@ def context_window(env: Mapping[str, str], model_settings: Mapping[str, Any], pr
     return value
 
 
+class _CompactionEvents:
+    """PreCompact hooks, then mods' compact_start; compact_end after (reference §9, §10)."""
+
+    def __init__(self, hooks: HookRunner | None, mods: Callable[[], Any]) -> None:
+        self.hooks = hooks
+        self.mods = mods
+
+    async def start(self, trigger: str, context_tokens: int, window: int, messages: int) -> None:
+        if self.hooks is not None:
+            await self.hooks.pre_compact(
+                trigger=trigger, context_length=context_tokens, max_context_length=window
+            )
+        mods = self.mods()
+        if mods is not None:
+            await mods.compact_start(trigger, {"messages": messages, "context_tokens": context_tokens})
+
+    async def end(self, trigger: str, stats: Mapping[str, Any]) -> None:
+        mods = self.mods()
+        if mods is not None:
+            counts = {k: v for k, v in stats.items() if isinstance(v, int)}
+            await mods.compact_end(trigger, counts)
+
+
 def build_registry() -> ToolRegistry:
     from tether.tools.builtin import register_builtin_tools
 
@@ -320,6 +343,7 @@ def prepare(flags: RunFlags) -> Prepared:
     hooks = HookRunner(hook_config, cwd=cwd, agent_id=session.agent.id, session_id=session.agent.id,
                        ask_model=provider_model_call(provider, model_id, store.home, env))
     backend.context_window = context_window(env, session.agent.model_settings, provider_name)
+    backend.compaction_events = _CompactionEvents(hooks, lambda: prepared.mods)
     backend.compaction = CompactionSettings.from_dict(
         session.agent.extra.get("compaction_settings"), f"agent {session.agent.id}"
     )

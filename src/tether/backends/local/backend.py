@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, Protocol
 
 import orjson
 
@@ -57,6 +58,15 @@ from tether.protocol.turns import ConversationRef, TurnInput
 from tether.providers.base import Provider
 
 
+class CompactionEvents(Protocol):
+    """Told before and after a compaction (PreCompact hooks, mods' compact_start/compact_end);
+    they observe, they cannot stop it."""
+
+    async def start(self, trigger: str, context_tokens: int, window: int, messages: int) -> None: ...
+
+    async def end(self, trigger: str, stats: Mapping[str, Any]) -> None: ...
+
+
 class LocalBackend:
     def __init__(
         self,
@@ -82,6 +92,8 @@ class LocalBackend:
         # Compaction (§4.6, §16): None leaves the conversation to grow until the provider refuses.
         self.context_window: int | None = None
         self.compaction = CompactionSettings()
+        # PreCompact hooks and mods' compact_start/compact_end, set by the runtime.
+        self.compaction_events: CompactionEvents | None = None
 
     async def compact(
         self, conversation: ConversationRef, *, trigger: plan.Trigger = "manual", tools_json: str = ""
@@ -90,19 +102,32 @@ class LocalBackend:
         transcript = self._transcript(conversation)
         history = settle(transcript, transcript.load())
         system = self.system if self.system_prompt is None else await self.system_prompt(conversation)
-        return await Compactor(self.provider, self.model_id).compact(
-            transcript, history, trigger=trigger, window=self.context_window or 200_000,
-            system=system, tools_json=tools_json, settings=self.compaction,
+        return await self._run_compaction(
+            transcript, history, trigger, self.context_window or 200_000, system, tools_json
         )
+
+    async def _run_compaction(
+        self, transcript: Transcript, history: list[Message], trigger: plan.Trigger,
+        window: int, system: str, tools_json: str,
+    ) -> Compacted:
+        events = self.compaction_events
+        if events is not None:
+            await events.start(trigger, plan.estimate(system, history, tools_json), window, len(history))
+        done = await Compactor(self.provider, self.model_id).compact(
+            transcript, history, trigger=trigger, window=window, system=system,
+            tools_json=tools_json, settings=self.compaction,
+        )
+        if events is not None:
+            await events.end(trigger, done.stats)
+        return done
 
     async def _compact(
         self, transcript: Transcript, history: list[Message], trigger: plan.Trigger,
         system: str, tools_json: str, run_id: str,
     ) -> AsyncIterator[Chunk]:
         assert self.context_window is not None
-        done = await Compactor(self.provider, self.model_id).compact(
-            transcript, history, trigger=trigger, window=self.context_window, system=system,
-            tools_json=tools_json, settings=self.compaction,
+        done = await self._run_compaction(
+            transcript, history, trigger, self.context_window, system, tools_json
         )
         yield CompactionNotice(trigger, done.stats, run_id)
         yield SummaryMessage(done.summary, done.summary_message.id, run_id)
