@@ -171,7 +171,7 @@ def test_turn_start_rewrites_or_cancels_the_input(workdir: Path, tether_home: Pa
             api.events.on("turn_start", lambda e: {"cancel": {"reason": "not today"}})
     """)
     run, bodies = run_with(workdir, [{"text": "never"}])
-    assert bodies == [] and run.code == 130
+    assert bodies == [] and run.code == 1  # a refusal, not an interrupt (the reference: exit 1)
     assert "Turn cancelled by mod rewrite: not today" in run.stdout
 
 

@@ -121,10 +121,11 @@ class TurnOutcome:
     last_reasoning: str = ""
     last_tool_result: str = ""
     error: TurnError | None = None
+    vetoed: bool = False  # a mod's turn_start cancelled it: a refusal (exit 1), not an interrupt
 
     @property
     def interrupted(self) -> bool:
-        return self.stop_reason == "cancelled"
+        return self.stop_reason == "cancelled" and not self.vetoed
 
     @property
     def result_text(self) -> str:
@@ -136,6 +137,7 @@ async def run_turn(deps: TurnDeps, conversation: ConversationRef, user: UserMess
     if deps.events is not None:
         started = await deps.events.turn_start(user)
         if isinstance(started, str):
+            out.vetoed = True
             return _fail(deps, out, started, "cancelled")
         user = started
     turn_input = TurnInput(user=user)
