@@ -195,6 +195,35 @@ class TetherApp(App[int]):
             self.transcript.show_history(messages)
         self.refresh_status()
         self._spawn(self._session_start(is_new=not messages))
+        if self.prepared.settings.ignored and not self.flags.trust:
+            self._spawn(self.offer_trust())
+
+    async def offer_trust(self) -> bool:
+        """The interactive side of folder trust: the project's settings asked for more than an
+        untrusted folder gets (allow rules, hooks, mods…); ask once, and on yes record the trust
+        (bound to the files' content) and rebuild the session so they apply."""
+        p = self.prepared
+        asked = "; ".join(m.split(" (run `tether trust`")[0] for m in p.settings.ignored)
+        choice = await self.pick(
+            f"Trust {p.cwd}? Its project settings were not applied: {asked}",
+            [("trust", "Trust this folder: apply its allow rules, hooks and mods"),
+             ("skip", "Not now: only its deny and ask rules apply")],
+        )
+        if choice != "trust":
+            self.notice("Folder not trusted: its widening settings stay off (`tether trust` later).", "dim")
+            return False
+        from tether.cli.runner import prepare
+        from tether.runtime.trust import TrustStore
+
+        TrustStore(p.store.home).trust(p.cwd)
+        self.flags.agent, self.flags.conversation = p.session.agent.id, p.session.conversation_id
+        self.flags.new_agent = self.flags.new_conversation = False
+        fresh = await asyncio.to_thread(prepare, self.flags)
+        old, self._prepared = p, fresh
+        await old.shutdown()
+        self.notice(f"Trusted {p.cwd}: its project settings now apply.", "info")
+        self.refresh_status()
+        return True
 
     def refresh_status(self) -> None:
         if not self._ui_alive:
