@@ -37,6 +37,11 @@ def main() -> None:
     runs = parser.parse_args().runs
     with tempfile.TemporaryDirectory() as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "ANTHROPIC_", "OPENAI_"))}
+        # An installed tether has its bytecode compiled; a session with PYTHONDONTWRITEBYTECODE
+        # would otherwise measure the compiler on every start.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(__file__).resolve().parents[1] / "src")],
+                       check=True, stdout=subprocess.DEVNULL)
         env["TETHER_HOME"] = str(Path(tmp) / "home")
         baseline = median_ms([sys.executable, "-c", "pass"], runs, env, tmp)
         version = median_ms([TETHER, "--version"], runs, env, tmp)

@@ -366,6 +366,7 @@ async def serve(prepared: Prepared) -> int:
             session.user_lines.put_nowait({"type": "user", "message": message, "_queuedKind": "task_notification"})
 
         subagents.notify = deliver
+        subagents.progress = lambda event: write_line(session.env.wrap(event))  # child progress
     renderer.emit_init(model=prepared.session.model, tools=prepared.registry.names(),
                        cwd=str(prepared.cwd), permission_mode=prepared.flags.permission_mode)
     reader = asyncio.ensure_future(session.read_stdin())

@@ -54,6 +54,11 @@ def run_headless(flags: RunFlags) -> int:
     session = prepared.session
     envelope = wire.Envelope(session.agent.id, session.conversation_id)
     renderer = Renderer(flags.output_format, envelope, partial=flags.include_partial)
+    subagents = prepared.services.get("subagents")
+    if subagents is not None and flags.output_format == "stream-json":  # child progress, tagged
+        from tether.cli.output import write_line
+
+        subagents.progress = lambda event: write_line(envelope.wrap(event))
 
     async def main() -> int:
         abort = asyncio.Event()
@@ -83,6 +88,9 @@ def run_headless(flags: RunFlags) -> int:
             try:
                 with prepared.store.turn_lock(session.agent.id, session.conversation_id):
                     prepared.recover_effects(renderer.on_event)
+                    if subagents is not None:  # background tasks that ended since the last turn
+                        notes = tuple(TextPart(n) for n in subagents.take_notifications())
+                        user = UserMessage(user.id, (*notes, *user.content), user.timestamp)
                     outcome = await run_turn(deps, prepared.conversation, user)
             except TetherError as exc:  # e.g. a busy conversation, a damaged transcript
                 failure = TurnError(str(exc), "error")

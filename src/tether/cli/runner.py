@@ -405,7 +405,9 @@ def _add_subagents(prepared: Prepared) -> None:
         cwd=prepared.cwd,
         allowed_tools=tuple(flags.allowed_tools),
         disallowed_tools=tuple(flags.disallowed_tools),
+        max_turns=flags.max_turns,
         trusted=trusted,
+        tether_home=prepared.store.home,
     )
     hooks = prepared.hooks
 
@@ -415,7 +417,10 @@ def _add_subagents(prepared: Prepared) -> None:
                                     success=task.error is None, **({"error": task.error} if task.error else {}))
             await hooks.run_parallel("SubagentStop", payload)
 
-    prepared.services["subagents"] = Subagents(scope, types, prepared.scratch, on_stop=subagent_stop)
+    session = prepared.session  # the task log: interrupted tasks and pending notifications
+    task_log = prepared.store.conversation_dir(session.agent.id, session.conversation_id) / "tasks.jsonl"
+    prepared.services["subagents"] = Subagents(scope, types, prepared.scratch, on_stop=subagent_stop,
+                                               task_log=task_log)
     prepared.registry.register(AgentTool({t.name: t.description for t in types.values()}))
 
 

@@ -130,7 +130,7 @@ def workspace_policy(
 
 def memory_subagent_policy(
     tether_home: Path | str,
-    agent_id: str,
+    agent_id: str | None,
     parent_id: str | None = None,
     *,
     home: Path | str | None = None,
@@ -138,28 +138,58 @@ def memory_subagent_policy(
     extra_writable: Sequence[Path | str] = (),
     network: bool = True,
     pids_limit: int | None = DEFAULT_SUBAGENT_PIDS,
+    base_writable: Sequence[Path | str] = (),
+    hidden_agents: Sequence[str] | None = None,
+    writable_memories: Sequence[str] = (),
+    readonly: Sequence[Path | str] = (),
 ) -> SandboxPolicy:
     """Writes only into the agent's own memory dir (plus `tmp_dir` and `extra_writable`).
 
     Every agent tree under `<tether_home>/agents` is hidden except the agent's own and its
     parent's, which stay readable; the user's credential directories are hidden. Network stays
     on by default because the confined process is the subagent itself, which calls its model.
+
+    For a whole subagent process (reference §8: "base writable ~/.letta; deny trees; self/parent
+    agent dirs readable; own memory writable") the keywords widen and narrow that:
+    `base_writable` roots are writable underneath everything else (tether home, where the child
+    keeps its own records and transcript); `hidden_agents` names the agent trees to hide one by
+    one instead of the whole agents folder (a subagent not created yet must be able to create
+    its own there; `agent_id` None); `writable_memories` are agents whose memory dirs are
+    writable too (the parent's, which a memory subagent edits), their `.git/config` and
+    `.git/hooks` (those that exist) kept read-only so nothing planted there runs later outside
+    the sandbox;
+    `readonly` roots (the workspace, settings files) stay read-only even under a writable base.
     """
     agents = _absolute(tether_home, "tether home") / "agents"
-    own = agents / _agent_segment(agent_id)
-    readable = [own]
+    readable: list[Path] = []
+    writable: list[Path] = [_absolute(p, "base writable root") for p in base_writable]
+    if agent_id is not None:
+        own = agents / _agent_segment(agent_id)
+        readable.append(own)
+        writable.append(own / "memory")
     if parent_id is not None:
         readable.append(agents / _agent_segment(parent_id))
+    for name in writable_memories:
+        memory = agents / _agent_segment(name) / "memory"
+        writable.append(memory)
+        # Only existing ones: bwrap would occupy a missing name with a directory.
+        git = memory / ".git"
+        readable.extend(p for p in (git / "config", git / "hooks") if os.path.lexists(p))
+    readable.extend(_absolute(p, "read-only root") for p in readonly)
     tmp_path = _absolute(tmp_dir, "sandbox tmp dir") if tmp_dir is not None else None
-    writable = [own / "memory"]
     writable.extend(_absolute(p, "extra writable root") for p in extra_writable)
     if tmp_path is not None:
         writable.append(tmp_path)
+    if hidden_agents is None:
+        hidden = [agents]
+    else:
+        keep = {agent_id, parent_id, *writable_memories}
+        hidden = [agents / _agent_segment(a) for a in hidden_agents if a not in keep]
     policy = SandboxPolicy(
         kind="memory-subagent",
         writable_roots=_unique(writable),
         readonly_roots=_unique(readable),
-        denied_roots=_unique([agents, *_credential_dirs(home)]),
+        denied_roots=_unique([*hidden, *_credential_dirs(home)]),
         restrict_writes=True,
         network=network,
         pids_limit=pids_limit,

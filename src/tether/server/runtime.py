@@ -25,7 +25,7 @@ from tether.core.tools import ToolContext
 from tether.core.turn import ApprovalAnswer, Event, TurnOutcome, run_turn
 from tether.errors import TetherError
 from tether.protocol.chunks import RetryNotice, now_ms
-from tether.protocol.messages import UserMessage
+from tether.protocol.messages import TextPart, UserMessage
 from tether.protocol.turns import ApprovalResult, LocalToolReturn
 from tether.runtime.checkpoints import (
     CheckpointHooks,
@@ -334,6 +334,10 @@ class ConversationRuntime:
         try:
             with p.store.turn_lock(self.scope.agent_id, self.scope.conversation_id):
                 self.recover()
+                subagents = p.services.get("subagents")
+                if subagents is not None:  # background tasks that ended since the last turn
+                    notes = tuple(TextPart(n) for n in subagents.take_notifications())
+                    user = UserMessage(user.id, (*notes, *user.content), user.timestamp)
                 try:
                     outcome = await run_turn(deps, p.conversation, user)
                 finally:

@@ -15,7 +15,9 @@ from tether.core.tools import Effect, ToolResult, ToolRunContext
 
 
 class SubagentService(Protocol):
-    async def launch(self, args: Mapping[str, Any], abort: asyncio.Event) -> ToolResult: ...
+    async def launch(
+        self, args: Mapping[str, Any], abort: asyncio.Event, tool_call_id: str | None = None
+    ) -> ToolResult: ...
 
 
 class AgentTool:
@@ -24,8 +26,14 @@ class AgentTool:
     parameters: dict[str, Any] = {
         "type": "object",
         "properties": {
-            "description": {"type": "string", "description": "A short (3-5 word) description of the task"},
-            "prompt": {"type": "string", "description": "The task for the subagent, complete and self-contained"},
+            "description": {
+                "type": "string",
+                "description": "A short (3-5 word) description of the task",
+            },
+            "prompt": {
+                "type": "string",
+                "description": "The task for the subagent, complete and self-contained",
+            },
             "subagent_type": {"type": "string", "description": "Which kind of subagent to use"},
             "model": {"type": "string", "description": "Optional model handle for the subagent"},
             "run_in_background": {
@@ -33,8 +41,14 @@ class AgentTool:
                 "default": True,
                 "description": "Run in the background (default) and be notified on completion",
             },
-            "agent_id": {"type": "string", "description": "Deploy onto an existing agent (not supported yet)"},
-            "conversation_id": {"type": "string", "description": "Continue an existing conversation"},
+            "agent_id": {
+                "type": "string",
+                "description": "Deploy onto an existing agent (not supported yet)",
+            },
+            "conversation_id": {
+                "type": "string",
+                "description": "Continue an existing conversation",
+            },
         },
         "required": ["description", "prompt", "subagent_type"],
         "additionalProperties": False,
@@ -63,4 +77,4 @@ class AgentTool:
         if "run_in_background" in args and not isinstance(args["run_in_background"], bool):
             return ToolResult("run_in_background must be true or false", True)
         launch: SubagentService = service
-        return await launch.launch(args, ctx.abort)
+        return await launch.launch(args, ctx.abort, ctx.tool_call_id)

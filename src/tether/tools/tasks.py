@@ -31,16 +31,20 @@ def _task_id(args: Mapping[str, Any]) -> str:
 class TaskOutputTool:
     name = "TaskOutput"
     description = (
-        "Read the output of a background task (a Bash command started with run_in_background), "
-        "with its status. With block=true, wait up to `timeout` milliseconds for the task to "
-        "finish first; with block=false, return what it has written so far."
+        "Read the output of a background task (a Bash command started with run_in_background, "
+        "bash_<n>, or a subagent, task_<n>), with its status. With block=true, wait up to "
+        "`timeout` milliseconds for the task to finish first; with block=false, return what it "
+        "has so far (a subagent's report only once it has finished)."
     )
     parameters: dict[str, Any] = {
         "type": "object",
         "properties": {
-            "task_id": {"type": "string", "description": "The task ID, e.g. bash_1"},
+            "task_id": {"type": "string", "description": "The task ID, e.g. bash_1 or task_1"},
             "block": {"type": "boolean", "description": "Wait for the task to finish"},
-            "timeout": {"type": "number", "description": "Longest wait in milliseconds (max 600000)"},
+            "timeout": {
+                "type": "number",
+                "description": "Longest wait in milliseconds (max 600000)",
+            },
         },
         "required": ["task_id", "block", "timeout"],
         "additionalProperties": False,
@@ -73,12 +77,14 @@ class TaskOutputTool:
 class TaskStopTool:
     name = "TaskStop"
     description = (
-        "Stop a running background task started with run_in_background: its whole process "
-        "group is killed. Use TaskOutput first if you still need its output."
+        "Stop a running background task (bash_<n> or a subagent's task_<n>): its whole "
+        "process group is killed. Use TaskOutput first if you still need its output."
     )
     parameters: dict[str, Any] = {
         "type": "object",
-        "properties": {"task_id": {"type": "string", "description": "The task ID, e.g. bash_1"}},
+        "properties": {
+            "task_id": {"type": "string", "description": "The task ID, e.g. bash_1 or task_1"}
+        },
         "required": ["task_id"],
         "additionalProperties": False,
     }
@@ -96,4 +102,6 @@ class TaskStopTool:
             stopped = await tasks.stop(task_id)
         except ToolFailure as exc:
             return ToolResult(str(exc), True)
-        return ToolResult(f"Stopped task {task_id}." if stopped else f"Task {task_id} had already ended.")
+        return ToolResult(
+            f"Stopped task {task_id}." if stopped else f"Task {task_id} had already ended."
+        )
