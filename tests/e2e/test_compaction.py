@@ -12,7 +12,7 @@ from tether.testing.fake_provider import FakeProvider
 
 MODEL = "anthropic/claude-test"
 SMALL = {"TETHER_CONTEXT_WINDOW": "2048"}
-LEAN = ["--system-custom", "You are terse.", "--tools", ""]
+LEAN = ["--system-custom", "You are terse.", "--tools", "", "--reflection-trigger", "off"]
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ def test_a_tool_call_and_its_result_survive_compaction_together(workdir, tether_
     script = [{"tool_calls": [big]}, {"text": "SUMMARY: earlier parts."}, {"text": "done"}]
     with FakeProvider(script) as fake:
         run, _ = turn(workdir, fake, "run it", conversation, "--system-custom", "You are terse.",
-                      "--tools", "Bash", "--yolo", env=SMALL)
+                      "--tools", "Bash", "--yolo", "--reflection-trigger", "off", env=SMALL)
         assert fake.violations == []  # every tool result answered a call in every request
         final = json.dumps(fake.requests[-1]["body"]["messages"])
     assert run.events[-1]["result"] == "done"

@@ -41,6 +41,7 @@ class Session:
         self.pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.abort: asyncio.Event | None = None  # set while a turn runs
         self.eof = False
+        self.reflection: asyncio.Future[Any] | None = None  # a pass started after a turn
 
     # --- output ----------------------------------------------------------------------------
 
@@ -142,9 +143,19 @@ class Session:
             "memfs_enabled": "memfs" in self.p.services,
             "skill_sources": sorted(self.p.services["skills"].sources) if "skills" in self.p.services else [],
             "system_info_reminder_enabled": True,
-            "reflection_trigger": "off",
-            "reflection_step_count": 25,
+            **self._reflection_settings(),
         }
+
+    def _reflection_settings(self) -> dict[str, Any]:
+        from tether.runtime.reflection import load_state
+
+        try:
+            state = load_state(self.p.store.home, self.p.session.agent.id)
+        except TetherError:
+            return {"reflection_trigger": "off", "reflection_step_count": 25}
+        trigger = self.p.flags.reflection_trigger or state.trigger
+        count = self.p.flags.reflection_step_count or state.step_count
+        return {"reflection_trigger": trigger, "reflection_step_count": count}
 
     def register_external(self, tools: Any) -> int:
         if not isinstance(tools, list):
@@ -393,6 +404,8 @@ async def serve(prepared: Prepared) -> int:
         return 0
     finally:
         reader.cancel()
+        if session.reflection is not None and not session.reflection.done():
+            await asyncio.wait([session.reflection], timeout=600)  # let a started pass finish
         await prepared.shutdown()
 
 
@@ -432,6 +445,10 @@ async def run_one_turn(session: Session, renderer: Renderer, batch: list[dict[st
         usage=wire.usage_dict(outcome.usage, outcome.steps) if subtype == "success" else None,
         stop_reason=None if subtype == "success" else outcome.stop_reason,
     ))
+    trigger = p.services.get("reflection")
+    if subtype == "success" and trigger is not None and (session.reflection is None or session.reflection.done()):
+        # In the background: the session keeps taking input while memory is reviewed.
+        session.reflection = asyncio.ensure_future(trigger.after_turn())
 
 
 def run_bidirectional(prepared: Prepared) -> int:

@@ -49,6 +49,8 @@ class RunFlags:
     no_skills: bool = False
     no_bundled_skills: bool = False
     resume: bool = False  # -r/--resume (interactive): reopen this agent's latest conversation
+    reflection_trigger: str | None = None  # None: the agent's saved choice (runtime/reflection)
+    reflection_step_count: int | None = None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -151,6 +153,8 @@ def parse_run_flags(argv: Sequence[str], *, stdin_is_tty: bool | None = None) ->
     if ns.tools is not None:
         flags.tools = [t.strip() for t in ns.tools.split(",") if t.strip()]
     _validate_compat(ns)
+    flags.reflection_trigger = ns.reflection_trigger
+    flags.reflection_step_count = _positive_int("--reflection-step-count", ns.reflection_step_count)
     flags.skills_dir = ns.skills_dir
     if ns.skill_sources is not None:
         flags.skill_sources = [s.strip() for s in ns.skill_sources.split(",") if s.strip()]

@@ -101,6 +101,8 @@ def run_headless(flags: RunFlags) -> int:
                 duration_ms=int((time.monotonic() - started) * 1000),
                 api_ms=prepared.backend.api_ms,
             )
+            if code == 0 and "reflection" in prepared.services:
+                await prepared.services["reflection"].after_turn(abort)
             return 143 if code == 130 and signals[:1] == [signal.SIGTERM] else code
         finally:
             await prepared.shutdown()

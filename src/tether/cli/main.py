@@ -30,6 +30,10 @@ def main(argv: Sequence[str]) -> int:
         from tether.cli.trust import run_trust
 
         return run_trust(argv[1:])
+    if argv and argv[0] == "dream":
+        from tether.cli.dream_cmd import run_dream
+
+        return run_dream(argv[1:])
     if argv and argv[0] == "server":
         from tether.server.app_server import run_server_command
 

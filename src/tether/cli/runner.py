@@ -373,6 +373,9 @@ def prepare(flags: RunFlags) -> Prepared:
     from tether.runtime.mods import load_mods
 
     prepared.mods = load_mods(prepared)  # after --tools: mod tools go into the final registry
+    from tether.runtime.reflection import attach_reflection
+
+    attach_reflection(prepared)  # services["reflection"].after_turn(): the post-turn trigger
     return prepared
 
 

@@ -22,6 +22,7 @@ import contextlib
 import fcntl
 import os
 import re
+import shutil
 import stat
 import subprocess
 import time
@@ -351,6 +352,50 @@ class MemFS:
                 sha, date, subject = record.split("\x1f", 2)
                 commits.append(Commit(sha, date, subject))
         return commits
+
+    # --- branches and worktrees (reflection passes) ---------------------------------------------
+
+    def add_worktree(self, path: Path, branch: str) -> None:
+        """A new branch `branch` at HEAD, checked out in a linked worktree at `path` (outside
+        the repo root, so the main working tree never sees it)."""
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._git("worktree", "add", "-q", "-b", branch, str(path), "HEAD")
+
+    def remove_worktree(self, path: Path, branch: str | None = None) -> None:
+        """Remove the worktree at `path` (discarding anything uncommitted in it) and delete
+        `branch`; quiet when either is already gone."""
+        path = Path(path)
+        if path.exists():
+            self._run("worktree", "remove", "--force", "--force", str(path))
+        if path.exists():
+            shutil.rmtree(path, ignore_errors=True)
+        self._run("worktree", "prune")
+        if branch:
+            self._run("branch", "-D", branch)
+
+    def branch_revision(self, branch: str) -> str | None:
+        proc = self._run("rev-parse", "-q", "--verify", f"refs/heads/{branch}^{{commit}}")
+        value = proc.stdout.decode().strip()
+        return value if proc.returncode == 0 and _SHA.match(value) else None
+
+    def is_ancestor(self, commit: str, of: str) -> bool:
+        """Whether `commit` is already contained in `of` (so merging it would change nothing)."""
+        return self._run("merge-base", "--is-ancestor", commit, of).returncode == 0
+
+    def merge_branch(self, branch: str, message: str) -> str:
+        """Merge `branch` into the checked-out branch: "fast-forward" or "merge" when it went
+        in, "conflict" when it could not (the merge is aborted: HEAD and the working tree are
+        as before). Call inside `writing()`."""
+        before = self.revision()
+        proc = self._run("merge", "--no-edit", "-m", message, branch)
+        if proc.returncode == 0:
+            return "fast-forward" if self.revision() == self.branch_revision(branch) else "merge"
+        if (self.root / ".git" / "MERGE_HEAD").exists():
+            if self._run("merge", "--abort").returncode != 0 and before is not None:
+                self._run("reset", "-q", "--merge", before)
+            return "conflict"
+        why = proc.stderr.decode(errors="replace").strip() or f"exit code {proc.returncode}"
+        raise MemFSError(f"git merge {branch} failed in {self.root}: {why}")
 
     def export(self, out: Path) -> int:
         """Write HEAD's files under `out` (which must be empty or absent); how many were written."""

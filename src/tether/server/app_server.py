@@ -6,6 +6,7 @@ say `ok`; `/app-server-info` (authenticated) describes the server; the configure
 `/`) upgrades, `?channel=` (split channels) gets 426. Each websocket is one client speaking
 protocol v2; frames larger than `--max-frame-bytes` close it (1009); pings every 30 s and a
 client silent for 90 s after its last pong is reaped. SIGTERM / SIGINT stop it cleanly.
+With `--openai-api`, `/v1/*` never reaches this hook: `openai_bridge.py` serves it.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class ServerOptions:
     ping_timeout: float = 60.0  # a ping unanswered this long closes: ~90 s since the last pong
     max_queue: int = 32
     cwd: Path | None = None
+    openai_api: bool = False  # also serve /v1/* (server/openai_bridge.py)
 
 
 def parse_listen_url(url: str) -> tuple[str, int, str]:
@@ -132,6 +134,11 @@ class AppServer:
         self.allowed_hosts: frozenset[str] | None = None
         self._server: Server | None = None
         self._ids = itertools.count(1)
+        self.bridge: Any = None
+        if options.openai_api:
+            from tether.server.openai_bridge import OpenAIBridge
+
+            self.bridge = OpenAIBridge(self)
 
     @property
     def url(self) -> str:
@@ -149,6 +156,7 @@ class AppServer:
             ping_interval=self.options.ping_interval,
             ping_timeout=self.options.ping_timeout,
             server_header=None,
+            create_connection=self.bridge.connection_class() if self.bridge else None,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self.allowed_hosts = auth.allowed_host_headers(self.host, self.port)
@@ -161,6 +169,8 @@ class AppServer:
             self._server.close(close_connections=False)
         await asyncio.gather(*(rt.close() for rt in self.runtimes.values()), return_exceptions=True)
         self.runtimes.clear()
+        if self.bridge is not None:
+            await self.bridge.close()
         deadline = time.monotonic() + 2
         while (
             any(not c.closed and not c.outbox.empty() for c in self.connections)
@@ -390,14 +400,16 @@ def _parser() -> _Parser:
         "--max-queue", type=int, default=32, help="inputs that may wait per conversation"
     )
     p.add_argument("--cwd", help="working directory for runtimes that name none (default: here)")
-    p.add_argument("--openai-api", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--openai-api",
+        action="store_true",
+        help="also serve /v1/models, /v1/chat/completions, /v1/responses (model = agent id)",
+    )
     return p
 
 
 def options_from_argv(argv: Sequence[str]) -> ServerOptions:
     ns = _parser().parse_args(list(argv))
-    if ns.openai_api:
-        raise UsageError("--openai-api is not available in this build yet")
     for flag, value in (("--max-frame-bytes", ns.max_frame_bytes), ("--max-queue", ns.max_queue)):
         if value <= 0:
             raise UsageError(f"{flag} must be a positive integer")
@@ -414,7 +426,14 @@ def options_from_argv(argv: Sequence[str]) -> ServerOptions:
     )
     cwd = check_cwd(ns.cwd, Path.cwd()) if ns.cwd else None
     return ServerOptions(
-        ns.listen, policy, ns.max_frame_bytes, ns.ping_interval, ns.ping_timeout, ns.max_queue, cwd
+        ns.listen,
+        policy,
+        ns.max_frame_bytes,
+        ns.ping_interval,
+        ns.ping_timeout,
+        ns.max_queue,
+        cwd,
+        ns.openai_api,
     )
 
 

@@ -95,6 +95,7 @@ class ConversationRuntime:
         self.stream = stream
         self.scope = stream.scope
         self.checkpoint_scope = conversation_scope(self.scope.agent_id, self.scope.conversation_id)
+        self._reflection: asyncio.Future[Any] | None = None
         self.subscribers: dict[str, Subscriber] = {}
         self.queue: deque[QueuedInput] = deque()
         self.status = "WAITING_ON_INPUT"
@@ -378,6 +379,10 @@ class ConversationRuntime:
         self.active_run_ids = []
         self._set_status("WAITING_ON_INPUT")
         self.broadcast(self.stream.frame("turn_finished", **frame))
+        trigger = p.services.get("reflection")
+        idle = self._reflection is None or self._reflection.done()
+        if error is None and outcome.stop_reason == "end_turn" and trigger is not None and idle:
+            self._reflection = asyncio.ensure_future(trigger.after_turn())  # memory review, off the turn
         try:
             self._apply_device_state()
         except TetherError as exc:

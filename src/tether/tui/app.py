@@ -393,6 +393,9 @@ class TetherApp(App[int]):
             self.abort = None
         if outcome.stop_reason != "end_turn" or self._quitting:
             return outcome, None
+        trigger = p.services.get("reflection")
+        if trigger is not None:  # memory review in the background; the prompt stays live
+            self._spawn(trigger.after_turn())
         stopped = self._show(await SessionHooks(p.hooks).stop(
             stop_reason=outcome.stop_reason, tool_call_count=self._tool_calls,
             assistant_message=outcome.last_text, user_message=prompt, active=from_hook,

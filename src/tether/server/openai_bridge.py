@@ -1,0 +1,719 @@
+"""`tether server --openai-api`: the OpenAI-compatible HTTP API of the App Server (reference
+§12.1), where a model is an agent: `GET /v1/models`, `POST /v1/chat/completions`,
+`POST /v1/responses`, streaming or not.
+
+`websockets` reads only bodiless GET requests, so `/v1/*` never reaches it: the connection
+class below looks at the request line and, for `/v1/`, serves the HTTP exchange itself (one
+request per connection, `Connection: close`); anything else goes on to the websocket handshake.
+Every request passes the same Host / bearer / Origin checks as the upgrade. A completion is one
+turn on the agent's `default` conversation, through the same `ConversationRuntime` a websocket
+client of that conversation drives: a busy conversation queues the input (bounded by
+`--max-queue`; a full queue is 429). Earlier request messages are accepted and ignored (the
+agent keeps its own history); only the last one, a user message, is sent. Nobody can answer an
+approval over this API, so `ask` is denied with the headless denial text. The returned text is
+every assistant text of the turn, runs separated by a blank line, streamed or not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http
+import itertools
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import orjson
+from websockets.asyncio.server import ServerConnection
+
+from tether.errors import NotFound, TetherError
+from tether.protocol.messages import ImagePart, TextPart, UserPart
+from tether.server import auth
+from tether.server.protocol_v2 import (
+    ApprovalResponse,
+    CreateMessage,
+    EventStream,
+    NewMessage,
+    RuntimeScope,
+)
+
+if TYPE_CHECKING:
+    from tether.server.app_server import AppServer
+    from tether.server.runtime import ConversationRuntime
+
+API_PREFIX = b"/v1/"
+REQUEST_LINE_TIMEOUT_S = 10.0  # as websockets' open_timeout for the upgrade
+REQUEST_TIMEOUT_S = 60.0  # headers and body
+MAX_HEAD_BYTES = 64 * 1024
+_ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error"}
+_FINISH = {"max_tokens_exceeded": "length", "max_steps": "length"}
+_USAGE_FIELDS = (
+    ("prompt", "prompt_tokens"),
+    ("completion", "completion_tokens"),
+    ("cached", "cached_input_tokens"),
+    ("cache_write", "cache_write_tokens"),
+    ("reasoning", "reasoning_tokens"),
+)
+
+
+class ApiError(Exception):
+    """An OpenAI-shaped error response: `{"error": {message, type, param, code}}`."""
+
+    def __init__(
+        self, status: int, message: str, param: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+    def body(self) -> dict[str, Any]:
+        kind = _ERROR_TYPES.get(self.status) or (
+            "server_error" if self.status >= 500 else "invalid_request_error"
+        )
+        if self.status == 429:
+            kind = "rate_limit_error"
+        return {
+            "error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}
+        }
+
+
+class OpenAIBridge:
+    def __init__(self, server: AppServer) -> None:
+        self.server = server
+        self.live: set[HttpConnection] = set()
+        self.closing = False
+        self._ids = itertools.count(1)
+
+    def connection_class(self) -> type[ServerConnection]:
+        """The `create_connection` for `websockets.serve`: /v1/ here, the rest to websockets."""
+        return type("BridgedConnection", (HttpConnection,), {"bridge": self})
+
+    async def close(self, grace: float = 2.0) -> None:
+        """Answer requests still waiting (503), give responses a moment to flush, then cut."""
+        self.closing = True
+        for conn in list(self.live):
+            conn.notify_lost("closing")
+        deadline = time.monotonic() + grace
+        while self.live and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for conn in list(self.live):
+            conn.transport.abort()
+
+    # --- one HTTP exchange -------------------------------------------------------------------
+
+    async def serve(self, conn: HttpConnection) -> None:
+        self.live.add(conn)
+        try:
+            try:
+                async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                    request = await self.read_request(conn)
+            except TimeoutError:
+                raise ApiError(408, "the request was not received in time") from None
+            if request is not None:
+                await self.dispatch(conn, *request)
+        except ApiError as exc:
+            if not conn.head_sent:
+                await conn.send_json(exc.status, exc.body())
+                if conn.declared_body and not conn.body_read:
+                    await conn.linger()
+        except Exception as exc:  # a server bug: say so, keep the server
+            traceback.print_exc(file=sys.stderr)
+            if not conn.head_sent:
+                error = ApiError(500, f"internal server error ({type(exc).__name__}: {exc})")
+                await conn.send_json(500, error.body())
+        finally:
+            if conn.watch is not None:  # nobody waits for its turn any more
+                conn.watch.give_up("lost")
+                conn.watch.rt.unsubscribe(conn.watch)
+            conn.finish()
+            self.live.discard(conn)
+
+    async def read_request(self, conn: HttpConnection) -> tuple[str, str, bytes] | None:
+        """(method, path, body) of an authorized request; the body is read only after the
+        Host / bearer / Origin checks, and only up to the frame limit."""
+        head = await conn.read_head()
+        if head is None:
+            return None
+        method, path, headers, length = head
+        server = self.server
+        rejection = auth.check_request(
+            headers, server.options.policy, allowed_hosts=server.allowed_hosts, now=time.time()
+        )
+        if rejection is not None:
+            raise ApiError(rejection.status, rejection.message)
+        limit = server.options.max_frame_bytes
+        if length > limit:
+            raise ApiError(
+                413,
+                f"the request body ({length} bytes) is larger than this server accepts "
+                f"({limit} bytes, --max-frame-bytes)",
+            )
+        body = await conn.read_body(length, headers)
+        return None if body is None else (method, path, body)
+
+    async def dispatch(self, conn: HttpConnection, method: str, path: str, body: bytes) -> None:
+        routes: dict[str, tuple[str, Callable[..., Any]]] = {
+            "/v1/models": ("GET", self.models),
+            "/v1/chat/completions": ("POST", self.chat_completions),
+            "/v1/responses": ("POST", self.responses),
+        }
+        if path.startswith("/v1/models/") and method == "GET":
+            model = self.model_entry(path.removeprefix("/v1/models/"))
+            await conn.send_json(200, model)
+            return
+        if path not in routes:
+            raise ApiError(404, f"no such endpoint: {path}")
+        allowed, handler = routes[path]
+        if method != allowed:
+            raise ApiError(405, f"{path} takes {allowed}, not {method}")
+        if allowed == "GET":
+            await conn.send_json(200, handler())
+        else:
+            await handler(conn, _json_object(body))
+
+    # --- endpoints ---------------------------------------------------------------------------
+
+    def models(self) -> dict[str, Any]:
+        agents = self.server.ctx.store.list_agents()
+        return {"object": "list", "data": [_model(a.id, a.created_at) for a in agents]}
+
+    def model_entry(self, agent_id: str) -> dict[str, Any]:
+        record = self._agent(agent_id)
+        return _model(record.id, record.created_at)
+
+    async def chat_completions(self, conn: HttpConnection, body: dict[str, Any]) -> None:
+        agent_id = _model_field(body)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ApiError(400, "'messages' must be a non-empty list", "messages")
+        n = len(messages) - 1
+        last = messages[n]
+        if not isinstance(last, dict) or last.get("role") != "user":
+            raise ApiError(
+                400,
+                f"messages[{n}] must be the user message to send (the agent keeps its own history)",
+                f"messages[{n}].role",
+            )
+        parts = _parts(last.get("content"), f"messages[{n}].content", "text", "image_url")
+        stream = _stream_field(body)
+        options = body.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        watch = self._start_turn(conn, agent_id, parts, last.get("content"))
+        ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        base = {"id": ident, "created": created, "model": agent_id, "system_fingerprint": None}
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return {**base, "object": "chat.completion.chunk", "choices": [choice]}
+
+        if not stream:
+            finished = await watch.finished()
+            await conn.send_json(
+                200,
+                {
+                    **base,
+                    "object": "chat.completion",
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {
+                                "role": "assistant",
+                                "content": watch.text,
+                                "refusal": None,
+                            },
+                            "logprobs": None,
+                            "finish_reason": _finish_reason(finished, watch),
+                        }
+                    ],
+                    "usage": watch.chat_usage(),
+                },
+            )
+            return
+        await conn.start_sse()
+        await conn.send_event(chunk({"role": "assistant", "content": ""}))
+        try:
+            async for piece in watch.texts():
+                await conn.send_event(chunk({"content": piece}))
+            finish = _finish_reason(watch.done, watch)
+        except ApiError as exc:
+            await conn.send_event(exc.body())
+        else:
+            await conn.send_event(chunk({}, finish))
+            if include_usage:
+                await conn.send_event({**chunk({}), "choices": [], "usage": watch.chat_usage()})
+        await conn.send_raw(b"data: [DONE]\n\n")
+
+    async def responses(self, conn: HttpConnection, body: dict[str, Any]) -> None:
+        agent_id = _model_field(body)
+        value = body.get("input")
+        where = "input"
+        if isinstance(value, list) and value:
+            where = f"input[{len(value) - 1}]"
+            value = value[-1]
+            if not isinstance(value, dict) or value.get("role") != "user":
+                raise ApiError(400, f"{where} must be the user message to send", f"{where}.role")
+            where, value = f"{where}.content", value.get("content")
+        parts = _parts(value, where, "input_text", "input_image")
+        stream = _stream_field(body)
+        watch = self._start_turn(conn, agent_id, parts, value)
+        rid, mid = f"resp_{uuid.uuid4().hex}", f"msg_{uuid.uuid4().hex}"
+        created = int(time.time())
+
+        def response(
+            status: str, text: str | None, error: ApiError | None = None
+        ) -> dict[str, Any]:
+            output = []
+            if text is not None:
+                part = {"type": "output_text", "text": text, "annotations": []}
+                message = {"type": "message", "id": mid, "status": "completed"}
+                output = [{**message, "role": "assistant", "content": [part]}]
+            failure = error and {"code": error.code or "server_error", "message": error.message}
+            return {
+                **dict(id=rid, object="response", created_at=created, status=status),
+                **dict(model=agent_id, output=output, error=failure, incomplete_details=None),
+                **dict(parallel_tool_calls=False, tool_choice="none", tools=[], metadata={}),
+                "usage": watch.responses_usage() if status == "completed" else None,
+            }
+
+        if not stream:
+            await watch.finished()
+            await conn.send_json(200, response("completed", watch.text))
+            return
+        seq = itertools.count()
+        await conn.start_sse()
+
+        async def event(kind: str, **fields: Any) -> None:
+            await conn.send_event({"type": kind, "sequence_number": next(seq), **fields}, kind)
+
+        at = {"item_id": mid, "output_index": 0, "content_index": 0}
+        empty = {"type": "output_text", "text": "", "annotations": []}
+        await event("response.created", response=response("in_progress", None))
+        await event("response.in_progress", response=response("in_progress", None))
+        item = {"type": "message", "id": mid, "status": "in_progress", "role": "assistant"}
+        await event("response.output_item.added", output_index=0, item={**item, "content": []})
+        await event("response.content_part.added", **at, part=empty)
+        try:
+            async for piece in watch.texts():
+                await event("response.output_text.delta", **at, delta=piece)
+        except ApiError as exc:
+            await event("response.failed", response=response("failed", None, exc))
+            return
+        part = {**empty, "text": watch.text}
+        await event("response.output_text.done", **at, text=watch.text)
+        await event("response.content_part.done", **at, part=part)
+        done_item = {**item, "status": "completed", "content": [part]}
+        await event("response.output_item.done", output_index=0, item=done_item)
+        await event("response.completed", response=response("completed", watch.text))
+
+    # --- turns -------------------------------------------------------------------------------
+
+    def _agent(self, agent_id: str) -> Any:
+        try:
+            return self.server.ctx.store.get_agent(agent_id)
+        except NotFound:
+            raise ApiError(
+                404,
+                f"The model {agent_id!r} does not exist: models are agent ids (GET /v1/models)",
+                "model",
+                "model_not_found",
+            ) from None
+
+    def runtime_for(self, agent_id: str) -> ConversationRuntime:
+        """The runtime of the agent's default conversation, shared with websocket clients."""
+        from tether.server.runtime import ConversationRuntime
+        from tether.server.runtime_start import build_prepared
+
+        server = self.server
+        self._agent(agent_id)
+        scope = RuntimeScope(agent_id, server.ctx.store.default_conversation(agent_id).id)
+        rt = server.runtimes.get(scope)
+        if rt is None:
+            prepared = build_prepared(server.ctx, scope, server.ctx.default_cwd, None)
+            rt = ConversationRuntime(server.ctx, prepared, EventStream(scope, server.instance))
+            server.runtimes[scope] = rt
+        return rt
+
+    def _start_turn(
+        self, conn: HttpConnection, agent_id: str, parts: tuple[UserPart, ...], content: Any
+    ) -> TurnWatch:
+        if self.closing:
+            raise ApiError(503, "the server is shutting down")
+        try:
+            rt = self.runtime_for(agent_id)
+        except TetherError as exc:
+            raise ApiError(500, f"cannot start agent {agent_id}: {exc}") from None
+        watch = TurnWatch(rt, f"openai-{next(self._ids)}")
+        rt.subscribe(watch)
+        message = NewMessage(f"cm-{uuid.uuid4().hex[:12]}", parts, content)
+        answer = rt.submit(CreateMessage(watch.request_id, None, rt.scope, (message,)))
+        if not answer.get("accepted"):
+            rt.unsubscribe(watch)
+            raise ApiError(429, str(answer.get("error")), None, "conversation_queue_full")
+        watch.queue_item_id = answer["queue_item_id"]
+        conn.watch = watch
+        return watch
+
+
+class TurnWatch:
+    """Subscribed to a runtime for one turn: keeps that turn's text and usage, denies its
+    approvals; frames before its input leaves the queue belong to earlier turns."""
+
+    def __init__(self, rt: ConversationRuntime, ident: str) -> None:
+        self.id = ident
+        self.rt = rt
+        self.request_id = f"{ident}-{uuid.uuid4().hex[:8]}"
+        self.queue_item_id: str | None = None
+        self.events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self.text = ""
+        self.error: str | None = None
+        self.done: dict[str, Any] = {}
+        self.usage = dict.fromkeys((key for key, _ in _USAGE_FIELDS), 0)
+        self._otid: str | None = None
+        self.gave_up = False
+
+    @property
+    def started(self) -> bool:
+        return self.queue_item_id is not None and all(
+            q.id != self.queue_item_id for q in self.rt.queue
+        )
+
+    def send_frame(self, frame: dict[str, Any]) -> None:
+        if not self.started or self.done:
+            return
+        kind = frame.get("type")
+        if kind == "stream_delta":
+            self._delta(frame["delta"])
+        elif kind == "control_request":
+            self._deny(frame)
+        elif kind == "turn_finished" and frame.get("request_id") == self.request_id:
+            self.done = frame
+            self.events.put_nowait(("done", frame))
+
+    def _delta(self, delta: dict[str, Any]) -> None:
+        kind = delta.get("message_type")
+        if kind == "assistant_message" and isinstance(delta.get("content"), str):
+            piece, otid = delta["content"], delta.get("otid")
+            if otid != self._otid and self.text:
+                piece = "\n\n" + piece
+            self._otid = otid
+            if piece:
+                self.text += piece
+                self.events.put_nowait(("text", piece))
+        elif kind == "usage_statistics":
+            for key, field in _USAGE_FIELDS:
+                self.usage[key] += int(delta.get(field) or 0)
+        elif kind == "loop_error" and isinstance(delta.get("message"), str):
+            self.error = delta["message"]
+
+    def _deny(self, frame: dict[str, Any]) -> None:
+        """What `HeadlessApprover` answers: the headless denial with the hint that would allow it."""
+        from tether.core.permissions import headless_denial
+        from tether.core.tools import Effect
+
+        request = frame.get("request") or {}
+        name = str(request.get("tool_name"))
+        tool = self.rt.p.registry.get(name)
+        effect = tool.effect if tool is not None else Effect.EXEC
+        message = headless_denial(name, effect, self.rt.p.flags.permission_mode)
+        reason = request.get("decision_reason")
+        text = f"{message} ({reason})" if reason else message
+        request_id = str(frame.get("request_id"))
+        self.rt.answer_approval(
+            ApprovalResponse(None, self.rt.scope, request_id, False, text, None)
+        )
+
+    def give_up(self, why: str) -> None:
+        """The client left or the server is closing: drop the queued input or abort the turn."""
+        if self.done or self.gave_up:
+            return
+        self.gave_up = True
+        queued = [q for q in self.rt.queue if q.id == self.queue_item_id]
+        if queued:
+            self.rt.queue.remove(queued[0])
+            if queued[0].announced:
+                self.rt.broadcast(self.rt.queue_frame(removed=[queued[0].id]))
+        elif why == "lost" and self.started:
+            self.rt.abort(None)
+        self.events.put_nowait((why, None))
+
+    async def texts(self) -> Any:
+        """Assistant text pieces as they stream; ApiError if the turn did not end well."""
+        try:
+            while True:
+                kind, value = await self.events.get()
+                if kind == "text":
+                    yield value
+                    continue
+                if kind == "done":
+                    _check_finished(value, self)
+                    return
+                if kind == "lost":
+                    raise ApiError(499, "the client went away; the turn was stopped")
+                raise ApiError(503, "the server is shutting down; the turn was not completed")
+        finally:
+            self.rt.unsubscribe(self)
+
+    async def finished(self) -> dict[str, Any]:
+        async for _ in self.texts():
+            pass
+        return self.done
+
+    def chat_usage(self) -> dict[str, Any]:
+        u = self.usage
+        prompt = u["prompt"] + u["cached"] + u["cache_write"]
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": u["completion"],
+            "total_tokens": prompt + u["completion"],
+            "prompt_tokens_details": {"cached_tokens": u["cached"]},
+            "completion_tokens_details": {"reasoning_tokens": u["reasoning"]},
+        }
+
+    def responses_usage(self) -> dict[str, Any]:
+        chat = self.chat_usage()
+        return {
+            "input_tokens": chat["prompt_tokens"],
+            "output_tokens": chat["completion_tokens"],
+            "total_tokens": chat["total_tokens"],
+            "input_tokens_details": chat["prompt_tokens_details"],
+            "output_tokens_details": chat["completion_tokens_details"],
+        }
+
+
+def _check_finished(frame: dict[str, Any], watch: TurnWatch) -> None:
+    stop = frame.get("stop_reason")
+    message = frame.get("error") or watch.error
+    if stop == "cancelled":
+        raise ApiError(503, message or "the turn was cancelled", None, "turn_cancelled")
+    if stop in ("error", "llm_api_error") or frame.get("error"):
+        status = 502 if stop == "llm_api_error" else 500
+        raise ApiError(status, message or f"the turn ended with {stop}", None, str(stop))
+
+
+def _finish_reason(frame: dict[str, Any], watch: TurnWatch) -> str:
+    return _FINISH.get(str(frame.get("stop_reason")), "stop")
+
+
+# --- the connection: /v1/ here, everything else to websockets --------------------------------
+
+
+class HttpConnection(ServerConnection):
+    bridge: ClassVar[OpenAIBridge]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.route: str | None = None  # "ws" | "http" once the request line is in
+        self.head_sent = False
+        self.body_read = False
+        self.declared_body = 0
+        self._chunked = False
+        self.watch: TurnWatch | None = None
+        self._first = bytearray()
+        self._reader = asyncio.StreamReader(limit=MAX_HEAD_BYTES)
+        self._raw: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # websockets starts its handshake task here; that waits until the request line is in.
+        assert isinstance(transport, asyncio.Transport)
+        self._raw = transport
+        self._timer = self.loop.call_later(REQUEST_LINE_TIMEOUT_S, transport.abort)
+
+    def data_received(self, data: bytes) -> None:
+        if self.route == "ws":
+            super().data_received(data)
+            return
+        if self.route == "http":
+            self._reader.feed_data(data)
+            return
+        self._first += data
+        if b"\n" not in self._first and len(self._first) < MAX_HEAD_BYTES:
+            return
+        assert self._raw is not None and self._timer is not None
+        self._timer.cancel()
+        target = bytes(self._first).split(b"\n", 1)[0].split(b" ")
+        if len(target) >= 2 and target[1].startswith(API_PREFIX):
+            self.route = "http"
+            self.transport = self._raw
+            self._reader.set_transport(self._raw)
+            self._reader.feed_data(bytes(self._first))
+            asyncio.ensure_future(self.bridge.serve(self))
+        else:
+            self.route = "ws"
+            super().connection_made(self._raw)
+            super().data_received(bytes(self._first))
+        self._first.clear()
+
+    def eof_received(self) -> bool | None:  # type: ignore[override]
+        if self.route == "ws":
+            return super().eof_received()
+        self._reader.feed_eof()
+        if self.route == "http":  # HTTP clients do not half-close: this one has left
+            self.notify_lost("lost")
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.route == "ws":
+            super().connection_lost(exc)
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._reader.feed_eof()
+        for waiter in self.drain_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self.notify_lost("lost")
+
+    def notify_lost(self, why: str) -> None:
+        if self.watch is not None:
+            self.watch.give_up(why)
+
+    # --- reading and writing HTTP/1.1 --------------------------------------------------------
+
+    async def read_head(self) -> tuple[str, str, auth.Headers, int] | None:
+        """(method, path, headers, body length); None if the client left first."""
+        try:
+            head = await self._reader.readuntil(b"\r\n\r\n")
+        except asyncio.LimitOverrunError:
+            raise ApiError(431, "request headers are too large") from None
+        except asyncio.IncompleteReadError:
+            return None
+        lines = head.decode("latin-1").split("\r\n")
+        method, _, rest = lines[0].partition(" ")
+        target = rest.rpartition(" ")[0] or rest
+        pairs = (line.partition(":") for line in lines[1:] if line)
+        headers = [(k.strip(), v.strip()) for k, _, v in pairs]
+        named = {k.lower(): v for k, v in headers}
+        if "transfer-encoding" in named:
+            raise ApiError(411, "chunked request bodies are not supported; send Content-Length")
+        length = named.get("content-length", "0")
+        if not length.isdigit():
+            raise ApiError(400, "invalid Content-Length header")
+        self.declared_body = int(length)
+        return method, target.split("?", 1)[0], headers, self.declared_body
+
+    async def read_body(self, length: int, headers: auth.Headers) -> bytes | None:
+        if any(k.lower() == "expect" and v.lower() == "100-continue" for k, v in headers):
+            await self._write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        try:
+            body = await self._reader.readexactly(length)
+        except asyncio.IncompleteReadError:
+            return None
+        self.body_read = True
+        return body
+
+    async def send_head(self, status: int, headers: dict[str, str]) -> None:
+        self.head_sent = True
+        try:
+            phrase = http.HTTPStatus(status).phrase
+        except ValueError:  # 499, the client went away
+            phrase = "Error"
+        lines = [f"HTTP/1.1 {status} {phrase}"]
+        lines += [f"{k}: {v}" for k, v in {**headers, "Connection": "close"}.items()]
+        await self._write(("\r\n".join(lines) + "\r\n\r\n").encode())
+
+    async def send_json(self, status: int, payload: Any) -> None:
+        body = orjson.dumps(payload)
+        headers = {"Content-Type": "application/json", "Content-Length": str(len(body))}
+        await self.send_head(status, headers)
+        await self._write(body)
+
+    async def start_sse(self) -> None:
+        headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        await self.send_head(200, {**headers, "Transfer-Encoding": "chunked"})
+        self._chunked = True
+
+    async def send_event(self, data: Any, name: str | None = None) -> None:
+        prefix = f"event: {name}\n".encode() if name else b""
+        await self.send_raw(prefix + b"data: " + orjson.dumps(data) + b"\n\n")
+
+    async def send_raw(self, data: bytes) -> None:
+        """Body bytes (one chunk of a streamed body)."""
+        await self._write(b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data)
+
+    async def _write(self, data: bytes) -> None:
+        if self.transport.is_closing():
+            return
+        self.transport.write(data)
+        await self.drain()
+
+    def finish(self) -> None:
+        if not self.transport.is_closing():
+            if self._chunked:
+                self.transport.write(b"0\r\n\r\n")
+            self.transport.close()
+
+    async def linger(self, seconds: float = 1.0) -> None:
+        """Read what the client is still sending before closing, so it sees the response and
+        not a reset."""
+        with contextlib.suppress(TimeoutError, ConnectionError):
+            async with asyncio.timeout(seconds):
+                while await self._reader.read(65536):
+                    pass
+
+
+# --- request fields -----------------------------------------------------------------------------
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    return value
+
+
+def _model_field(body: dict[str, Any]) -> str:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise ApiError(400, "'model' is required: an agent id (GET /v1/models)", "model")
+    return model
+
+
+def _stream_field(body: dict[str, Any]) -> bool:
+    stream = body.get("stream", False)
+    if stream is not None and not isinstance(stream, bool):
+        raise ApiError(400, "'stream' must be a boolean", "stream")
+    return bool(stream)
+
+
+def _parts(content: Any, where: str, text_type: str, image_type: str) -> tuple[UserPart, ...]:
+    """OpenAI message content (a string, or text and data-URL image parts) as message parts."""
+    if isinstance(content, str):
+        if content:
+            return (TextPart(content),)
+        raise ApiError(400, f"'{where}' must not be empty", where)
+    if not isinstance(content, list) or not content:
+        raise ApiError(400, f"'{where}' must be a string or a non-empty list of parts", where)
+    parts: list[UserPart] = []
+    for n, part in enumerate(content):
+        at = f"{where}[{n}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == text_type and isinstance(part.get("text"), str):
+            parts.append(TextPart(part["text"]))
+        elif kind == image_type:
+            url = part.get("image_url")
+            url = url.get("url") if isinstance(url, dict) else url
+            mime, _, data = str(url or "").removeprefix("data:").partition(";base64,")
+            if not (isinstance(url, str) and url.startswith("data:") and data):
+                raise ApiError(400, f"'{at}' must be a base64 data: URL", f"{at}.image_url")
+            parts.append(ImagePart(data, mime))
+        else:
+            raise ApiError(
+                400, f"'{at}.type' must be {text_type!r} or {image_type!r}", f"{at}.type"
+            )
+    return tuple(parts)
+
+
+def _model(agent_id: str, created_at: str) -> dict[str, Any]:
+    try:
+        created = int(datetime.fromisoformat(created_at).timestamp())
+    except ValueError:
+        created = 0
+    return {"id": agent_id, "object": "model", "created": created, "owned_by": "tether"}
