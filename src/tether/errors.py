@@ -11,6 +11,7 @@
     │   ├── ProviderHTTPError    a non-2xx answer (carries status and Retry-After)
     │   ├── StreamCut            the stream ended before its final event
     │   └── ProviderTimeout      no answer within the configured timeout
+    ├── SandboxError             the kernel sandbox cannot be built or would not protect; nothing ran
     └── ToolFailure              a tool ran and failed; the message goes to the model as the result
 
 It lives at the package root, beside nothing, so every layer (protocol included) can raise it.
@@ -100,3 +101,7 @@ class ProviderTimeout(ProviderError):
 
 class ToolFailure(TetherError):
     """A tool failed in a way the model should read (becomes an error tool result)."""
+
+
+class SandboxError(TetherError):
+    """The sandbox cannot be built or would not protect what it promises; nothing was run."""

@@ -45,6 +45,8 @@ def result(call_id: str, output: str = "done", is_error: bool = False) -> Approv
 
 
 def test_database_is_wal_with_full_sync(store: CheckpointStore) -> None:
+    assert not store.path.exists()  # opened on first use: a text-only turn never creates it
+    store.for_conversation(CONV)
     db = sqlite3.connect(store.path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     db.close()

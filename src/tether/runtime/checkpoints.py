@@ -86,18 +86,31 @@ class CheckpointStore:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(
-            self.path, check_same_thread=False, isolation_level=None, timeout=10
-        )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")  # a commit is on disk before the tool runs
-        self._db.execute(_SCHEMA)
+        self._conn: sqlite3.Connection | None = None  # opened on first use: a text-only turn
+        self._closed = False  # never touches the database
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            if self._closed:
+                raise StoreError(f"checkpoint store {self.path} is closed")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                self.path, check_same_thread=False, isolation_level=None, timeout=10
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")  # a commit is on disk before the tool runs
+            conn.execute(_SCHEMA)
+            self._conn = conn
+        return self._conn
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            self._closed = True
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
     # --- writes (each one CAS-guarded) --------------------------------------------------------
 

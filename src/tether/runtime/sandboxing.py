@@ -14,17 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.errors import UsageError
-from tether.sandbox import (
-    SandboxError,
-    SandboxPolicy,
-    SandboxStatus,
-    WrappedCommand,
-    workspace_policy,
-    wrap_command,
-)
+
+if TYPE_CHECKING:  # the sandbox package loads only when a sandbox is switched on
+    from tether.sandbox import SandboxPolicy, SandboxStatus, WrappedCommand
 
 FS_SANDBOX_ENV = "TETHER_FS_SANDBOX"
 _ON = ("1", "true")
@@ -40,6 +35,8 @@ class ShellSandbox:
 
     def wrap(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> WrappedCommand:
         """What to spawn instead of `argv`; raises SandboxError (nothing may run) when it cannot."""
+        from tether.sandbox import wrap_command
+
         return wrap_command(self.policy, argv, cwd=cwd, env=env, status=self.status)
 
 
@@ -90,6 +87,7 @@ def shell_sandbox_from(
     switch = sandbox_switch(env, settings)
     if not switch.enabled:
         return None
+    from tether.sandbox import SandboxError, workspace_policy
     for label, path in (("working directory", cwd), ("scratch directory", scratch)):
         if not path.is_absolute():
             raise SandboxError(f"sandbox {label} {str(path)!r} must be an absolute path")

@@ -54,7 +54,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from xml.sax.saxutils import escape
 
 import orjson
 
@@ -94,6 +93,11 @@ REPORT_CAP = 30_000
 MAX_RUNNING = 32
 STOP_GRACE_S = 2.0
 _ENVELOPE_KEYS = ("session_id", "agent_id", "conversation_id")
+
+
+def escape(text: str) -> str:
+    """XML text escaping for task notifications (xml.sax.saxutils costs ~17 ms to import)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from tether.errors import TetherError
+from tether.errors import SandboxError
 
 PolicyKind = Literal["workspace", "memory-subagent", "cross-agent"]
 Access = Literal["deny", "write", "read"]
@@ -33,10 +33,6 @@ DEFAULT_SUBAGENT_PIDS = 512
 
 _ACCESS_RANK: dict[Access, int] = {"deny": 0, "write": 1, "read": 2}
 _KINDS: tuple[str, ...] = ("workspace", "memory-subagent", "cross-agent")
-
-
-class SandboxError(TetherError):
-    """The sandbox cannot be built or would not protect what it promises; nothing was run."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tether.errors import ToolFailure
-from tether.sandbox.policy import SandboxError
+from tether.errors import SandboxError, ToolFailure
 from tether.tools.output import SHELL_OUTPUT_CAP, cap_text, clean_program_output, secret_values
 from tether.tools.process_group import (
     Sandbox,

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.core.tools import Effect, ToolResult, ToolRunContext
-from tether.errors import ToolFailure
-from tether.sandbox.policy import SandboxError
+from tether.errors import SandboxError, ToolFailure
 from tether.tools.arguments import optional_bool, optional_number, optional_str, require_str
 from tether.tools.background import BackgroundTasks
 from tether.tools.output import (

@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import secrets
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -359,7 +358,7 @@ class Transcript:
         # 8 hex digits collide by the birthday bound in long files; ids must stay unique
         # because firstKeptEntryId and parentId refer to them.
         while True:
-            eid = secrets.token_hex(4)
+            eid = os.urandom(4).hex()
             if eid not in self._entry_message and eid not in taken:
                 taken.add(eid)
                 return eid

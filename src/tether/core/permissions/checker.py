@@ -25,12 +25,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tether.core.permissions.gitconfig import git_hazard
 from tether.core.permissions.modes import Decision
 from tether.core.permissions.paths import PathRef, magic_link, resolve_path, within
-from tether.core.permissions.readonly import inspect
 from tether.core.permissions.rules import (
     FILE_FAMILIES,
     READ_FAMILIES,
@@ -40,7 +39,11 @@ from tether.core.permissions.rules import (
     canonical_tool_name,
     families_covered,
 )
-from tether.core.permissions.shell import Argv, ShellAnalysis, SimpleCommand, analyse
+
+if TYPE_CHECKING:  # the shell analysis (and tree-sitter) loads on the first shell call only
+    from tether.core.permissions.shell import ShellAnalysis, SimpleCommand
+
+Argv = tuple[str | None, ...]  # as shell.Argv
 
 # Step 11: tools that only change conversation state, and subagents that only read history.
 DEFAULT_ALLOWED = frozenset({"TodoWrite", "TaskOutput", "TaskStop", "update_plan", "memory"})
@@ -315,6 +318,8 @@ class _ShellCheck:
         self.rules = policy.rules
         self.cwd = call.cwd or self.scope.cwd
         assert call.command is not None
+        from tether.core.permissions.shell import analyse
+
         self.analysis: ShellAnalysis = analyse(call.command, self.cwd, self.scope.home)
         self.commands = [c for c in self.analysis.commands if c.role == "command"]
         self._words: dict[int, list[PathRef]] = {}  # path words per command, resolved once
@@ -389,7 +394,7 @@ class _ShellCheck:
 
     def _file_words_denied(self, denies: Sequence[Rule]) -> Rule | None:
         for command in self.commands:
-            reads_only = inspect(command.argv) is not None
+            reads_only = _inspect(command.argv) is not None
             for ref in self._path_words(command):
                 for rule in denies:
                     if rule.family in WRITE_FAMILIES and reads_only:
@@ -441,7 +446,7 @@ class _ShellCheck:
 
     def _read_only(self, command: SimpleCommand, run_dir: Path) -> str | None:
         shown = _show(command.argv)
-        kind = inspect(command.argv)
+        kind = _inspect(command.argv)
         if kind is None:
             return f"`{shown}` needs approval"
         if kind.recursive and any(r.kind == "path" and r.family in ("Read", *READ_FAMILIES)
@@ -515,6 +520,12 @@ def _path_candidates(word: str) -> list[str]:
         if tail:
             out.append(tail)
     return out
+
+
+def _inspect(argv: Argv) -> Any:
+    from tether.core.permissions.readonly import inspect
+
+    return inspect(argv)
 
 
 def _show(argv: Argv) -> str:
