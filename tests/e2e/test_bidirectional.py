@@ -11,8 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.e2e.support import TETHER, tether_env
 from tether.testing.fake_provider import FakeProvider
 
@@ -75,11 +73,6 @@ def bash(command: str) -> dict[str, Any]:
     return {"name": "Bash", "arguments": {"command": command, "description": "test"}}
 
 
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    d = tmp_path / "project"
-    d.mkdir()
-    return d
 
 
 def is_control(subtype: str) -> Any:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from tests.e2e.support import run_tether, tether_env, transcript_lines
 from tether.testing.fake_provider import FakeProvider
 
@@ -15,11 +13,6 @@ SMALL = {"TETHER_CONTEXT_WINDOW": "2048"}
 LEAN = ["--system-custom", "You are terse.", "--tools", "", "--reflection-trigger", "off"]
 
 
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    d = tmp_path / "project"
-    d.mkdir()
-    return d
 
 
 def turn(workdir: Path, fake: FakeProvider, prompt: str, conversation: str | None, *extra: str,

@@ -18,11 +18,6 @@ from tether.testing.fake_provider import FakeProvider
 MODELS = list(DIALECTS)
 
 
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    d = tmp_path / "project"
-    d.mkdir()
-    return d
 
 
 def bash_call(command: str) -> dict:

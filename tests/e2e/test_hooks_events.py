@@ -9,19 +9,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.e2e.support import Run, run_tether, tether_env
 from tether.testing.fake_provider import FakeProvider
 
 MODEL = "anthropic/claude-test"
 
 
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    d = tmp_path / "project"
-    d.mkdir()
-    return d
 
 
 def settings(home: Path, hooks: dict[str, Any], **extra: Any) -> None:

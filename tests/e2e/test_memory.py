@@ -16,11 +16,6 @@ ANTHROPIC = "anthropic/claude-test"
 FACT = "The user's name is Ada Lovelace."
 
 
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    d = tmp_path / "project"
-    d.mkdir()
-    return d
 
 
 def system_of(body: dict[str, Any]) -> str:

@@ -7,19 +7,12 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.e2e.support import Run, run_tether, tether_env
 from tether.testing.fake_provider import FakeProvider
 
 MODEL = "anthropic/claude-test"
 
 
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    d = tmp_path / "project"
-    d.mkdir()
-    return d
 
 
 def write_mod(folder: Path, name: str, source: str) -> Path:

@@ -5,19 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from tests.e2e.support import run_tether, tether_env
 from tether.testing.fake_provider import FakeProvider
 
 MODEL = "anthropic/claude-test"
 
 
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    d = tmp_path / "project"
-    d.mkdir()
-    return d
 
 
 def bash_call(command: str) -> dict:

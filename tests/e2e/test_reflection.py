@@ -11,8 +11,6 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-
 from tests.e2e.support import run_tether, tether_env
 from tether.backends.local.store import LocalStore
 from tether.memory.memfs import MemFS, memory_dir
@@ -23,11 +21,6 @@ LEAN = ["--system-custom", "You are terse.", "--tools", ""]
 NOTES = "---\ndescription: notes\n---\nlearned X\n"
 
 
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    d = tmp_path / "project"
-    d.mkdir()
-    return d
 
 
 def write_call(content: str = NOTES, path: str = "system/notes.md") -> dict:

@@ -31,11 +31,6 @@ def bwrap_available() -> None:
         pytest.skip(f"bubblewrap (bwrap) sandbox unavailable: {why}")
 
 
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    d = tmp_path / "project"
-    d.mkdir()
-    return d
 
 
 def bash_call(command: str) -> dict:

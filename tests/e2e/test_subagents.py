@@ -6,19 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.e2e.support import run_tether, tether_env
 from tether.testing.fake_provider import FakeProvider
 
 MODEL = "anthropic/claude-test"
 
 
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    d = tmp_path / "project"
-    d.mkdir()
-    return d
 
 
 def agent_call(prompt: str, background: bool, kind: str = "general-purpose") -> dict[str, Any]:

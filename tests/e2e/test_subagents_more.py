@@ -27,11 +27,6 @@ MODEL = "anthropic/claude-test"
 CHILD_MODEL = "openai-chat/child-model"
 
 
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    d = tmp_path / "project"
-    d.mkdir()
-    return d
 
 
 def agent_call(

@@ -26,14 +26,6 @@ from tether.testing.fake_provider import FakeProvider
 from tether.tui.approvals import ApprovalRequest, ApprovalScreen, Choice
 
 
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "project"
-    d.mkdir()
-    monkeypatch.chdir(d)
-    return d
-
-
 def test_prompt_and_streamed_answer(workdir: Path, tether_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     script = [{"text": "Hello **world** from the fake model", "chunk_size": 3, "usage": {"input": 40, "output": 9}}]
     with FakeProvider(script) as fake:

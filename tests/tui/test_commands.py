@@ -22,14 +22,6 @@ from tether.testing.fake_provider import FakeProvider
 from tether.tui.commands import PickerScreen, parse_command
 
 
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "project"
-    d.mkdir()
-    monkeypatch.chdir(d)
-    return d
-
-
 def test_parse_command() -> None:
     assert parse_command("/model openai/gpt-5.5") == ("model", "openai/gpt-5.5")
     assert parse_command("  /HELP ") == ("help", "")

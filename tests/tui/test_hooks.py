@@ -12,14 +12,6 @@ from tests.tui.support import SIZE, make_app, point_at, run, settle, submit, wai
 from tether.testing.fake_provider import FakeProvider
 
 
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "project"
-    d.mkdir()
-    monkeypatch.chdir(d)
-    return d
-
-
 def hook(command: str) -> list[dict[str, Any]]:
     return [{"hooks": [{"type": "command", "command": command, "timeout": 20}]}]
 

@@ -11,14 +11,6 @@ from tests.tui.support import SIZE, make_app, point_at, run, settle, submit
 from tether.testing.fake_provider import FakeProvider
 
 
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "project"
-    d.mkdir()
-    monkeypatch.chdir(d)
-    return d
-
-
 def test_multiline_history_and_paste(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from textual import events
 

@@ -27,14 +27,6 @@ from tether.testing.fake_provider import FakeProvider
 from tether.tui.widgets import ToolBlock
 
 
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "project"
-    d.mkdir()
-    monkeypatch.chdir(d)
-    return d
-
-
 def slow_command(marker: str) -> str:
     return f"python3 -c 'import time; time.sleep(30)' {marker}"
 

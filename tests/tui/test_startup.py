@@ -22,14 +22,6 @@ from tether.testing.fake_provider import FakeProvider
 from tether.tui.app import TetherApp
 
 
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "project"
-    d.mkdir()
-    monkeypatch.chdir(d)
-    return d
-
-
 def test_prompt_typed_while_starting_is_sent_once_ready(workdir: Path, tether_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with FakeProvider([{"text": "hello after start"}]) as fake:
         point_at(fake.url, monkeypatch)

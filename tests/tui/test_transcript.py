@@ -14,14 +14,6 @@ from tether.testing.fake_provider import FakeProvider
 from tether.tui.widgets import FOLD_LINES, ReasoningBlock, ToolBlock
 
 
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "project"
-    d.mkdir()
-    monkeypatch.chdir(d)
-    return d
-
-
 def test_retry_reasoning_folded_output_and_markdown(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     script: list[dict[str, Any]] = [
         {"fault": {"status": 429, "retry_after_ms": 20}},

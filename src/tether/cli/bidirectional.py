@@ -233,21 +233,10 @@ class SdkApprover:
         self.add_session_rule = add_session_rule
 
     async def ask(self, item: Classified, ctx: ToolContext) -> ApprovalAnswer:
-        call = item.call
-        request: dict[str, Any] = {
-            "subtype": "can_use_tool",
-            "tool_name": call.name,
-            "input": item.args,
-            "tool_call_id": call.tool_call_id,
-            "permission_suggestions": [],
-            "blocked_path": None,
-            "decision_reason": item.decision.reason,
-        }
-        from tether.cli.diffs import preview_diffs
+        from tether.cli.diffs import can_use_tool_request
 
-        diffs = preview_diffs(call.name, item.args, ctx.cwd)
-        if diffs is not None:
-            request["diffs"] = diffs
+        call = item.call
+        request = can_use_tool_request(item, ctx.cwd)
         try:
             response = await self.session.ask_client(f"perm-{call.tool_call_id}", request)
         except EOFError:

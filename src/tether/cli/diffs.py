@@ -10,7 +10,10 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tether.core.approvals import Classified
 
 _CONTEXT = 3
 
@@ -83,3 +86,22 @@ def hunks(old: str, new: str) -> list[dict[str, Any]]:
             "lines": lines,
         })
     return out
+
+
+def can_use_tool_request(item: Classified, cwd: Path) -> dict[str, Any]:
+    """The `can_use_tool` control request for a call that needs a human (reference §3.4), as
+    stream-json and the App Server send it: the call, why it asks, and a diff for edits."""
+    call = item.call
+    request: dict[str, Any] = {
+        "subtype": "can_use_tool",
+        "tool_name": call.name,
+        "input": item.args,
+        "tool_call_id": call.tool_call_id,
+        "permission_suggestions": [],
+        "blocked_path": None,
+        "decision_reason": item.decision.reason,
+    }
+    diffs = preview_diffs(call.name, item.args, cwd)
+    if diffs is not None:
+        request["diffs"] = diffs
+    return request

@@ -19,17 +19,16 @@ Writes take an flock inside `.git` so two processes never race on the index.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
 import shutil
 import stat
 import subprocess
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tether.backends.local.locks import exclusive_flock
 from tether.errors import StoreError
 
 INITIAL_COMMIT = "chore: initialize local memory"
@@ -411,23 +410,5 @@ class MemFS:
         return len(files)
 
 
-@contextlib.contextmanager
-def _flock(path: Path, busy: str) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        deadline = time.monotonic() + _LOCK_WAIT_S
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise MemFSError(busy) from None
-                time.sleep(0.02)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+def _flock(path: Path, busy: str) -> contextlib.AbstractContextManager[None]:
+    return exclusive_flock(path, wait=_LOCK_WAIT_S, busy=lambda: MemFSError(busy))

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import fcntl
 import os
 import secrets
 import time
@@ -36,6 +35,7 @@ from typing import Any
 
 import orjson
 
+from tether.backends.local.locks import exclusive_flock
 from tether.errors import StoreError, TetherError
 
 TRIGGERS = ("off", "step-count", "compaction-event")
@@ -533,25 +533,6 @@ def attach_reflection(prepared: Any) -> None:
     )
 
 
-@contextlib.contextmanager
-def _flock(path: Path, *, wait: float, busy: str = "") -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise ReflectionBusy(
-                        busy or f"{path} stayed locked; is a tether stuck?"
-                    ) from None
-                time.sleep(0.02)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+def _flock(path: Path, *, wait: float, busy: str = "") -> contextlib.AbstractContextManager[None]:
+    message = busy or f"{path} stayed locked; is a tether stuck?"
+    return exclusive_flock(path, wait=wait, busy=lambda: ReflectionBusy(message))

@@ -454,23 +454,12 @@ class RuntimeApprover:
         self.rt = runtime
 
     async def ask(self, item: Classified, ctx: ToolContext) -> ApprovalAnswer:
-        from tether.cli.diffs import preview_diffs
+        from tether.cli.diffs import can_use_tool_request
 
         rt = self.rt
         call = item.call
         request_id = f"perm-{call.tool_call_id}"
-        request: dict[str, Any] = {
-            "subtype": "can_use_tool",
-            "tool_name": call.name,
-            "input": item.args,
-            "tool_call_id": call.tool_call_id,
-            "permission_suggestions": [],
-            "blocked_path": None,
-            "decision_reason": item.decision.reason,
-        }
-        diffs = preview_diffs(call.name, item.args, ctx.cwd)
-        if diffs is not None:
-            request["diffs"] = diffs
+        request = can_use_tool_request(item, ctx.cwd)
         previous = rt.status
         rt._set_status("WAITING_ON_APPROVAL")
         frame = rt.stream.frame(
