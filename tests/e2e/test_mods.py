@@ -267,3 +267,33 @@ def test_hooks_list_names_each_hook_its_file_and_trust(workdir: Path, tether_hom
     rows = json.loads(run_tether(["hooks", "list", "--json"], env=env, cwd=workdir).stdout)
     assert {r["event"]: r["applies"] for r in rows}["Stop"] == "yes"
     assert "PreToolUse\tBash\texit 0" in run_tether(["hooks", "list"], env=env, cwd=workdir).stdout
+
+
+def test_a_mod_provider_serves_a_model_handle(workdir: Path, tether_home: Path) -> None:
+    write_mod(tether_home / "mods", "echo_provider", """
+        from tether.protocol.chunks import AssistantText, StopReason, UsageStatistics
+
+        class Echo:
+            api = "mod-echo"
+            endpoint = None
+
+            def __init__(self, model):
+                self.model = model
+
+            async def stream(self, request):
+                said = request.messages[-1].content[0].text
+                yield AssistantText("otid-1", f"{self.model} heard: {said}")
+                yield UsageStatistics(prompt_tokens=3, completion_tokens=4)
+                yield StopReason("end_turn")
+
+        def activate(api):
+            api.providers.register("echo", Echo)
+    """)
+    env = tether_env("http://127.0.0.1:9", "anthropic/claude-test")
+    run = run_tether(["-p", "ping", "--model", "echo/parrot-1"], env=env, cwd=workdir)
+    assert run.code == 0, run.stderr
+    assert run.stdout == "parrot-1 heard: ping\n"
+    missing = run_tether(["-p", "ping", "--model", "nosuch/x"], env=env, cwd=workdir)
+    assert missing.code == 1 and "'nosuch' is neither a built-in provider" in missing.stderr
+    off = run_tether(["-p", "ping", "--model", "echo/x", "--no-mods"], env=env, cwd=workdir)
+    assert off.code == 1 and "mods are off" in off.stderr

@@ -314,8 +314,10 @@ def prepare(flags: RunFlags) -> Prepared:
         settings.hooks_user, list(settings.hooks_project),
         user_source=str(user.path) if user else "user settings",
     )
-    if flags.model is not None:  # a bad handle or a missing key fails before anything is created
-        resolve_provider(flags.model, store.home, env)
+    from tether.runtime.mods.providers import ModProvider, is_mod_handle
+
+    if flags.model is not None and not is_mod_handle(flags.model):
+        resolve_provider(flags.model, store.home, env)  # a bad handle or missing key fails first
     session = resolve_session(
         store,
         agent_id=flags.agent,
@@ -328,8 +330,13 @@ def prepare(flags: RunFlags) -> Prepared:
         cwd=cwd,
         env=env,
     )
-    provider_name, model_id = parse_handle(session.model)
-    provider = resolve_provider(session.model, store.home, env)
+    provider: Any
+    if is_mod_handle(session.model):  # a mod's provider: bound once mods are loaded, below
+        provider = ModProvider(session.model)
+        provider_name, model_id = provider.prefix, provider.model_id
+    else:
+        provider_name, model_id = parse_handle(session.model)
+        provider = resolve_provider(session.model, store.home, env)
     backend = LocalBackend(
         store,
         provider,
@@ -373,6 +380,8 @@ def prepare(flags: RunFlags) -> Prepared:
     from tether.runtime.mods import load_mods
 
     prepared.mods = load_mods(prepared)  # after --tools: mod tools go into the final registry
+    if isinstance(provider, ModProvider):
+        provider.bind(prepared.mods)
     from tether.runtime.reflection import attach_reflection
 
     attach_reflection(prepared)  # services["reflection"].after_turn(): the post-turn trigger
