@@ -294,6 +294,6 @@ def test_a_mod_provider_serves_a_model_handle(workdir: Path, tether_home: Path) 
     assert run.code == 0, run.stderr
     assert run.stdout == "parrot-1 heard: ping\n"
     missing = run_tether(["-p", "ping", "--model", "nosuch/x"], env=env, cwd=workdir)
-    assert missing.code == 1 and "'nosuch' is neither a built-in provider" in missing.stderr
+    assert missing.code == 1 and "'nosuch' is not a provider" in missing.stderr
     off = run_tether(["-p", "ping", "--model", "echo/x", "--no-mods"], env=env, cwd=workdir)
     assert off.code == 1 and "mods are off" in off.stderr

@@ -314,10 +314,13 @@ def prepare(flags: RunFlags) -> Prepared:
         settings.hooks_user, list(settings.hooks_project),
         user_source=str(user.path) if user else "user settings",
     )
-    from tether.runtime.mods.providers import ModProvider, is_mod_handle
+    from tether.runtime.mods.providers import ModProvider, is_mod_handle, no_mod_could_serve
 
-    if flags.model is not None and not is_mod_handle(flags.model):
-        resolve_provider(flags.model, store.home, env)  # a bad handle or missing key fails first
+    if flags.model is not None:  # a bad handle or a missing key fails before anything is created
+        if not is_mod_handle(flags.model):
+            resolve_provider(flags.model, store.home, env)
+        elif why := no_mod_could_serve(flags.model, store.home, cwd, env, flags.no_mods):
+            raise UsageError(why)
     session = resolve_session(
         store,
         agent_id=flags.agent,

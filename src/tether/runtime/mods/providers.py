@@ -7,7 +7,8 @@ error naming the prefix) and every `stream` goes to the provider the factory bui
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from tether.errors import ProviderError, UsageError
@@ -25,6 +26,33 @@ def is_mod_handle(handle: str | None) -> bool:
     return ALIASES.get(prefix, prefix) not in PRESETS
 
 
+def no_mod_could_serve(handle: str, home: Path, cwd: Path, env: Mapping[str, str], no_mods: bool) -> str | None:
+    """Why no mod can provide `handle`'s prefix, decided before anything is created (mods off,
+    or no mod anywhere); None when a mod might register it once loaded."""
+    from importlib.metadata import entry_points
+
+    from tether.runtime.mods.engine import global_mods_dir, mods_disabled
+
+    if no_mods or mods_disabled(env):
+        return unknown_prefix(handle, " (mods are off)")
+    dirs = [global_mods_dir(home, env), cwd / ".tether" / "mods"]
+    if any(d.is_dir() and any(not p.name.startswith(".") for p in d.iterdir()) for d in dirs):
+        return None
+    if home.joinpath("agents").is_dir() or entry_points(group="tether.mods"):
+        return None  # an agent's memory mods/ or an installed package may register it
+    return unknown_prefix(handle, "")
+
+
+def unknown_prefix(handle: str, why: str) -> str:
+    from tether.providers.catalog import valid_prefixes
+
+    prefix = handle.partition("/")[0]
+    return (
+        f"model handle {handle!r} is not <provider>/<model>: {prefix!r} is not a provider; "
+        f"valid providers: {valid_prefixes()}, or a prefix a loaded mod registers{why}"
+    )
+
+
 class ModProvider:
     def __init__(self, handle: str) -> None:
         self.prefix, _, self.model_id = handle.partition("/")
@@ -36,15 +64,9 @@ class ModProvider:
         self.endpoint: Any = None
 
     def bind(self, mods: Any) -> None:
-        from tether.providers.catalog import valid_prefixes
-
         factory = mods.engine.provider(self.prefix) if mods is not None else None
         if factory is None:
-            raise UsageError(
-                f"model handle {self.handle!r}: {self.prefix!r} is neither a built-in provider "
-                f"({valid_prefixes()}) nor one a loaded mod registers"
-                + ("" if mods is not None else " (mods are off)")
-            )
+            raise UsageError(unknown_prefix(self.handle, "" if mods is not None else " (mods are off)"))
         provider = factory(self.model_id)
         if provider is None or not callable(getattr(provider, "stream", None)):
             raise UsageError(f"mod provider {self.prefix!r} returned no provider with stream()")
