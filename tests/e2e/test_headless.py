@@ -310,7 +310,7 @@ def test_kill_9_mid_tool_then_resume_reports_an_unknown_outcome(workdir: Path, t
     model = "openai-chat/gpt-test"
     script = [
         {"text": "created"},
-        {"tool_calls": [bash_call("echo started >> started.txt; sleep 60 & wait")]},
+        {"tool_calls": [bash_call("echo started >> started.txt; sleep 60 & echo $! > sleep.pid; wait")]},
         {"text": "resumed cleanly"},
     ]
     with FakeProvider(script) as fake:
@@ -321,10 +321,13 @@ def test_kill_9_mid_tool_then_resume_reports_an_unknown_outcome(workdir: Path, t
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   start_new_session=True)
         deadline = time.monotonic() + 20
-        while not (workdir / "started.txt").exists() and time.monotonic() < deadline:
+        while not ((workdir / "sleep.pid").exists() and (workdir / "sleep.pid").read_text().strip()) \
+                and time.monotonic() < deadline:
             time.sleep(0.05)
-        os.killpg(victim.pid, signal.SIGKILL)  # tether and its tool die without any cleanup
+        os.killpg(victim.pid, signal.SIGKILL)  # tether dies without any cleanup
         victim.wait(timeout=10)
+        orphan = int((workdir / "sleep.pid").read_text())
+        assert _alive(orphan)  # its shell runs in a session of its own: it outlived tether
         resumed = run_tether(["-p", "c", "--conversation", conv], env=env, cwd=workdir)
         assert fake.violations == []
         third = json.dumps(fake.requests[2]["body"])
@@ -332,6 +335,10 @@ def test_kill_9_mid_tool_then_resume_reports_an_unknown_outcome(workdir: Path, t
     # The effect checkpoint says the command started: its outcome is unknown, and it is not re-run.
     assert "Tool execution may have completed, but the runtime stopped before recording its result" in third
     assert (workdir / "started.txt").read_text() == "started\n"
+    deadline = time.monotonic() + 5
+    while _alive(orphan) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(orphan)  # the next run reaped the group the killed one left behind
     assert (tether_home / "checkpoints.db").exists()
     roles = [e["message"]["role"] for e in transcript_lines(tether_home)[1:] if e["type"] == "message"]
     assert roles == ["user", "assistant", "user", "assistant", "toolResult", "user", "assistant"]

@@ -233,6 +233,9 @@ class Prepared:
         a tool return so the client sees it. Call while holding the turn lock."""
         from tether.runtime.checkpoints import conversation_scope, recover_open_calls
 
+        groups = self.services.get("shell_groups")
+        if groups is not None:  # shell commands a killed run left running: stop them first
+            groups.reap_orphans()
         store, owner = self.checkpoints()
         session = self.session
         transcript = self.store.transcript(session.agent.id, session.conversation_id)
@@ -366,6 +369,9 @@ def prepare(flags: RunFlags) -> Prepared:
 
     # One pool per run, so shutdown stops every background task the run started.
     prepared.services["background"] = BackgroundTasks(prepared.scratch)
+    from tether.tools.shell_groups import ShellGroups
+
+    prepared.services["shell_groups"] = ShellGroups(prepared.scratch / "shell-groups.jsonl")
     sandbox = shell_sandbox_from(env, {"sandbox": settings.sandbox}, cwd, store.home, prepared.scratch)
     prepared.services["sandbox"] = sandbox
     if sandbox is not None:  # file tools may not write where the sandboxed shell could not

@@ -19,6 +19,10 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tether.tools.shell_groups import ShellGroups
 
 from tether.errors import SandboxError, ToolFailure
 from tether.tools.output import SHELL_OUTPUT_CAP, cap_text, clean_program_output, secret_values
@@ -87,6 +91,7 @@ class BackgroundTasks:
         description: str = "",
         scratch_dir: Path | None = None,
         sandbox: Sandbox | None = None,
+        groups: ShellGroups | None = None,
     ) -> BackgroundTask:
         """Launch `bash -c command` in its own process group with output going to its log.
 
@@ -106,7 +111,7 @@ class BackgroundTasks:
             task_id, log_path, fd = self._open_log(directory)
             try:
                 process = await spawn_shell(
-                    command, cwd=cwd, env=full_env, log_fd=fd, sandbox=sandbox
+                    command, cwd=cwd, env=full_env, log_fd=fd, sandbox=sandbox, groups=groups
                 )
             except SandboxError as exc:
                 log_path.unlink(missing_ok=True)

@@ -179,6 +179,7 @@ class BashTool:
                 description=description,
                 scratch_dir=ctx.scratch_dir,
                 sandbox=sandbox,
+                groups=ctx.services.get("shell_groups"),
             )
         except ToolFailure as exc:
             return error_result(str(exc))
@@ -194,7 +195,9 @@ class BashTool:
     ) -> ToolResult:
         env = {**os.environ, **(ctx.env or {})}
         try:
-            process = await spawn_shell(command, cwd=ctx.cwd, env=env, sandbox=sandbox)
+            process = await spawn_shell(
+                command, cwd=ctx.cwd, env=env, sandbox=sandbox, groups=ctx.services.get("shell_groups")
+            )
         except SandboxError as exc:
             return error_result(sandbox_refusal(exc))
         except OSError as exc:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from tether.sandbox.policy import SandboxError
     from tether.sandbox.probe import WrappedCommand
+    from tether.tools.shell_groups import ShellGroups
 
 KILL_GRACE_S = 1.0
 _POLL_S = 0.02
@@ -137,6 +138,7 @@ async def spawn_shell(
     log_fd: int | None = None,
     capture_limit: int = CAPTURE_LIMIT_BYTES,
     sandbox: Sandbox | None = None,
+    groups: ShellGroups | None = None,
 ) -> ShellProcess:
     """Start `bash -c command`; output is captured in memory, or written to `log_fd` if given.
 
@@ -167,7 +169,10 @@ async def spawn_shell(
         # The child holds its own copies (bwrap reads the seccomp program from one).
         if wrapped is not None:
             wrapped.close()
-    return ShellProcess(transport, protocol)
+    process = ShellProcess(transport, protocol)
+    if groups is not None:  # so a successor can reap the group if this process is killed
+        groups.started(process.pgid)
+    return process
 
 
 def live_group_members(pgid: int) -> set[int] | None:
