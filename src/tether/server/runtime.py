@@ -267,6 +267,9 @@ class ConversationRuntime:
 
     def recover(self) -> list[RecoveredEffect]:
         """Answer calls a crashed run left open (under the turn lock); tell every subscriber."""
+        groups = self.p.services.get("shell_groups")
+        if groups is not None:  # shell commands a killed server left running: stop them first
+            groups.reap_orphans()
         transcript = self.p.store.transcript(self.scope.agent_id, self.scope.conversation_id)
         recovered, results = recover_open_calls(
             self.ctx.checkpoints, self.checkpoint_scope, self.ctx.owner, transcript.load()
