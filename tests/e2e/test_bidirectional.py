@@ -275,3 +275,32 @@ def test_always_allow_adds_a_session_rule_and_updated_input_cannot_dodge_a_deny(
         assert c.close() == 0
     assert result["subtype"] == "success" and (workdir / "keep").exists()
     assert "Permission denied by rule: Bash(rm:*)" in returns[0]["tool_return"]
+
+
+def test_recover_pending_approvals_denies_what_a_killed_run_left_waiting(
+    workdir: Path, tether_home: Path
+) -> None:
+    with FakeProvider([{"tool_calls": [bash("touch never")]}, {"text": "after recovery"}]) as fake:
+        c = Client(fake.url, workdir)
+        c.user("go")
+        req = c.wait_for(is_control("can_use_tool"))
+        conversation = req.get("conversation_id") or c.seen[0]["conversation_id"]
+        c.proc.kill()  # dies while the approval is pending: the call stays open on disk
+        c.proc.wait(timeout=10)
+        assert c.proc.stdin is not None and c.proc.stdout is not None and c.proc.stderr is not None
+        for pipe in (c.proc.stdin, c.proc.stdout, c.proc.stderr):
+            pipe.close()
+
+        d = Client(fake.url, workdir, "--conversation", conversation)
+        d.send({"type": "control_request", "request_id": "rp", "request": {"subtype": "recover_pending_approvals"}})
+        resp = d.wait_for(lambda e: e["type"] == "control_response")["response"]
+        assert resp["subtype"] == "success", resp
+        assert resp["response"] == {"recovered": True, "pending_approval": False, "approvals_processed": 1}
+        d.send({"type": "control_request", "request_id": "rp2", "request": {"subtype": "recover_pending_approvals"}})
+        again = d.wait_for(lambda e: e["type"] == "control_response" and e["response"]["request_id"] == "rp2")
+        assert again["response"]["response"]["approvals_processed"] == 0
+        d.user("continue")
+        assert d.result()["result"] == "after recovery"
+        assert d.close() == 0
+        assert fake.violations == []  # the denial answered the call in what the model saw
+    assert not (workdir / "never").exists()

@@ -126,7 +126,7 @@ class Session:
             elif subtype == "list_messages":
                 self.respond(rid, self.list_messages(request))
             elif subtype == "recover_pending_approvals":
-                self.respond(rid, {"recovered": 0, "pending_approval": False, "approvals_processed": 0})
+                self.respond(rid, self.recover_pending_approvals())
             else:
                 self.respond(rid, error=f"Unknown control request subtype: {subtype}")
         except TetherError as exc:
@@ -145,6 +145,37 @@ class Session:
             "system_info_reminder_enabled": True,
             **self._reflection_settings(),
         }
+
+    def recover_pending_approvals(self) -> dict[str, Any]:
+        """Tool calls an earlier run left waiting for approval are denied durably (nobody can
+        answer them now), so the conversation can go on; a turn in progress is left alone."""
+        from tether.protocol.turns import ApprovalResult, TurnInput
+        from tether.runtime.checkpoints import open_tool_calls
+
+        none = {"recovered": False, "pending_approval": False, "approvals_processed": 0}
+        if self.abort is not None:
+            return {**none, "pending_approval": True}  # a live turn owns its approvals
+        p = self.p
+        with p.store.turn_lock(p.session.agent.id, p.session.conversation_id):
+            p.recover_effects()  # effects a crash left open get their recorded outcome first
+            transcript = p.store.transcript(p.session.agent.id, p.session.conversation_id)
+            calls = open_tool_calls(transcript.load())
+            if not calls:
+                return none
+            denials = tuple(
+                ApprovalResult(c.id, c.name, "Tool call denied: its approval request was not "
+                               "answered before the earlier run ended", True, denied=True)
+                for c in calls
+            )
+            self._record(TurnInput(approvals=denials))
+        return {"recovered": True, "pending_approval": False, "approvals_processed": len(calls)}
+
+    def _record(self, turn_input: Any) -> None:
+        transcript = self.p.store.transcript(self.p.session.agent.id, self.p.session.conversation_id)
+        from tether.backends.local.backend import input_messages
+
+        transcript.load()
+        transcript.append(input_messages(turn_input))
 
     def _reflection_settings(self) -> dict[str, Any]:
         from tether.runtime.reflection import load_state

@@ -352,6 +352,11 @@ def recover_open_calls(
     return recovered, results
 
 
+def open_tool_calls(messages: list[Any]) -> list[Any]:
+    """Calls of the latest finished assistant message that no tool result answers yet."""
+    return _open_tool_calls(messages)
+
+
 def _open_tool_calls(messages: list[Any]) -> list[Any]:
     answered: set[str] = set()
     for message in reversed(messages):
