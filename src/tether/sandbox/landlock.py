@@ -1,18 +1,28 @@
-"""Detects Landlock (the kernel's unprivileged filesystem access control) and its ABI version.
+"""Landlock (the kernel's unprivileged access control): detection, and the exec helper.
 
-Detection only: tether's filesystem confinement comes from bwrap mounts; the ABI is reported by
-`tether sandbox status` so a future Landlock layer (e.g. abstract-unix-socket scoping, ABI ≥ 6)
-can be turned on where the kernel has it.
+bwrap confines with mounts; where the kernel has Landlock, every sandboxed command also runs
+under `landlock-exec` (landlock_exec.c, compiled with the system C compiler on first use into
+`$TETHER_HOME/cache/`): writes are denied outside the policy's writable roots and, with the
+network off, TCP bind/connect too (ABI ≥ 4) — a second, independent layer beneath bwrap's.
+It runs inside bwrap, after the mounts, because a Landlock-restricted process may not change
+mounts. No compiler, or `TETHER_LANDLOCK=0`, means bwrap + seccomp alone (said by
+`tether sandbox status`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
+import hashlib
+import shutil
+import subprocess
+import tempfile
 import errno
 import os
 import platform
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 # landlock_create_ruleset is 444 on every architecture (it postdates the unified numbering).
 _SYS_LANDLOCK_CREATE_RULESET = 444
@@ -50,3 +60,54 @@ def landlock_status() -> LandlockStatus:
     else:
         why = f"landlock_create_ruleset failed: {os.strerror(err)}"
     return LandlockStatus(None, why)
+
+
+_SOURCE = Path(__file__).with_name("landlock_exec.c")
+
+
+def helper_path(home: Path) -> tuple[Path | None, str]:
+    """The compiled `landlock-exec` for this source (built once, cached), or None and why."""
+    return _helper(str(home))
+
+
+@functools.cache
+def _helper(home: str) -> tuple[Path | None, str]:
+    try:
+        source = _SOURCE.read_bytes()
+    except OSError as exc:
+        return None, f"landlock-exec source missing ({exc})"
+    digest = hashlib.sha256(source).hexdigest()[:12]
+    target = Path(home) / "cache" / f"landlock-exec-{digest}"
+    if os.access(target, os.X_OK):
+        return target, f"landlock-exec at {target}"
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        return None, "no C compiler to build landlock-exec (apt-get install gcc)"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".landlock-exec-")
+    os.close(fd)
+    try:
+        done = subprocess.run(
+            [compiler, "-O2", "-o", tmp, str(_SOURCE)], capture_output=True, text=True, timeout=60
+        )
+        if done.returncode != 0:
+            return None, f"building landlock-exec failed: {done.stderr.strip()[:300]}"
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, target)  # atomic: a concurrent build just replaces it with the same
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target, f"landlock-exec built at {target}"
+
+
+def landlock_argv(
+    helper: Path, writable: list[Path], *, network: bool, abi: int
+) -> list[str]:
+    """The prefix that runs a command under Landlock: writes only beneath `writable` (and
+    /dev, for /dev/null and the tty), TCP off unless `network`."""
+    out = [str(helper)]
+    for root in [*writable, Path("/dev")]:
+        out += ["--rw", str(root)]
+    if not network and abi >= 4:
+        out.append("--no-net")
+    return [*out, "--"]

@@ -198,6 +198,7 @@ def wrap_command(
             f"loaded ({'; '.join(r for r in status.reasons if 'seccomp' in r) or 'unknown'})"
         )
     prefix = _pids_prefix(policy.pids_limit, status)
+    argv = [*_landlock_prefix(policy, status, env), *argv]
     fd = seccomp_fd() if status.seccomp else None
     try:
         wrapped = render_bwrap(
@@ -214,6 +215,22 @@ def wrap_command(
             os.close(fd)
         raise
     return WrappedCommand([*prefix, *wrapped], (fd,) if fd is not None else (), child_env, "bwrap")
+
+
+def _landlock_prefix(policy: SandboxPolicy, status: SandboxStatus, env: Mapping[str, str]) -> list[str]:
+    """Landlock beneath bwrap for policies that restrict writes, where the kernel has it."""
+    if not policy.restrict_writes or status.landlock_abi is None:
+        return []
+    if env.get("TETHER_LANDLOCK", "").strip().lower() in ("0", "false", "off"):
+        return []
+    from tether.sandbox.landlock import helper_path, landlock_argv
+
+    home = Path(env.get("TETHER_HOME") or Path(env.get("HOME") or Path.home()) / ".tether")
+    helper, _why = helper_path(home.expanduser())
+    if helper is None:
+        return []
+    writable = [Path(p) for p in policy.writable_roots]
+    return landlock_argv(helper, writable, network=policy.network, abi=status.landlock_abi)
 
 
 def pids_cgroup(limit: int, status: SandboxStatus | None = None) -> Path | None:
