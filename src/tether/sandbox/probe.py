@@ -153,12 +153,25 @@ def format_status(status: SandboxStatus) -> str:
     lines = [
         f"sandbox backend: {backend}",
         f"seccomp filter:  {'on' if status.seccomp else 'off'}",
-        f"landlock:        "
-        f"{f'ABI {status.landlock_abi} (detected, not applied)' if status.landlock_abi else 'no'}",
+        f"landlock:        {_landlock_line(status)}",
         f"pids limit:      {pids}",
     ]
     lines += [f"note: {reason}" for reason in status.reasons]
     return "\n".join(lines)
+
+
+def _landlock_line(status: SandboxStatus) -> str:
+    if not status.landlock_abi:
+        return "no"
+    if os.environ.get("TETHER_LANDLOCK", "").strip().lower() in ("0", "false", "off"):
+        return f"ABI {status.landlock_abi}, off (TETHER_LANDLOCK=0)"
+    from tether.sandbox.landlock import helper_path
+
+    home = Path(os.environ.get("TETHER_HOME") or Path.home() / ".tether").expanduser()
+    helper, why = helper_path(home)
+    if helper is None:
+        return f"ABI {status.landlock_abi}, not applied: {why}"
+    return f"ABI {status.landlock_abi}, applied beneath bwrap (writes, TCP when network is off)"
 
 
 def wrap_command(
