@@ -12,15 +12,15 @@ mounts. No compiler, or `TETHER_LANDLOCK=0`, means bwrap + seccomp alone (said b
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import hashlib
-import shutil
-import subprocess
-import tempfile
-import errno
 import os
 import platform
+import shutil
+import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
