@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -317,7 +316,7 @@ async def run_pass(
     from tether.memory.memfs import MemFS
 
     memfs = MemFS.open(home, agent_id, agent_name=agent_name)
-    pass_id = f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+    pass_id = f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{os.urandom(3).hex()}"
     branch = f"tether/reflection/{pass_id}"
     worktree = memfs.root.parent / "memory-worktrees" / f"reflection-{pass_id}"
     with _flock(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -64,7 +63,7 @@ def fsync_dir(directory: Path) -> None:
 
 def _tmp_path(path: Path) -> Path:
     # Readers list `*.json` / open exact names, so a `.tmp-` sibling left by a crash is ignored.
-    return path.with_name(f"{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    return path.with_name(f"{path.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
 
 
 def _write_tmp(path: Path, data: bytes) -> Path:
