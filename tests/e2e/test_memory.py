@@ -66,6 +66,13 @@ def test_memory_written_in_one_step_is_in_the_next_system_prompt(
     assert len(bodies) == 2
     assert FACT not in system_of(bodies[0]) and "<memory>" in system_of(bodies[0])
     second = system_of(bodies[1])
+    if model.startswith("openai-chat/"):
+        # Hosted Chat Completions: the cached prompt prefix stays, the change arrives as the
+        # last system message (reference §4.5's <memory_update>).
+        assert second == system_of(bodies[0])
+        last = bodies[1]["messages"][-1]
+        assert last["role"] == "system" and last["content"].startswith("<memory_update")
+        second = last["content"]
     assert '<block path="system/human.md" description="Who the user is">' in second
     assert FACT in second
     root = memory_root(tether_home, init["agent_id"])

@@ -26,4 +26,7 @@ class ProviderRequest:
     max_tokens: int = 8192
     reasoning_effort: str | None = None  # "low" | "medium" | "high" where the provider has it
     session_id: str | None = None  # conversation id, for provider-side prompt caching
+    # Memory that changed after `system` was compiled, for providers that take a system message
+    # mid-conversation (sent last); others get a recompiled `system` instead.
+    memory_update: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -55,6 +55,8 @@ def build_body(request: ProviderRequest, *, openai_hosted: bool = False) -> dict
     if request.system:
         messages.append({"role": "system", "content": request.system})
     messages += to_chat_messages(request.messages)
+    if request.memory_update:  # the last system message: newer memory wins
+        messages.append({"role": "system", "content": request.memory_update})
     body: dict[str, Any] = {
         "model": request.model,
         "messages": messages,

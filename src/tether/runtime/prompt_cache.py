@@ -128,6 +128,9 @@ class SystemPrompt:
         self.skills = skills
         self.project_instructions = project_instructions
         self.compilations = 0
+        # Providers that take system messages mid-conversation (hosted Chat Completions) get a
+        # memory change as a `<memory_update>` message and keep their cached prompt prefix.
+        self.mid_conversation_updates = False
         self._raw_hash = _sha256(
             "\0".join([base, project_instructions, self._external_skills_text()])
         )
@@ -142,6 +145,42 @@ class SystemPrompt:
         if hit is not None:
             return hit
         return await asyncio.to_thread(self.compile, conversation)
+
+    async def with_update(self, conversation: ConversationRef) -> tuple[str, str | None]:
+        """The system prompt and, where the provider takes it, the latest `<memory_update>`."""
+        if self.mid_conversation_updates and self.memfs is not None:
+            kept = await asyncio.to_thread(self._update_in_place, conversation)
+            if kept is not None:
+                return kept
+        return await self(conversation), None
+
+    def _update_in_place(self, conversation: ConversationRef) -> tuple[str, str | None] | None:
+        """Same raw system, newer memory revision: keep the stored prompt, record the memory at
+        the new revision as its update (newer memory wins), and return both."""
+        assert self.memfs is not None
+        path = self.cache_dir(conversation) / CACHE_FILE
+        data = _read_json(path)
+        if not (isinstance(data, dict) and data.get("rawSystemHash") == self._raw_hash
+                and isinstance(data.get("content"), str)):
+            return None
+        revision = self.memfs.revision()
+        update = data.get("memoryUpdate") if isinstance(data.get("memoryUpdate"), str) else None
+        if data.get("memfsRevision") != revision:
+            try:
+                files = self.memfs.read_head_tree(rev=revision)
+            except MemFSError:
+                return None
+            core = render_memory(files)
+            update = (
+                f'<memory_update revision="{revision or "none"}">\n'
+                "Your memory changed since this conversation's system prompt was compiled; "
+                "this is the current content (it replaces the <memory> above):\n"
+                f"{core}\n</memory_update>"
+            )
+            _write_cache(path, {**data, "memfsRevision": revision, "coreMemory": core,
+                                "memoryUpdate": update})
+        self._last = (conversation, revision, data["content"])
+        return data["content"], update
 
     def resolve(self, conversation: ConversationRef) -> str:
         """The synchronous form, for callers outside an event loop (CLI, benchmarks)."""
@@ -310,6 +349,9 @@ def attach_memory(
         skills=catalog if catalog.enabled else None,
         project_instructions=read_project_instructions(cwd),
     )
+    # Hosted Chat Completions takes system messages anywhere; local servers' chat templates
+    # often do not, and Anthropic / Responses keep system apart: those recompile instead.
+    prompt.mid_conversation_updates = backend.provider_name == "openai-chat"
     backend.system_prompt = prompt
     services["system_prompt"] = prompt
     services["skills"] = catalog

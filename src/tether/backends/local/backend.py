@@ -152,7 +152,12 @@ class LocalBackend:
         history = [*history, *new]
 
         run_id = f"local-run-{uuid.uuid4().hex[:12]}"
-        system = self.system if self.system_prompt is None else await self.system_prompt(conversation)
+        memory_update: str | None = None
+        with_update = getattr(self.system_prompt, "with_update", None)
+        if with_update is not None:
+            system, memory_update = await with_update(conversation)
+        else:
+            system = self.system if self.system_prompt is None else await self.system_prompt(conversation)
         tools = ctx.specs()
         window = self.context_window
         compactions = 0
@@ -190,6 +195,7 @@ class LocalBackend:
                     messages=tuple(history),
                     tools=tools,
                     session_id=conversation.conversation_id,
+                    memory_update=memory_update,
                 )
                 try:
                     async for chunk in self.provider.stream(request):
