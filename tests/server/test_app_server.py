@@ -684,3 +684,22 @@ def test_an_early_abort_leaves_the_next_turn_working(
     with FakeProvider([{"text": "too late", "delay_ms": 3000}, {"text": "second"}]) as fake:
         point_at(fake, monkeypatch)
         run(scenario())
+
+
+def test_connections_per_address_are_capped(project: Path) -> None:
+    async def scenario() -> None:
+        async with InProcess(project, max_connections_per_ip=2) as srv:
+            async with srv.connect() as a, srv.connect() as b:
+                with pytest.raises(InvalidStatus) as refused:
+                    async with srv.connect():
+                        pass
+                assert refused.value.response.status_code == 429
+                for ws in (a, b):  # the two admitted ones still work
+                    await ws.send(json.dumps({"type": "app_server_info", "request_id": "i"}))
+                    assert json.loads(await ws.recv())["request_id"] == "i"
+            await asyncio.sleep(0.1)
+            async with srv.connect() as c:  # closing frees the slots
+                await c.send(json.dumps({"type": "app_server_info", "request_id": "j"}))
+                assert json.loads(await c.recv())["request_id"] == "j"
+
+    run(scenario())

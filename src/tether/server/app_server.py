@@ -68,6 +68,7 @@ class ServerOptions:
     max_queue: int = 32
     cwd: Path | None = None
     openai_api: bool = False  # also serve /v1/* (server/openai_bridge.py)
+    max_connections_per_ip: int = 64  # open websockets one address may hold (slowloris, e10)
 
 
 def parse_listen_url(url: str) -> tuple[str, int, str]:
@@ -210,6 +211,12 @@ class AppServer:
             return response
         if url.path not in (self.path, "/"):
             return connection.respond(404, f"no such endpoint: {url.path}\n")
+        peer = _peer(connection)
+        held = sum(1 for c in self.connections if not c.closed and _peer(c.ws) == peer)
+        if held >= self.options.max_connections_per_ip:
+            return connection.respond(
+                429, f"too many connections from {peer} ({held}); close one and retry\n"
+            )
         if "channel" in parse_qs(url.query, keep_blank_values=True):
             return connection.respond(
                 426, "split channels are not supported: connect without ?channel=\n"
@@ -399,6 +406,10 @@ def _parser() -> _Parser:
     p.add_argument(
         "--max-queue", type=int, default=32, help="inputs that may wait per conversation"
     )
+    p.add_argument(
+        "--max-connections-per-ip", type=int, default=64,
+        help="open websocket connections one client address may hold",
+    )
     p.add_argument("--cwd", help="working directory for runtimes that name none (default: here)")
     p.add_argument(
         "--openai-api",
@@ -410,7 +421,8 @@ def _parser() -> _Parser:
 
 def options_from_argv(argv: Sequence[str]) -> ServerOptions:
     ns = _parser().parse_args(list(argv))
-    for flag, value in (("--max-frame-bytes", ns.max_frame_bytes), ("--max-queue", ns.max_queue)):
+    for flag, value in (("--max-frame-bytes", ns.max_frame_bytes), ("--max-queue", ns.max_queue),
+                        ("--max-connections-per-ip", ns.max_connections_per_ip)):
         if value <= 0:
             raise UsageError(f"{flag} must be a positive integer")
     policy = auth.policy_from_flags(
@@ -434,6 +446,7 @@ def options_from_argv(argv: Sequence[str]) -> ServerOptions:
         ns.max_queue,
         cwd,
         ns.openai_api,
+        ns.max_connections_per_ip,
     )
 
 
@@ -482,3 +495,8 @@ def run_server_command(argv: Sequence[str]) -> int:
     except TetherError as exc:
         sys.stderr.write(f"Error: {exc}\n")
         return 1
+
+
+def _peer(connection: Any) -> str:
+    address = getattr(connection, "remote_address", None)
+    return str(address[0]) if address else "?"
