@@ -3,6 +3,7 @@
     rules.py     the rule grammar (`Bash(git status:*)`, `Read(src/**)`, aliases)
     paths.py     gitignore-style patterns, resolution, containment
     shell.py     what a shell command runs, read with tree-sitter-bash
+    wrappers.py  timeout/env/sudo/xargs/bash -c/git -C/find -exec peeled to the real command
     readonly.py  the inspect commands that run without asking
     checker.py   `decide(call, policy)`, the reference's check order
     modes.py     modes and the `Decision` value
