@@ -87,10 +87,7 @@ def run_headless(flags: RunFlags) -> int:
             user = UserMessage(f"ui-msg-{now_ms()}", (TextPart(prompt),), now_ms())
             try:
                 with prepared.store.turn_lock(session.agent.id, session.conversation_id):
-                    prepared.recover_effects(renderer.on_event)
-                    if subagents is not None:  # background tasks that ended since the last turn
-                        notes = tuple(TextPart(n) for n in subagents.take_notifications())
-                        user = UserMessage(user.id, (*notes, *user.content), user.timestamp)
+                    user = prepared.begin_turn(user, renderer.on_event)
                     outcome = await run_turn(deps, prepared.conversation, user)
             except TetherError as exc:  # e.g. a busy conversation, a damaged transcript
                 failure = TurnError(str(exc), "error")

@@ -26,6 +26,7 @@ from tether.core.prompt import DEFAULT_SYSTEM
 from tether.core.tools import Tool, ToolContext, ToolContextStore, ToolRegistry, ToolRunContext
 from tether.core.turn import Approver, Event, TurnDeps
 from tether.errors import TetherError, UsageError
+from tether.protocol.messages import TextPart, UserMessage
 from tether.protocol.turns import ApprovalResult, ConversationRef, LocalToolReturn
 from tether.runtime.hooks import (
     HookRunner,
@@ -247,6 +248,18 @@ class Prepared:
             for r in recovered:
                 emit(LocalToolReturn(ApprovalResult(r.tool_call_id, r.tool_name, r.output, r.is_error)))
         return recovered
+
+    def begin_turn(self, user: UserMessage, emit: Callable[[Event], None] | None = None) -> UserMessage:
+        """What every frontend does first under the turn lock: settle what a crashed run left
+        (`recover_effects`), then put the notifications of background tasks that ended since the
+        last turn in front of the user's message."""
+        self.recover_effects(emit)
+        subagents = self.services.get("subagents")
+        notes = subagents.take_notifications() if subagents is not None else []
+        if not notes:
+            return user
+        parts = tuple(TextPart(n) for n in notes)
+        return UserMessage(user.id, (*parts, *user.content), user.timestamp, user.otid)
 
     def turn_deps(
         self,

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tether.backends.local.locks import exclusive_flock
+from tether.backends.local.locks import exclusive_flock, write_atomic
 from tether.errors import StoreError
 
 INITIAL_COMMIT = "chore: initialize local memory"
@@ -278,9 +278,7 @@ class MemFS:
         path = self.resolve(rel)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.resolve(rel)  # a racing symlink in a just-created parent is still refused
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, text.encode("utf-8"))
 
     # --- writing --------------------------------------------------------------------------------
 

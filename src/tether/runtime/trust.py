@@ -96,10 +96,7 @@ class TrustStore:
         return self._load()
 
     def _save(self, folders: dict[str, dict[str, str]]) -> None:
+        from tether.backends.local.locks import write_atomic
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".json.tmp")
-        with open(tmp, "wb") as fh:
-            fh.write(orjson.dumps({"version": 1, "folders": folders}, option=orjson.OPT_INDENT_2))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        write_atomic(self.path, orjson.dumps({"version": 1, "folders": folders}, option=orjson.OPT_INDENT_2))

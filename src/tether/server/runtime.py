@@ -25,14 +25,9 @@ from tether.core.tools import ToolContext
 from tether.core.turn import ApprovalAnswer, Event, TurnOutcome, run_turn
 from tether.errors import TetherError
 from tether.protocol.chunks import RetryNotice, now_ms
-from tether.protocol.messages import TextPart, UserMessage
+from tether.protocol.messages import UserMessage
 from tether.protocol.turns import ApprovalResult, LocalToolReturn
-from tether.runtime.checkpoints import (
-    CheckpointHooks,
-    RecoveredEffect,
-    conversation_scope,
-    recover_open_calls,
-)
+from tether.runtime.checkpoints import CheckpointHooks, RecoveredEffect
 from tether.server.protocol_v2 import (
     ApprovalResponse,
     CreateMessage,
@@ -94,7 +89,6 @@ class ConversationRuntime:
         self.p = prepared
         self.stream = stream
         self.scope = stream.scope
-        self.checkpoint_scope = conversation_scope(self.scope.agent_id, self.scope.conversation_id)
         self._reflection: asyncio.Future[Any] | None = None
         self.subscribers: dict[str, Subscriber] = {}
         self.queue: deque[QueuedInput] = deque()
@@ -267,20 +261,10 @@ class ConversationRuntime:
 
     def recover(self) -> list[RecoveredEffect]:
         """Answer calls a crashed run left open (under the turn lock); tell every subscriber."""
-        groups = self.p.services.get("shell_groups")
-        if groups is not None:  # shell commands a killed server left running: stop them first
-            groups.reap_orphans()
-        transcript = self.p.store.transcript(self.scope.agent_id, self.scope.conversation_id)
-        recovered, results = recover_open_calls(
-            self.ctx.checkpoints, self.checkpoint_scope, self.ctx.owner, transcript.load()
-        )
-        if results:
-            transcript.append(results)
-            for r in recovered:
-                result = ApprovalResult(r.tool_call_id, r.tool_name, r.output, r.is_error)
-                delta = self.stream.delta(LocalToolReturn(result))
-                self.broadcast(self.stream.frame("stream_delta", delta=delta))
-        return recovered
+        return self.p.recover_effects(self._broadcast_event)
+
+    def _broadcast_event(self, event: Event) -> None:
+        self.broadcast(self.stream.frame("stream_delta", delta=self.stream.delta(event)))
 
     def recover_now(self) -> list[RecoveredEffect]:
         """Recovery at runtime_start, if no turn (here or in another process) holds the lock."""
@@ -337,11 +321,7 @@ class ConversationRuntime:
         error: str | None = None
         try:
             with p.store.turn_lock(self.scope.agent_id, self.scope.conversation_id):
-                self.recover()
-                subagents = p.services.get("subagents")
-                if subagents is not None:  # background tasks that ended since the last turn
-                    notes = tuple(TextPart(n) for n in subagents.take_notifications())
-                    user = UserMessage(user.id, (*notes, *user.content), user.timestamp)
+                user = p.begin_turn(user, self._broadcast_event)
                 try:
                     outcome = await run_turn(deps, p.conversation, user)
                 finally:

@@ -380,11 +380,7 @@ class TetherApp(App[int]):
         self.refresh_status()
         try:
             with p.store.turn_lock(p.session.agent.id, p.session.conversation_id):
-                p.recover_effects(self._emit)  # calls a crashed run left open: never re-run
-                subagents = p.services.get("subagents")
-                if subagents is not None:  # background tasks that ended since the last turn
-                    notes = tuple(TextPart(n) for n in subagents.take_notifications())
-                    user = UserMessage(user.id, (*notes, *user.content), user.timestamp)
+                user = p.begin_turn(user, self._emit)  # crash leftovers, task notifications
                 outcome = await run_turn(deps, p.conversation, user)
         except TetherError as exc:  # a busy conversation, a damaged transcript
             self.notice(str(exc), "error")
