@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.support import run_tether, tether_env
-from tether.sandbox import probe
+from tests.requirements import need_bwrap
 from tether.testing.fake_provider import FakeProvider
 
 MODEL = "anthropic/claude-test"
@@ -21,14 +20,7 @@ MODEL = "anthropic/claude-test"
 
 @pytest.fixture(scope="module")
 def bwrap_available() -> None:
-    if not sys.platform.startswith("linux"):
-        pytest.skip("bubblewrap (bwrap) runs on Linux only")
-    found = probe()
-    if found.backend != "bwrap" or not found.seccomp:
-        why = "; ".join(found.reasons) or "no bwrap backend"
-        if os.environ.get("CI"):
-            pytest.fail(f"bubblewrap sandbox required in CI but unavailable: {why}")
-        pytest.skip(f"bubblewrap (bwrap) sandbox unavailable: {why}")
+    need_bwrap(seccomp=True)
 
 
 

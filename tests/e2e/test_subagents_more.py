@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pytest
 
 from tests.e2e.support import TETHER, run_tether, tether_env
 from tests.e2e.test_headless import _alive
+from tests.requirements import need_bwrap
 from tether.runtime.subagents import MAX_RUNNING, ParentScope, Subagents, SubagentType
 from tether.testing.fake_provider import FakeProvider
 
@@ -397,13 +397,7 @@ def test_at_most_32_children_run_and_stop_all_leaves_none(tmp_path: Path) -> Non
 
 @pytest.fixture
 def bwrap_available() -> None:
-    from tether.sandbox import probe
-
-    found = probe()
-    if not sys.platform.startswith("linux") or found.backend != "bwrap" or not found.seccomp:
-        if os.environ.get("CI"):
-            pytest.fail(f"bubblewrap sandbox required in CI: {found.reasons}")
-        pytest.skip(f"bubblewrap (bwrap) sandbox unavailable: {found.reasons}")
+    need_bwrap(seccomp=True)
 
 
 @pytest.mark.usefixtures("bwrap_available")

@@ -63,7 +63,7 @@ session.close();
 def _need_sdk() -> None:
     if SDK.exists() and shutil.which("node"):
         return
-    message = "the Letta Code SDK is not installed: run ./scripts/install-letta-sdk (needs npm)"
+    message = "optional extra not installed: the Letta Code SDK (./scripts/install-letta-sdk, needs npm)"
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.requirements import missing, need_bwrap
 from tether.sandbox import (
     SandboxError,
     SandboxPolicy,
     SandboxStatus,
     cross_agent_policy,
     memory_subagent_policy,
-    probe,
     workspace_policy,
     wrap_command,
 )
@@ -35,15 +35,7 @@ PYTHON = sys.executable
 
 @pytest.fixture(scope="module")
 def status() -> SandboxStatus:
-    if not sys.platform.startswith("linux"):
-        pytest.skip("bubblewrap (bwrap) runs on Linux only")
-    found = probe()
-    if found.backend != "bwrap":
-        why = "; ".join(found.reasons) or "no bwrap backend"
-        if os.environ.get("CI"):
-            pytest.fail(f"bubblewrap sandbox required in CI but unavailable: {why}")
-        pytest.skip(f"bubblewrap (bwrap) sandbox unavailable: {why}")
-    return found
+    return need_bwrap()
 
 
 @pytest.fixture
@@ -385,7 +377,7 @@ except OSError as exc:
 
 def _require_pids_bound(status: SandboxStatus) -> None:
     if status.pids is None:
-        pytest.skip("no pids limit can be enforced here (see probe reasons); not forking")
+        missing("a pids limit (a writable pids cgroup or prlimit)", "; ".join(status.reasons))
 
 
 def test_fork_loop_hits_pids_limit(ws: Path, status: SandboxStatus) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.requirements import missing
 from tests.sandbox.test_bwrap import status, ws, ws_policy  # noqa: F401 - fixtures
 from tether.sandbox import SandboxStatus, wrap_command
 from tether.sandbox.landlock import helper_path, landlock_status
@@ -22,9 +23,7 @@ from tether.sandbox.landlock import helper_path, landlock_status
 def helper(tmp_path_factory: pytest.TempPathFactory) -> Path:
     found = landlock_status()
     if found.abi is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"Landlock required in CI: {found.reason}")
-        pytest.skip(f"Landlock unavailable: {found.reason}")
+        missing("Landlock", found.reason)
     path, why = helper_path(tmp_path_factory.mktemp("home"))
     assert path is not None, why
     return path
@@ -70,7 +69,7 @@ def test_landlock_runs_inside_the_workspace_sandbox(
     home = tmp_path / "tether-home"
     env = {**os.environ, "TETHER_HOME": str(home)}
     if status.landlock_abi is None or status.landlock_abi < 4:
-        pytest.skip("Landlock ABI < 4: no network rules to observe")
+        missing("Landlock ABI >= 4 (network rules)", f"this kernel has ABI {status.landlock_abi}")
     # Inside bwrap's empty network namespace a connect is refused; under Landlock's TCP rule it
     # is denied outright (EACCES) before it reaches the network: the layer is really there.
     assert _connect_errno(status, ws, env) == "EACCES"

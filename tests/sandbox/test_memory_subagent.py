@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.e2e.support import run_tether, tether_env
+from tests.requirements import need_bwrap
 from tether.runtime.subagents import (
     MEMORY_PROFILE,
     ParentScope,
@@ -30,13 +29,7 @@ CHILD_MODEL = "openai-chat/child-model"
 
 @pytest.fixture
 def bwrap_available() -> None:
-    from tether.sandbox import probe
-
-    found = probe()
-    if not sys.platform.startswith("linux") or found.backend != "bwrap" or not found.seccomp:
-        if os.environ.get("CI"):
-            pytest.fail(f"bubblewrap sandbox required in CI: {found.reasons}")
-        pytest.skip(f"bubblewrap (bwrap) sandbox unavailable: {found.reasons}")
+    need_bwrap(seccomp=True)
 
 
 @pytest.fixture

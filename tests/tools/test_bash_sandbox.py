@@ -7,15 +7,14 @@ Tests that need bubblewrap skip (naming it) without it, except under CI where th
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.requirements import need_bwrap
 from tether.errors import UsageError
 from tether.runtime.sandboxing import ShellSandbox, sandbox_switch, shell_sandbox_from
-from tether.sandbox import SandboxStatus, probe, workspace_policy
+from tether.sandbox import SandboxStatus, workspace_policy
 from tether.tools.background import BackgroundTasks
 from tether.tools.bash import BashTool
 
@@ -34,14 +33,7 @@ NO_BWRAP = SandboxStatus(
 
 @pytest.fixture(scope="module")
 def bwrap_available() -> None:
-    if not sys.platform.startswith("linux"):
-        pytest.skip("bubblewrap (bwrap) runs on Linux only")
-    found = probe()
-    if found.backend != "bwrap" or not found.seccomp:
-        why = "; ".join(found.reasons) or "no bwrap backend"
-        if os.environ.get("CI"):
-            pytest.fail(f"bubblewrap sandbox required in CI but unavailable: {why}")
-        pytest.skip(f"bubblewrap (bwrap) sandbox unavailable: {why}")
+    need_bwrap(seccomp=True)
 
 
 @pytest.fixture

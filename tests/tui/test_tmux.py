@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.e2e.support import TETHER, tether_env
+from tests.requirements import need_tmux
 from tests.tui.support import MODEL, disk_entries
 from tether.testing.fake_provider import FakeProvider
 
 
 def _require_tmux() -> str:
-    found = shutil.which("tmux")
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("tmux is required for the terminal test under CI (apt-get install tmux)")
-        pytest.skip("tmux is not installed")
-    return found
+    return need_tmux()
 
 
 class Tmux:

@@ -25,6 +25,7 @@ import pytest
 
 from tests.core.permissions.support import policy, shell
 from tests.core.permissions.test_security_cases import A_BENIGN, A_BYPASSES, A_RULES
+from tests.requirements import missing
 from tether.core.permissions import shell as shell_analysis
 
 STRACE = "/usr/bin/strace"
@@ -450,9 +451,7 @@ def _require_strace() -> None:
             why = f"strace cannot trace here: {probe.stderr.strip()[:200]}"
     if why is None:
         return
-    if os.environ.get("CI"):
-        pytest.fail(f"{why}; the strace oracle is required in CI (apt-get install strace)")
-    pytest.skip(f"{why}; install strace to run the execve oracle")
+    missing("strace, for the execve oracle", f"{why} (apt-get install strace)")
 
 
 @pytest.fixture(scope="module")
