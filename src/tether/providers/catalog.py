@@ -1,6 +1,6 @@
 """Model handles to providers: the prefix table, local endpoint presets and credential lookup.
 
-Imported on the CLI start path, so it stays cheap: adapters (and httpx) are imported only
+Imported on the CLI start path, so it stays cheap: adapters (and the HTTP transport) are imported only
 inside `resolve_provider`.
 """
 

@@ -1,12 +1,11 @@
 """What every adapter shares: one streaming POST (errors mapped onto tether's tree) and chunk assembly.
 
-httpx is imported inside `post_sse` so that importing an adapter module stays cheap.
+The HTTP itself is `transport.stream_post`, imported on first use like the adapters.
 """
 
 from __future__ import annotations
 
 import email.utils
-import functools
 import json
 import time
 import uuid
@@ -35,76 +34,53 @@ async def post_sse(
     endpoint: Endpoint, url: str, headers: Mapping[str, str], body: dict[str, Any]
 ) -> AsyncGenerator[SSEEvent, None]:
     """POST `body` as JSON and yield the SSE events of the answer; raise tether errors on failure."""
-    import httpx
+    from tether import __version__
+    from tether.providers import transport
 
-    timeout = httpx.Timeout(endpoint.timeout_s)  # None disables every phase's timeout
     name = endpoint.provider
     try:
-        async with (
-            # Plain http (local servers) needs no TLS context: building one costs ~30 ms.
-            httpx.AsyncClient(
-                timeout=timeout, verify=_tls_context() if url.startswith("https:") else False
-            ) as client,
-            client.stream(
-                "POST",
-                url,
-                headers={
-                    "content-type": "application/json",
-                    "accept": "text/event-stream",
-                    **headers,
-                },
-                content=orjson.dumps(body),
-            ) as response,
-        ):
-            if response.status_code >= 300:
-                raw = await response.aread()
-                raise http_error(name, response.status_code, raw, response.headers)
+        async with transport.stream_post(
+            url,
+            {"content-type": "application/json", "accept": "text/event-stream", **headers},
+            orjson.dumps(body),
+            timeout_s=endpoint.timeout_s,
+            user_agent=f"tether/{__version__}",
+        ) as response:
+            if response.status >= 300:
+                raw = await response.read()
+                raise http_error(name, response.status, raw, response.headers)
             if response.headers.get("content-type", "").startswith("application/json"):
                 # Some gateways answer 200 with a JSON error instead of a stream.
-                raw = await response.aread()
+                raw = await response.read()
                 raise ProviderError(
                     f"{name} answered JSON instead of an event stream: {_error_text(raw)}",
                     detail=raw[:2000].decode("utf-8", errors="replace"),
                 )
             parser = SSEParser()
-            async for piece in response.aiter_bytes():
+            async for piece in response.iter_bytes():
                 for event in parser.feed(piece):
                     yield event
             for event in parser.finish():
                 yield event
-    except httpx.TimeoutException as exc:
+    except transport.TimedOut as exc:
         limit = f"{endpoint.timeout_s:g} s" if endpoint.timeout_s is not None else "the time limit"
         raise ProviderTimeout(
-            f"{name} did not answer within {limit} ({type(exc).__name__} on {url}); "
+            f"{name} did not answer within {limit} ({exc} on {url}); "
             f"raise the limit with {timeout_env_name(name)} (milliseconds, or 'off')"
         ) from None
-    except httpx.ConnectError as exc:
+    except transport.ConnectFailed as exc:
         raise ProviderError(
-            f"cannot connect to {name} at {url} ({exc or type(exc).__name__}); "
+            f"cannot connect to {name} at {url} ({exc}); "
             "check the base URL and that the server is running",
-            retryable=True,
+            retryable=exc.retryable,
         ) from None
-    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-        raise StreamCut(
-            f"{name} closed the connection mid-response ({exc or type(exc).__name__}) on {url}"
-        ) from None
-    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+    except transport.Broken as exc:
+        raise StreamCut(f"{name} answer broke off: {exc} ({url})") from None
+    except transport.BadTarget as exc:
         raise ProviderError(
-            f"{name} base URL {endpoint.base_url!r} is not usable ({exc}); "
-            "it must look like https://host[:port][/path]"
+            f"{name} request to {url} cannot be sent: {exc}; "
+            "the base URL must look like https://host[:port][/path]"
         ) from None
-    except httpx.HTTPError as exc:
-        raise ProviderError(
-            f"{name} request to {url} failed: {exc or type(exc).__name__}"
-        ) from None
-
-
-@functools.cache
-def _tls_context() -> Any:
-    """httpx's default TLS setup (certifi, SSL_CERT_FILE/DIR), built once: it costs ~30 ms."""
-    import httpx
-
-    return httpx.create_ssl_context()
 
 
 def http_error(
