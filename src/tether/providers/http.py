@@ -5,7 +5,6 @@ The HTTP itself is `transport.stream_post`, imported on first use like the adapt
 
 from __future__ import annotations
 
-import email.utils
 import json
 import time
 import uuid
@@ -114,6 +113,8 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         pass
+    import email.utils  # only for the rare HTTP-date form
+
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):

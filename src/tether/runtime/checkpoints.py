@@ -14,14 +14,13 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import sqlite3
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -30,6 +29,9 @@ from tether.core.tools import Effect
 from tether.errors import StoreError
 from tether.protocol.messages import AssistantMessage, TextPart, ToolResultMessage
 from tether.protocol.turns import ApprovalResult
+
+if TYPE_CHECKING:
+    import sqlite3
 
 UNKNOWN_OUTCOME = (
     "Tool execution may have completed, but the runtime stopped before recording its result"
@@ -95,6 +97,8 @@ class CheckpointStore:
         if self._conn is None:
             if self._closed:
                 raise StoreError(f"checkpoint store {self.path} is closed")
+            import sqlite3  # here, not at import: most runs never open the database
+
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(
                 self.path, check_same_thread=False, isolation_level=None, timeout=10
@@ -122,6 +126,8 @@ class CheckpointStore:
         arguments: Mapping[str, Any],
         owner: str,
     ) -> Checkpoint:
+        import sqlite3
+
         now = time.time()
         args = dict(arguments)
         try:
@@ -247,6 +253,7 @@ class CheckpointHooks:
         self._open: dict[str, Checkpoint] = {}
 
     async def before(self, call: AdmittedCall) -> PreToolVerdict:
+        import sqlite3
         verdict = await self.inner.before(call) if self.inner is not None else PreToolVerdict()
         if verdict.blocked is not None or verdict.result is not None or call.tool is None:
             return verdict  # nothing will run, so there is no effect to checkpoint
