@@ -28,18 +28,12 @@ from tether.core.turn import Approver, Event, TurnDeps
 from tether.errors import TetherError, UsageError
 from tether.protocol.messages import TextPart, UserMessage
 from tether.protocol.turns import ApprovalResult, ConversationRef, LocalToolReturn
-from tether.runtime.hooks import (
-    HookRunner,
-    SessionPermissionHooks,
-    SessionToolHooks,
-    merge_hooks,
-    provider_model_call,
-)
 from tether.runtime.session import Session, resolve_session, tether_home
 from tether.runtime.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from tether.runtime.checkpoints import CheckpointStore, RecoveredEffect
+    from tether.runtime.hooks import HookRunner
 
 
 class PermissionPolicy:
@@ -276,6 +270,11 @@ class Prepared:
         from tether.runtime.checkpoints import CheckpointHooks, conversation_scope
 
         flags = self.flags
+        tool_hooks = permission_hooks = None
+        if self.hooks is not None:
+            from tether.runtime.hooks import SessionPermissionHooks, SessionToolHooks
+
+            tool_hooks, permission_hooks = SessionToolHooks(self.hooks), SessionPermissionHooks(self.hooks)
         deps = TurnDeps(
             backend=self.backend,
             snapshot=lambda: self.contexts.snapshot(self.registry, self.cwd, flags.permission_mode),
@@ -285,8 +284,8 @@ class Prepared:
             emit=emit,
             abort=abort,
             max_turns=max_turns,
-            tool_hooks=SessionToolHooks(self.hooks) if self.hooks else None,
-            permission_hooks=SessionPermissionHooks(self.hooks) if self.hooks else None,
+            tool_hooks=tool_hooks,
+            permission_hooks=permission_hooks,
         )
         if self.mods is not None:
             deps = self.mods.attach(deps)
@@ -325,11 +324,7 @@ def prepare(flags: RunFlags) -> Prepared:
     from tether.runtime.sandboxing import sandbox_switch, shell_sandbox_from
 
     sandbox_switch(env, {"sandbox": settings.sandbox})  # a bad switch fails before anything is made
-    user = settings.user
-    hook_config = merge_hooks(
-        settings.hooks_user, list(settings.hooks_project),
-        user_source=str(user.path) if user else "user settings",
-    )
+    hook_config = _hook_config(settings)  # bad hooks fail here, before anything is created
     from tether.runtime.mods.providers import ModProvider, is_mod_handle, no_mod_could_serve
 
     if flags.model is not None:  # a bad handle or a missing key fails before anything is created
@@ -366,8 +361,12 @@ def prepare(flags: RunFlags) -> Prepared:
         platform=f"{platform.system()} {platform.release()}",
         today=date.today().isoformat(),
     )
-    hooks = HookRunner(hook_config, cwd=cwd, agent_id=session.agent.id, session_id=session.agent.id,
-                       ask_model=provider_model_call(provider, model_id, store.home, env))
+    hooks = None
+    if hook_config is not None:
+        from tether.runtime.hooks import HookRunner, provider_model_call
+
+        hooks = HookRunner(hook_config, cwd=cwd, agent_id=session.agent.id, session_id=session.agent.id,
+                           ask_model=provider_model_call(provider, model_id, store.home, env))
     backend.context_window = context_window(env, session.agent.model_settings, provider_name)
     backend.compaction_events = _CompactionEvents(hooks, lambda: prepared.mods)
     backend.compaction = CompactionSettings.from_dict(
@@ -408,6 +407,20 @@ def prepare(flags: RunFlags) -> Prepared:
 
     attach_reflection(prepared)  # services["reflection"].after_turn(): the post-turn trigger
     return prepared
+
+
+def _hook_config(settings: Settings) -> Any:
+    """The merged hook configuration, or None when no settings file has a `hooks` key (the
+    hook machinery is then never imported)."""
+    if settings.hooks_user is None and not settings.hooks_project:
+        return None
+    from tether.runtime.hooks import merge_hooks
+
+    user = settings.user
+    return merge_hooks(
+        settings.hooks_user, list(settings.hooks_project),
+        user_source=str(user.path) if user else "user settings",
+    )
 
 
 def _add_memory(prepared: Prepared) -> None:
