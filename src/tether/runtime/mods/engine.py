@@ -11,7 +11,7 @@ disposed at once, so two overlapping reloads never leave both generations regist
 Sources and shadow priority (a higher one hides a mod of the same name):
 
     bundled 1   tether/runtime/mods/bundled/ (none ship yet)
-    installed 2 the `tether.mods` entry-point group of installed packages
+    installed 2 the `tether.mods` entry-point group of installed packages (cached: installed.py)
     global 3    $TETHER_MODS_DIR, else $TETHER_HOME/mods
     agent 4     $TETHER_HOME/agents/<agent id>/memory/mods
     project 5   <cwd>/.tether/mods, only when the folder is trusted
@@ -33,9 +33,9 @@ from typing import Any
 import orjson
 
 from tether.errors import UsageError
+from tether.runtime.mods.installed import ENTRY_POINT_GROUP, installed_mod_entry_points
 
 PRIORITY = {"bundled": 1, "installed": 2, "global": 3, "agent": 4, "project": 5}
-ENTRY_POINT_GROUP = "tether.mods"
 PHASES = ("import", "activate", "event", "dispose")
 _TRUTHY = ("1", "true", "yes", "on")
 _module_ids = itertools.count(1)
@@ -140,10 +140,8 @@ def scan_dir(folder: Path, source: str) -> list[ModSpec]:
     return out
 
 
-def scan_entry_points() -> list[ModSpec]:
-    from importlib.metadata import entry_points
-
-    return [ModSpec(ep.name, "installed", None, ep.value) for ep in entry_points(group=ENTRY_POINT_GROUP)]
+def scan_entry_points(home: Path) -> list[ModSpec]:
+    return [ModSpec(name, "installed", None, value) for name, value in installed_mod_entry_points(home)]
 
 
 def agent_mods_dir(home: Path, agent_id: str) -> Path:
@@ -156,7 +154,7 @@ def candidates(
     """Every mod of every source, lowest priority first, and notes on skipped sources."""
     notes: list[str] = []
     found = scan_dir(Path(__file__).with_name("bundled"), "bundled")
-    found += scan_entry_points()
+    found += scan_entry_points(home)
     found += scan_dir(global_mods_dir(home, env), "global")
     if agent_id:
         found += scan_dir(agent_mods_dir(home, agent_id), "agent")

@@ -29,16 +29,15 @@ def is_mod_handle(handle: str | None) -> bool:
 def no_mod_could_serve(handle: str, home: Path, cwd: Path, env: Mapping[str, str], no_mods: bool) -> str | None:
     """Why no mod can provide `handle`'s prefix, decided before anything is created (mods off,
     or no mod anywhere); None when a mod might register it once loaded."""
-    from importlib.metadata import entry_points
-
     from tether.runtime.mods.engine import global_mods_dir, mods_disabled
+    from tether.runtime.mods.installed import installed_mod_entry_points
 
     if no_mods or mods_disabled(env):
         return unknown_prefix(handle, " (mods are off)")
     dirs = [global_mods_dir(home, env), cwd / ".tether" / "mods"]
     if any(d.is_dir() and any(not p.name.startswith(".") for p in d.iterdir()) for d in dirs):
         return None
-    if home.joinpath("agents").is_dir() or entry_points(group="tether.mods"):
+    if home.joinpath("agents").is_dir() or installed_mod_entry_points(home):
         return None  # an agent's memory mods/ or an installed package may register it
     return unknown_prefix(handle, "")
 
