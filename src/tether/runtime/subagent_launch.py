@@ -10,7 +10,6 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -78,10 +77,13 @@ def parse_type(text: str, source: str) -> SubagentType:
     )
 
 
+BUNDLED_TYPES = Path(__file__).with_name("subagent_types")  # package data, next to this module
+
+
 def discover_types(home: Path, cwd: Path, *, project_trusted: bool) -> dict[str, SubagentType]:
     """Bundled types, then `~/.tether/agents/*.md`, then (trusted projects) `.tether/agents/*.md`."""
     types: dict[str, SubagentType] = {}
-    for entry in resources.files("tether.runtime").joinpath("subagent_types").iterdir():
+    for entry in sorted(BUNDLED_TYPES.iterdir()):
         if entry.name.endswith(".md"):
             t = parse_type(entry.read_text(encoding="utf-8"), f"bundled:{entry.name}")
             types[t.name] = t
