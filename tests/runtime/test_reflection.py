@@ -25,6 +25,7 @@ from tether.protocol.messages import (
     UserMessage,
 )
 from tether.runtime import reflection as r
+from tether.runtime import reflection_pass as rp
 
 AGENT = "agent-local-test"
 NOTES = "---\ndescription: notes\n---\nlearned X\n"
@@ -54,23 +55,23 @@ def write_and_commit(where: Path, rel: str, text: str, message: str = "reflect")
 
 
 def child(edit=None, ok: bool = True):
-    seen: list[r.ChildJob] = []
+    seen: list[rp.ChildJob] = []
 
-    async def run(job: r.ChildJob, abort: asyncio.Event | None) -> r.ChildOutcome:
+    async def run(job: rp.ChildJob, abort: asyncio.Event | None) -> rp.ChildOutcome:
         seen.append(job)
         assert job.worktree.is_dir() and (job.worktree / ".git").is_file()
         assert git(job.worktree, "branch", "--show-current").strip() == job.branch
         if edit is not None:
             edit(job)
-        return r.ChildOutcome(ok, "done" if ok else "boom", "agent-local-child")
+        return rp.ChildOutcome(ok, "done" if ok else "boom", "agent-local-child")
 
     run.seen = seen  # type: ignore[attr-defined]
     return run
 
 
-def reflect(home: Path, kid, messages=()) -> r.PassResult:
+def reflect(home: Path, kid, messages=()) -> rp.PassResult:
     return asyncio.run(
-        r.run_pass(
+        rp.run_pass(
             home,
             AGENT,
             agent_name="t",
@@ -111,7 +112,7 @@ def test_committed_work_is_merged_fast_forward(tether_home, repo) -> None:
 
 
 def test_main_moving_on_elsewhere_gives_a_merge_commit(tether_home, repo) -> None:
-    def edit(job: r.ChildJob) -> None:
+    def edit(job: rp.ChildJob) -> None:
         write_and_commit(job.worktree, "system/notes.md", NOTES)
         write_and_commit(repo.root, "other.md", "other\n", "concurrent")
 
@@ -145,7 +146,7 @@ def test_a_failed_child_is_failed_even_with_commits(tether_home, repo) -> None:
 
 
 def test_a_dirty_main_repo_is_parent_dirty(tether_home, repo) -> None:
-    def edit(job: r.ChildJob) -> None:
+    def edit(job: rp.ChildJob) -> None:
         write_and_commit(job.worktree, "system/notes.md", NOTES)
         (repo.root / "scratch.md").write_text("half-done\n")
 
@@ -159,7 +160,7 @@ def test_a_dirty_main_repo_is_parent_dirty(tether_home, repo) -> None:
 def test_a_conflict_aborts_the_merge_and_keeps_main(tether_home, repo) -> None:
     write_and_commit(repo.root, "system/notes.md", "v1\n", "v1")
 
-    def edit(job: r.ChildJob) -> None:
+    def edit(job: rp.ChildJob) -> None:
         write_and_commit(job.worktree, "system/notes.md", "child\n")
         write_and_commit(repo.root, "system/notes.md", "main\n", "concurrent")
 
@@ -171,7 +172,7 @@ def test_a_conflict_aborts_the_merge_and_keeps_main(tether_home, repo) -> None:
 
 
 def test_an_exception_in_the_child_still_removes_the_worktree(tether_home, repo) -> None:
-    async def broken(job: r.ChildJob, abort: asyncio.Event | None) -> r.ChildOutcome:
+    async def broken(job: rp.ChildJob, abort: asyncio.Event | None) -> rp.ChildOutcome:
         raise RuntimeError("spawn failed")
 
     with pytest.raises(RuntimeError):
@@ -180,13 +181,13 @@ def test_an_exception_in_the_child_still_removes_the_worktree(tether_home, repo)
 
 
 def test_one_pass_at_a_time_per_agent(tether_home, repo) -> None:
-    def edit(job: r.ChildJob) -> None:
+    def edit(job: rp.ChildJob) -> None:
         with pytest.raises(r.ReflectionBusy, match="already running"):
             reflect(tether_home, child())
 
-    async def outer(job: r.ChildJob, abort: asyncio.Event | None) -> r.ChildOutcome:
+    async def outer(job: rp.ChildJob, abort: asyncio.Event | None) -> rp.ChildOutcome:
         await asyncio.to_thread(edit, job)  # a second pass, from another thread, while this runs
-        return r.ChildOutcome(True, "done")
+        return rp.ChildOutcome(True, "done")
 
     assert reflect(tether_home, outer).result == "no_changes"
 
@@ -263,26 +264,26 @@ def test_last_compaction_id_and_excerpt() -> None:
         ),
         ToolResultMessage("r1", "t1", "Bash", (TextPart("a.txt"),), True, 4),
     ]
-    text = r.transcript_excerpt(messages)
+    text = rp.transcript_excerpt(messages)
     assert text.index("user: please run ls") < text.index('assistant called Bash({"command":"ls"})')
     assert "tool Bash (error): a.txt" in text
-    short = r.transcript_excerpt(messages, limit=120)
+    short = rp.transcript_excerpt(messages, limit=120)
     assert short.startswith("[earlier messages omitted]") and "old old" not in short
     assert "a.txt" in short
-    assert r.excerpt_budget({}) == r.EXCERPT_CHARS
-    assert r.excerpt_budget({"TETHER_CONTEXT_WINDOW": "2048"}) == 2048
+    assert rp.excerpt_budget({}) == r.EXCERPT_CHARS
+    assert rp.excerpt_budget({"TETHER_CONTEXT_WINDOW": "2048"}) == 2048
 
 
 def test_child_stream_reading() -> None:
     init = b'{"type":"system","subtype":"init","agent_id":"agent-local-c"}\n'
-    ok = r.read_child_stream(
+    ok = rp.read_child_stream(
         init + b'{"type":"result","subtype":"success","result":"noted"}\n', b"", 0
     )
-    assert ok == r.ChildOutcome(True, "noted", "agent-local-c")
-    bad = r.read_child_stream(init + b'{"type":"result","subtype":"error","result":""}\n', b"", 1)
+    assert ok == rp.ChildOutcome(True, "noted", "agent-local-c")
+    bad = rp.read_child_stream(init + b'{"type":"result","subtype":"error","result":""}\n', b"", 1)
     assert not bad.ok and "error" in bad.detail
-    lost = r.read_child_stream(b"not json\n", b"Error: no model\n", 1)
-    assert lost == r.ChildOutcome(False, "Error: no model", None)
+    lost = rp.read_child_stream(b"not json\n", b"Error: no model\n", 1)
+    assert lost == rp.ChildOutcome(False, "Error: no model", None)
 
 
 def test_reflection_flags_are_parsed_and_validated() -> None:

@@ -52,7 +52,7 @@ def run_dream(argv: Sequence[str]) -> int:
 async def _dream(agent_id: str | None, conversation: str | None, model: str | None) -> int:
     from tether.backends.local.store import LocalStore
     from tether.providers.catalog import default_handle, resolve_provider
-    from tether.runtime import reflection
+    from tether.runtime import reflection, reflection_pass
     from tether.runtime.session import NO_MODEL, _last_agent, tether_home
 
     env = dict(os.environ)
@@ -74,7 +74,7 @@ async def _dream(agent_id: str | None, conversation: str | None, model: str | No
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, abort.set)
-    result = await reflection.run_pass(
+    result = await reflection_pass.run_pass(
         store.home, agent.id, agent_name=agent.name, messages=messages, model=handle, abort=abort
     )
     with reflection.updating_state(store.home, agent.id) as state:
