@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,42 @@ def test_prompt_reused_across_runs_until_memory_changes(workdir: Path, tether_ho
     updated = json.loads(cache.read_text())
     assert updated["memfsRevision"] == git(root, "rev-parse", "HEAD").strip()
     assert updated["rawSystemHash"] == record["rawSystemHash"]
+
+
+def test_a_second_run_renders_memory_without_reading_the_tree(
+    workdir: Path, tether_home: Path, tmp_path: Path
+) -> None:
+    # Every `tether -p` is a new conversation; the memory's render at an unchanged commit is
+    # reused from the agent's memory-render.json, so git never lists the tree again.
+    real_git = shutil.which("git")
+    assert real_git is not None
+    bin_dir, log = tmp_path / "bin", tmp_path / "git-argv.log"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "git"
+    wrapper.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{log}"\nexec "{real_git}" "$@"\n')
+    wrapper.chmod(0o755)
+    args = ["--model", ANTHROPIC, "--output-format", "stream-json"]
+    with FakeProvider([{"text": "one"}, {"text": "two"}]) as fake:
+        env = tether_env(fake.url, ANTHROPIC)
+        env["PATH"] = f"{bin_dir}:{env.get('PATH', '')}"
+        first = run_tether(["-p", "hi", *args], env=env, cwd=workdir)
+        assert first.code == 0, first.stderr
+        first_git = log.read_text().splitlines()
+        log.unlink()
+        second = run_tether(["-p", "again", *args], env=env, cwd=workdir)
+        assert second.code == 0, second.stderr
+        systems = [system_of(r["body"]) for r in fake.requests]
+    assert any(" ls-tree " in line for line in first_git), first_git  # the wrapper is in use
+    second_git = log.read_text().splitlines() if log.exists() else []
+    assert not any(" ls-tree " in line or " cat-file " in line for line in second_git), second_git
+    one, two = first.events[0], second.events[0]
+    assert one["agent_id"] == two["agent_id"] and one["conversation_id"] != two["conversation_id"]
+    assert "<memory>" in systems[1]
+    assert systems[0].split("<memory_metadata>")[0] == systems[1].split("<memory_metadata>")[0]
+    assert f"CONVERSATION_ID: {two['conversation_id']}" in systems[1]
+    agent_dir = tether_home / "agents" / one["agent_id"]
+    render = json.loads((agent_dir / "memory-render.json").read_text())
+    assert render["revision"] == git(agent_dir / "memory", "rev-parse", "HEAD").strip()
 
 
 def test_skill_listed_and_loaded_by_name(workdir: Path) -> None:

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -10,11 +12,13 @@ from tether.memory.memfs import MemFS
 from tether.protocol.turns import ConversationRef
 from tether.runtime.prompt_cache import (
     CACHE_FILE,
+    RENDER_FILE,
+    RENDER_VERSION,
     SystemPrompt,
     project_trusted,
     read_project_instructions,
 )
-from tether.runtime.skills import SOURCES, discover_skills
+from tether.runtime.skills import SOURCES, SkillCatalog, discover_skills
 from tether.tools.memory import apply_memory_command
 
 from .support import AGENT, git, open_memfs
@@ -160,3 +164,197 @@ def test_project_trusted(tether_home: Path, tmp_path: Path) -> None:
     assert not project_trusted(None, False, tether_home, tmp_path)
     TrustStore(tether_home).trust(tmp_path)
     assert project_trusted(None, False, tether_home, tmp_path)
+
+
+# --- the agent-level render of the memory (memory-render.json) ---------------------------------
+
+
+def git_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records the subcommand of every git process MemFS starts from now on."""
+    calls: list[str] = []
+    real = MemFS._run
+
+    def spy(
+        self: MemFS, *args: str, stdin: bytes | None = None
+    ) -> subprocess.CompletedProcess[bytes]:
+        calls.append(args[0])
+        return real(self, *args, stdin=stdin)
+
+    monkeypatch.setattr(MemFS, "_run", spy)
+    return calls
+
+
+def catalog_of(memfs: MemFS, home: Path, cwd: Path) -> SkillCatalog:
+    return discover_skills(
+        home=home, cwd=cwd, sources=frozenset(SOURCES), project_trusted=False, memfs=memfs
+    )
+
+
+def without_metadata(text: str) -> str:
+    return text.split("<memory_metadata>")[0]
+
+
+def render_record(memfs: MemFS) -> dict[str, Any]:
+    return json.loads((memfs.root.parent / RENDER_FILE).read_text())
+
+
+def fill(memfs: MemFS) -> None:
+    remember(memfs, "system/persona.md", "I am careful.")
+    remember(memfs, "system/human.md", "Name: Ada", description="About the user")
+    remember(memfs, "notes/db.md", "long notes", description="Database quirks")
+    remember(memfs, "skills/release/SKILL.md", "steps", description="Cut a release")
+
+
+def test_new_conversations_at_one_revision_reuse_the_memory_render(
+    memfs: MemFS, tether_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fill(memfs)
+    first = make(memfs, tmp_path, skills=catalog_of(memfs, tether_home, tmp_path)).resolve(CONV)
+    record = render_record(memfs)
+    assert record["version"] == RENDER_VERSION and record["revision"] == memfs.revision()
+    assert record["skills"] == [
+        {
+            "name": "release",
+            "description": "Cut a release",
+            "source": "agent",
+            "location": "memory:skills/release",
+        }
+    ]
+    # the next `tether -p`: a new process, a new conversation, the same memory commit
+    catalog = catalog_of(memfs, tether_home, tmp_path)
+    calls = git_calls(monkeypatch)
+    later = make(memfs, tmp_path, skills=catalog)
+    second = later.resolve(ConversationRef(AGENT, "local-conv-2"))
+    assert calls == [] and later.compilations == 1
+    assert without_metadata(second) == without_metadata(first)
+    assert "Name: Ada" in second and "- release: Cut a release" in second
+    assert "CONVERSATION_ID: local-conv-2" in second and "CONVERSATION_ID: local-conv-1" in first
+    stored_second = json.loads((tmp_path / "conv" / "local-conv-2" / CACHE_FILE).read_text())
+    assert stored_second["content"] == second and stored_second["memfsRevision"] == memfs.revision()
+    assert stored_second["coreMemory"] == record["coreMemory"]
+
+
+def test_agent_skills_off_leaves_them_out_of_a_reused_render(
+    memfs: MemFS, tether_home: Path, tmp_path: Path
+) -> None:
+    fill(memfs)
+    make(memfs, tmp_path, skills=catalog_of(memfs, tether_home, tmp_path)).resolve(CONV)
+    no_agent = discover_skills(
+        home=tether_home,
+        cwd=tmp_path,
+        sources=frozenset({"bundled"}),
+        project_trusted=False,
+        memfs=memfs,
+    )
+    text = make(memfs, tmp_path, skills=no_agent).resolve(ConversationRef(AGENT, "local-conv-2"))
+    assert "- remembering:" in text and "release" not in text
+    # and a render first made without agent skills still lists them for a catalog that has them
+    (memfs.root.parent / RENDER_FILE).unlink()
+    make(memfs, tmp_path, skills=no_agent).resolve(ConversationRef(AGENT, "local-conv-3"))
+    full = make(memfs, tmp_path, skills=catalog_of(memfs, tether_home, tmp_path))
+    assert "- release: Cut a release" in full.resolve(ConversationRef(AGENT, "local-conv-4"))
+
+
+def test_a_new_memory_commit_reads_the_tree_again(
+    memfs: MemFS, tether_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fill(memfs)
+    make(memfs, tmp_path, skills=catalog_of(memfs, tether_home, tmp_path)).resolve(CONV)
+    remember(memfs, "system/style.md", "Answer tersely.")
+    remember(memfs, "skills/deploy/SKILL.md", "steps", description="Deploy it")
+    calls = git_calls(monkeypatch)
+    prompt = make(memfs, tmp_path, skills=catalog_of(memfs, tether_home, tmp_path))
+    text = prompt.resolve(ConversationRef(AGENT, "local-conv-2"))
+    assert calls == ["ls-tree", "cat-file"]
+    assert "Answer tersely." in text and "- deploy: Deploy it" in text and "Name: Ada" in text
+    assert render_record(memfs)["revision"] == memfs.revision()
+    calls.clear()
+    prompt.resolve(ConversationRef(AGENT, "local-conv-3"))
+    assert calls == []
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        b"{not json",
+        b"\xff\xfe",
+        b"[]",
+        b'{"version": 1}',
+        "wrong version",
+        "wrong revision",
+        "core not text",
+        "skill not an object",
+        "skill missing a field",
+        "skill of another source",
+    ],
+)
+def test_a_damaged_render_file_is_ignored_and_replaced(
+    damage: bytes | str,
+    memfs: MemFS,
+    tether_home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fill(memfs)
+    prompt = make(memfs, tmp_path, skills=catalog_of(memfs, tether_home, tmp_path))
+    good = without_metadata(prompt.resolve(CONV))
+    path = memfs.root.parent / RENDER_FILE
+    record = render_record(memfs)
+    if isinstance(damage, bytes):
+        path.write_bytes(damage)
+    else:
+        skill = record["skills"][0]
+        changed = {
+            "wrong version": {"version": RENDER_VERSION + 1, "coreMemory": "STALE"},
+            "wrong revision": {"revision": "0" * 40, "coreMemory": "STALE"},
+            "core not text": {"coreMemory": 7},
+            "skill not an object": {"skills": ["release"]},
+            "skill missing a field": {
+                "skills": [{k: v for k, v in skill.items() if k != "location"}]
+            },
+            "skill of another source": {"skills": [{**skill, "source": "elsewhere"}]},
+        }[damage]
+        path.write_text(json.dumps({**record, **changed}))
+    calls = git_calls(monkeypatch)
+    text = prompt.resolve(ConversationRef(AGENT, "local-conv-2"))
+    assert calls == ["ls-tree", "cat-file"]  # read again
+    assert without_metadata(text) == good and "STALE" not in text
+    assert render_record(memfs) == record  # and replaced
+
+
+def test_an_unusable_render_path_is_not_an_error(memfs: MemFS, tmp_path: Path) -> None:
+    remember(memfs, "system/human.md", "Name: Ada")
+    (memfs.root.parent / RENDER_FILE).mkdir()  # neither readable nor replaceable
+    prompt = make(memfs, tmp_path)
+    assert "Name: Ada" in prompt.resolve(CONV)
+    assert "Name: Ada" in prompt.resolve(ConversationRef(AGENT, "local-conv-2"))
+    assert stored(tmp_path)["memfsRevision"] == memfs.revision()
+
+
+def test_unreadable_memory_writes_no_render(memfs: MemFS, tmp_path: Path) -> None:
+    remember(memfs, "system/human.md", "Name: Ada")
+    memfs._env["PATH"] = str(tmp_path / "no-bin")
+    text = make(memfs, tmp_path).resolve(CONV)
+    assert "Your memory could not be read" in text
+    assert not (memfs.root.parent / RENDER_FILE).exists()
+    assert not (tmp_path / "conv" / CONV.conversation_id / CACHE_FILE).exists()
+
+
+def test_memory_update_in_place_shares_the_render(
+    memfs: MemFS, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prompt = make(memfs, tmp_path)
+    prompt.mid_conversation_updates = True
+    original, update = asyncio.run(prompt.with_update(CONV))
+    assert update is None
+    remember(memfs, "system/human.md", "Name: Ada")
+    calls = git_calls(monkeypatch)
+    kept, update = asyncio.run(prompt.with_update(CONV))
+    assert kept == original and update is not None and "Name: Ada" in update
+    assert calls == ["ls-tree", "cat-file"]
+    assert render_record(memfs)["revision"] == memfs.revision()
+    calls.clear()
+    # a new conversation at that revision compiles from the render the update stored
+    fresh = asyncio.run(prompt(ConversationRef(AGENT, "local-conv-2")))
+    assert calls == [] and "Name: Ada" in fresh
+    assert stored(tmp_path)["coreMemory"] in update

@@ -13,6 +13,12 @@ rawSystemHash, memfsRevision}. `rawSystemHash` is the sha256 of everything that 
 memory's HEAD commit. A send reuses the stored prompt iff both match; checking costs one read of
 the git ref file, no subprocess. A prompt is compiled only on a miss.
 
+What a prompt takes from the memory at one commit (the rendered core memory and the memory's own
+skills) is also kept per agent, in `agents/<id>/memory-render.json` = {version, revision,
+coreMemory, skills}. A commit sha names its content, so that render never goes stale; `version`
+is the render format's. Every `tether -p` starts a new conversation, so without it each run would
+read the memory tree with git (`ls-tree` + `cat-file`) only to render the same text again.
+
 Memory changing mid-conversation (a `memory` tool commit between two sends): the reference
 keeps the prompt and sends a `<memory_update>` system message on Anthropic models that accept
 system messages mid-conversation. The local backend's provider request carries one system
@@ -24,8 +30,10 @@ cache miss on the system prefix after a memory edit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,9 +50,13 @@ if TYPE_CHECKING:
     from tether.backends.local.store import LocalStore
     from tether.core.tools import ToolRegistry
     from tether.memory.memfs import MemFS
-    from tether.runtime.skills import SkillCatalog
+    from tether.runtime.skills import Skill, SkillCatalog
 
 CACHE_FILE = "system-prompt.json"
+RENDER_FILE = "memory-render.json"  # beside the agent's memory repo, not inside it
+# Bump when a commit would render differently: render_memory / MEMORY_INTRO, blocks.parse, or
+# what parse_skill makes of a SKILL.md. A render file of another version is a miss.
+RENDER_VERSION = 1
 PROJECT_FILES = ("AGENTS.md", "CLAUDE.md")
 PROJECT_CAP = 40_000  # characters per instruction file
 PERSONA = "system/persona.md"
@@ -107,6 +119,31 @@ def render_memory(files: dict[str, bytes]) -> str:
     return "\n\n".join(out)
 
 
+@dataclass(frozen=True, slots=True)
+class MemoryRender:
+    """What the system prompt takes from the memory at one commit."""
+
+    core: str  # render_memory(files)
+    skills: tuple[Skill, ...]  # the memory's skills/<name>/SKILL.md, whatever the skill sources
+
+
+def memory_render(memfs: MemFS, revision: str | None) -> MemoryRender:
+    """The memory at commit `revision`, rendered: from the agent's render file when it holds
+    that commit, else read with git (MemFSError if that fails) and stored for the next run."""
+    from tether.runtime.skills import skills_in_memory
+
+    path = memfs.root.parent / RENDER_FILE
+    if revision is not None:  # no commit yet: nothing worth keeping
+        hit = _load_render(path, revision)
+        if hit is not None:
+            return hit
+    files = memfs.read_head_tree(rev=revision)
+    render = MemoryRender(render_memory(files), tuple(skills_in_memory(files)))
+    if revision is not None:
+        _store_render(path, revision, render)
+    return render
+
+
 class SystemPrompt:
     """Resolves one conversation's system prompt per send: stored one if fresh, else compiled.
 
@@ -167,10 +204,9 @@ class SystemPrompt:
         update = data.get("memoryUpdate") if isinstance(data.get("memoryUpdate"), str) else None
         if data.get("memfsRevision") != revision:
             try:
-                files = self.memfs.read_head_tree(rev=revision)
+                core = memory_render(self.memfs, revision).core
             except MemFSError:
                 return None
-            core = render_memory(files)
             update = (
                 f'<memory_update revision="{revision or "none"}">\n'
                 "Your memory changed since this conversation's system prompt was compiled; "
@@ -214,14 +250,14 @@ class SystemPrompt:
         readable = True
         if memfs is not None:
             try:
-                files = memfs.read_head_tree(rev=revision)
+                render = memory_render(memfs, revision)
             except MemFSError as exc:  # a broken memory must not stop the conversation
                 readable = False
                 core_memory = f"<memory>\nYour memory could not be read: {exc}\n</memory>"
             else:
-                core_memory = render_memory(files)
-                if self.skills is not None:
-                    agent_skills = self.skills.agent_skills(files)
+                core_memory = render.core
+                if self.skills is not None and self.skills.includes_agent:
+                    agent_skills = list(render.skills)
         compiled_at = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         sections = [self.base.strip()]
         if core_memory:
@@ -278,6 +314,51 @@ def _write_cache(path: Path, record: dict[str, Any]) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, orjson.dumps(record, option=orjson.OPT_INDENT_2) + b"\n")
+
+
+def _load_render(path: Path, revision: str) -> MemoryRender | None:
+    """The stored render of `revision`, or None if the file is absent, damaged, of another
+    version or revision, or not the expected shape (the caller then renders and replaces it)."""
+    from tether.runtime.skills import Skill
+
+    try:
+        data = _read_json(path)
+    except OSError:  # unreadable (permissions, a directory in the way): render again
+        return None
+    if not (
+        isinstance(data, dict)
+        and data.get("version") == RENDER_VERSION
+        and data.get("revision") == revision
+        and isinstance(data.get("coreMemory"), str)
+        and isinstance(data.get("skills"), list)
+    ):
+        return None
+    names = [f.name for f in fields(Skill)]
+    skills = []
+    for item in data["skills"]:
+        if not (
+            isinstance(item, dict)
+            and all(isinstance(item.get(n), str) for n in names)
+            and item["source"] == "agent"  # any other source would break precedence
+        ):
+            return None
+        skills.append(Skill(**{n: item[n] for n in names}))
+    return MemoryRender(data["coreMemory"], tuple(skills))
+
+
+def _store_render(path: Path, revision: str, render: MemoryRender) -> None:
+    from tether.runtime.skills import Skill
+
+    names = [f.name for f in fields(Skill)]
+    record = {
+        "version": RENDER_VERSION,
+        "revision": revision,
+        "coreMemory": render.core,
+        "skills": [{n: getattr(skill, n) for n in names} for skill in render.skills],
+    }
+    # Only a speed-up: a render that cannot be stored is rendered again by the next run.
+    with contextlib.suppress(OSError):
+        _write_cache(path, record)
 
 
 def project_trusted(settings_trust: str | None, trust_flag: bool, home: Path, cwd: Path) -> bool:

@@ -87,21 +87,15 @@ class SkillCatalog:
 
     def agent_skills(self, files: Mapping[str, bytes] | None = None) -> list[Skill]:
         """The agent's skills at MemFS HEAD (or in `files`, a HEAD tree already read)."""
-        if self.memfs is None or "agent" not in self.sources:
+        memfs = self.memfs
+        if memfs is None or "agent" not in self.sources:
             return []
-        found: list[Skill] = []
-        if files is None:
-            files = self.memfs.read_head_tree("skills")
-        for path, data in sorted(files.items()):
-            parts = path.split("/")
-            if len(parts) != 3 or parts[2] != SKILL_FILE:
-                continue
-            skill = parse_skill(
-                data.decode("utf-8", errors="replace"), parts[1], "agent", f"memory:skills/{parts[1]}"
-            )
-            if isinstance(skill, Skill):
-                found.append(skill)
-        return found
+        return skills_in_memory(memfs.read_head_tree("skills") if files is None else files)
+
+    @property
+    def includes_agent(self) -> bool:
+        """Whether the agent's own skills (from its memory) are part of this catalog."""
+        return self.memfs is not None and "agent" in self.sources
 
     def all(self, agent: Iterable[Skill] | None = None) -> dict[str, Skill]:
         """Name -> skill, the highest-precedence source winning; sorted by name."""
@@ -137,6 +131,21 @@ def read_body(skill: Skill, memfs: MemFS | None) -> str:
     if len(body) > _BODY_CAP:
         body = body[:_BODY_CAP] + f"\n[skill truncated at {_BODY_CAP} characters]"
     return body
+
+
+def skills_in_memory(files: Mapping[str, bytes]) -> list[Skill]:
+    """The `skills/<name>/SKILL.md` skills in a memory tree (path -> bytes), by path."""
+    found: list[Skill] = []
+    for path, data in sorted(files.items()):
+        parts = path.split("/")
+        if len(parts) != 3 or parts[2] != SKILL_FILE:
+            continue
+        skill = parse_skill(
+            data.decode("utf-8", errors="replace"), parts[1], "agent", f"memory:skills/{parts[1]}"
+        )
+        if isinstance(skill, Skill):
+            found.append(skill)
+    return found
 
 
 def render_available(skills: Iterable[Skill]) -> str:
