@@ -21,8 +21,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
-from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -220,5 +218,5 @@ def _add(catalog: SkillCatalog, text: str, fallback: str, source: str, location:
         catalog.external.append(skill)
 
 
-def _bundled_root() -> Traversable:
-    return resources.files("tether.runtime").joinpath("bundled_skills")
+def _bundled_root() -> Path:
+    return Path(__file__).with_name("bundled_skills")  # package data, next to this module
