@@ -12,7 +12,14 @@ SUBCOMMANDS = ("version", "agents", "messages", "connect", "sandbox")
 
 
 def entry() -> None:
-    sys.exit(main(sys.argv[1:]))
+    from tether.cli import gc_policy
+
+    gc_policy.starting()
+    try:
+        code = main(sys.argv[1:])
+    finally:
+        gc_policy.exiting()
+    sys.exit(code)
 
 
 def main(argv: Sequence[str]) -> int:

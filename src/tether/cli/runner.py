@@ -406,6 +406,9 @@ def prepare(flags: RunFlags) -> Prepared:
     from tether.runtime.reflection import attach_reflection
 
     attach_reflection(prepared)  # services["reflection"].after_turn(): the post-turn trigger
+    from tether.cli import gc_policy
+
+    gc_policy.startup_done()
     return prepared
 
 
