@@ -23,6 +23,7 @@ import orjson
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
@@ -245,8 +246,11 @@ class TetherApp(App[int]):
                 busy=self.busy,
                 hint=self._hint,
             )
-        self.query_one(StatusLine).show(info)
-        queue = self.query_one("#queue", Static)
+        try:
+            status, queue = self.query_one(StatusLine), self.query_one("#queue", Static)
+        except NoMatches:  # shutting down: the widgets went before on_unmount; the 1 s timer did not
+            return
+        status.show(info)
         queue.update(Text("\n".join(f"⏳ queued: {q}" for q in self.queue)) if self.queue else "")
         queue.display = bool(self.queue)
 
