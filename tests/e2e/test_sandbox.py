@@ -77,6 +77,39 @@ def test_fs_sandbox_off_leaves_bash_unconfined(workdir: Path, tmp_path: Path) ->
     assert outside.exists()
 
 
+@pytest.mark.usefixtures("bwrap_available")
+def test_sandboxed_bash_sees_no_provider_key_and_no_host_unix_socket(
+    workdir: Path, tmp_path: Path
+) -> None:
+    import socket
+
+    sock_path = tmp_path / "agent.sock"  # stands for ssh-agent / docker.sock
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(sock_path))
+    listener.listen()
+    probe = (
+        "env | cut -d= -f1 | sort | tr '\\n' ' '; echo; "
+        f"python3 -c \"import socket; socket.socket(socket.AF_UNIX).connect('{sock_path}')\" "
+        "2>&1 | tail -1"
+    )
+    script = [{"tool_calls": [bash_call(probe)]}, {"text": "done"}]
+    try:
+        with FakeProvider(script) as fake:
+            run = run_tether(
+                ["-p", "look", "--model", MODEL, "--yolo", "--output-format", "stream-json"],
+                env=tether_env(fake.url, MODEL, {"TETHER_FS_SANDBOX": "1", "MY_SECRET": "s3cr3t-value"}),
+                cwd=workdir,
+            )
+    finally:
+        listener.close()
+    assert run.code == 0, run.stderr
+    (ret,) = run.of_type("message", "tool_return_message")
+    names = ret["tool_return"].splitlines()[0].split()
+    assert "PATH" in names and "HOME" in names
+    assert "ANTHROPIC_API_KEY" not in names and "MY_SECRET" not in names  # c8
+    assert "PermissionError" in ret["tool_return"]  # c6
+
+
 def test_invalid_fs_sandbox_value_fails_before_anything_runs(workdir: Path) -> None:
     with FakeProvider([{"tool_calls": [bash_call("touch ran")]}, {"text": "x"}]) as fake:
         run = run_tether(

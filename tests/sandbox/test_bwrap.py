@@ -8,20 +8,18 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from tests.requirements import missing, need_bwrap
+from tests.requirements import missing
 from tether.sandbox import (
     SandboxError,
-    SandboxPolicy,
     SandboxStatus,
     cross_agent_policy,
     memory_subagent_policy,
@@ -30,53 +28,7 @@ from tether.sandbox import (
 )
 from tether.sandbox.bwrap import render_bwrap
 
-PYTHON = sys.executable
-
-
-@pytest.fixture(scope="module")
-def status() -> SandboxStatus:
-    return need_bwrap()
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "tmp").mkdir()
-    (tmp_path / "sbx-tmp").mkdir()
-    return root
-
-
-def run(
-    policy: SandboxPolicy,
-    argv: Sequence[str],
-    cwd: Path,
-    status: SandboxStatus,
-    timeout: float = 30,
-) -> subprocess.CompletedProcess[str]:
-    with wrap_command(policy, argv, cwd=cwd, env=dict(os.environ), status=status) as wrapped:
-        assert wrapped.backend == "bwrap"
-        return subprocess.run(
-            wrapped.argv,
-            env=wrapped.env,
-            pass_fds=wrapped.pass_fds,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            start_new_session=True,
-            stdin=subprocess.DEVNULL,
-        )
-
-
-def sh(
-    policy: SandboxPolicy, script: str, cwd: Path, status: SandboxStatus
-) -> subprocess.CompletedProcess[str]:
-    return run(policy, ["bash", "-c", script], cwd, status)
-
-
-def ws_policy(ws: Path, **kw: object) -> SandboxPolicy:
-    return workspace_policy(ws, tmp_dir=ws.parent / "sbx-tmp", **kw)  # type: ignore[arg-type]
-
+from .support import PYTHON, run, sh, ws_policy
 
 # -- positive controls -------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.requirements import missing
-from tests.sandbox.test_bwrap import status, ws, ws_policy  # noqa: F401 - fixtures
+from tests.sandbox.support import ws_policy
 from tether.sandbox import SandboxStatus, wrap_command
 from tether.sandbox.landlock import helper_path, landlock_status
 

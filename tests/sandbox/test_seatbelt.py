@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -44,8 +45,10 @@ def test_workspace_profile_exact_text() -> None:
 
 def test_network_allowed_and_unrestricted_writes() -> None:
     text = render_seatbelt_profile(_workspace(network=True))
-    assert "network" not in text
-    cross = SandboxPolicy("cross-agent", (Path("/a/me"),), (), (Path("/a"),), False, True, None)
+    assert text.splitlines()[-1] == "(deny network-outbound (remote unix-socket))"  # c6
+    assert "network" not in render_seatbelt_profile(replace(_workspace(network=True), unix_sockets=True))
+    cross = SandboxPolicy("cross-agent", (Path("/a/me"),), (), (Path("/a"),), False, True, None,
+                          unix_sockets=True)
     lines = render_seatbelt_profile(cross).splitlines()
     assert "(deny file-write*)" not in lines
     assert lines[2:] == [

@@ -169,7 +169,12 @@ def load_settings(home: Path, cwd: Path, trust: TrustState | None = None) -> Set
         if box is not None:
             if not isinstance(box, dict):
                 raise UsageError(f"{f.path}: \"sandbox\" must be an object")
-            loosens = box.get("network") is True or box.get("enabled") is False
+            loosens = (
+                box.get("network") is True
+                or box.get("enabled") is False
+                or box.get("allowUnixSockets") is True
+                or bool(box.get("keepEnv"))
+            )
             if f.scope != "user" and not trusted and loosens:
                 widening.append("sandbox")
             else:

@@ -46,6 +46,9 @@ class SandboxPolicy:
     pids_limit: int | None
     # The private temporary directory (also a writable root); the launcher points TMPDIR at it.
     tmp_dir: Path | None = None
+    # Whether commands may open AF_UNIX sockets (and so reach any daemon listening on a path
+    # socket they can see); off by default, `socketpair` always works.
+    unix_sockets: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:

@@ -33,7 +33,7 @@ from tether.sandbox.bwrap import SANDBOX_ENV, render_bwrap
 from tether.sandbox.landlock import landlock_status
 from tether.sandbox.policy import SandboxError, SandboxPolicy, check_layout
 from tether.sandbox.seatbelt import SANDBOX_EXEC, render_seatbelt
-from tether.sandbox.seccomp import SUPPORTED_MACHINES, seccomp_fd
+from tether.sandbox.seccomp import SUPPORTED_MACHINES, seccomp_fd, seccomp_program
 
 Backend = Literal["bwrap", "seatbelt"]
 PidsMethod = Literal["cgroup", "rlimit"]
@@ -212,7 +212,7 @@ def wrap_command(
         )
     prefix = _pids_prefix(policy.pids_limit, status)
     argv = [*_landlock_prefix(policy, status, env), *argv]
-    fd = seccomp_fd() if status.seccomp else None
+    fd = seccomp_fd(seccomp_program(unix_sockets=policy.unix_sockets)) if status.seccomp else None
     try:
         wrapped = render_bwrap(
             policy,

@@ -37,7 +37,9 @@ def render_seatbelt_profile(policy: SandboxPolicy) -> str:
             lines.append(f"(allow file-read* {subpath})")
             lines.append(f"(deny file-write* {subpath})")
     if not policy.network:
-        lines.append("(deny network*)")
+        lines.append("(deny network*)")  # Unix sockets included
+    elif not policy.unix_sockets:
+        lines.append("(deny network-outbound (remote unix-socket))")
     return "\n".join(lines) + "\n"
 
 

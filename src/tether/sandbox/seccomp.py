@@ -3,7 +3,10 @@
 Default allow; EPERM for the calls that let a sandboxed command reach outside its namespaces or
 attack the kernel: ptrace and process_vm_readv/writev (reading the runtime or ssh-agent), io_uring
 (bypasses syscall filtering), kexec, bpf, perf_event_open, userfaultfd, the kernel keyring,
-socket(AF_VSOCK) (talks to the hypervisor/host, outside the network namespace), and the terminal
+socket(AF_VSOCK) (talks to the hypervisor/host, outside the network namespace), socket(AF_UNIX)
+unless the policy allows Unix sockets (a path socket is reachable through a read-only mount: the
+Docker daemon, ssh-agent, D-Bus, a tmux server or an editor's IPC socket would each be a way out;
+`socketpair`, which only connects a process to itself, stays allowed), and the terminal
 injection ioctls TIOCSTI/TIOCLINUX (bwrap's documented replacement for --new-session). x32
 syscalls on x86_64 get EPERM; any other architecture (e.g. i386 `int 0x80` from a 64-bit
 process) is killed, since its syscall numbers are not checked.
@@ -41,6 +44,7 @@ _OFF_ARCH = 4
 _OFF_ARG0 = 16
 _OFF_ARG1 = 24
 
+_AF_UNIX = 1
 _AF_VSOCK = 40
 _TIOCSTI = 0x5412
 _TIOCLINUX = 0x541C
@@ -124,7 +128,7 @@ def _ret(value: int, label: str | None = None) -> _Insn:
     return _Insn(_RET_K, value, label=label)
 
 
-def _arch_block(arch: str) -> list[_Insn]:
+def _arch_block(arch: str, unix_sockets: bool) -> list[_Insn]:
     nr = SYSCALL_NUMBERS[arch]
     block = [_ld(_OFF_NR, label=arch)]
     if arch == "x86_64":
@@ -136,6 +140,7 @@ def _arch_block(arch: str) -> list[_Insn]:
         _ret(_RET_ALLOW),
         _ld(_OFF_ARG0, label=f"{arch}.socket"),
         _jeq(_AF_VSOCK, "eperm"),
+        *([] if unix_sockets else [_jeq(_AF_UNIX, "eperm")]),
         _ret(_RET_ALLOW),
         _ld(_OFF_ARG1, label=f"{arch}.ioctl"),
         _jeq(_TIOCSTI, "eperm"),
@@ -162,15 +167,16 @@ def _assemble(program: Sequence[_Insn]) -> bytes:
     )
 
 
-def seccomp_program() -> bytes:
-    """The filter as the kernel's `struct sock_filter[]` bytes (8 bytes per instruction)."""
+def seccomp_program(*, unix_sockets: bool = False) -> bytes:
+    """The filter as the kernel's `struct sock_filter[]` bytes (8 bytes per instruction);
+    `unix_sockets` lets socket(AF_UNIX) through."""
     program = [
         _ld(_OFF_ARCH),
         _jeq(_AUDIT_ARCH_X86_64, "x86_64"),
         _jeq(_AUDIT_ARCH_AARCH64, "aarch64"),
         _ret(_RET_KILL_PROCESS),
-        *_arch_block("x86_64"),
-        *_arch_block("aarch64"),
+        *_arch_block("x86_64", unix_sockets),
+        *_arch_block("aarch64", unix_sockets),
         _ret(_RET_EPERM, label="eperm"),
     ]
     return _assemble(program)

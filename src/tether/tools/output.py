@@ -17,7 +17,7 @@ from tether.core.tools import ToolResult
 
 SHELL_OUTPUT_CAP = 30_000
 REDACTED = "[redacted]"
-SECRET_NAME_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+SECRET_NAME_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 MIN_SECRET_LENGTH = 8
 
 # CSI (colours, cursor moves), OSC (titles, hyperlinks; BEL- or ST-terminated), DCS/PM/APC
@@ -40,13 +40,18 @@ def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text)
 
 
+def is_credential_name(name: str) -> bool:
+    """Whether an environment variable's name says it holds a credential (`*KEY*`, `*TOKEN*` …)."""
+    upper = name.upper()
+    return any(marker in upper for marker in SECRET_NAME_MARKERS)
+
+
 def secret_values(env: Mapping[str, str]) -> list[str]:
     """Values of credential-looking variables, longest first so overlapping secrets redact fully."""
     found = {
         value
         for name, value in env.items()
-        if any(marker in name.upper() for marker in SECRET_NAME_MARKERS)
-        and len(value) >= MIN_SECRET_LENGTH
+        if is_credential_name(name) and len(value) >= MIN_SECRET_LENGTH
     }
     return sorted(found, key=len, reverse=True)
 
