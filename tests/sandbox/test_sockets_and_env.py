@@ -161,3 +161,18 @@ def test_bad_settings_are_named(settings: dict[str, object], match: str) -> None
 
     with pytest.raises(UsageError, match=match):
         sandbox_switch({}, {"sandbox": settings})
+
+
+@pytest.mark.parametrize("box", [{"allowUnixSockets": True}, {"keepEnv": ["GITHUB_TOKEN"]}])
+def test_an_untrusted_project_cannot_loosen_the_sandbox(tmp_path: Path, box: dict[str, object]) -> None:
+    import json
+
+    from tether.runtime.settings import load_settings
+
+    project = tmp_path / "project"
+    (project / ".tether").mkdir(parents=True)
+    (project / ".tether" / "settings.json").write_text(json.dumps({"sandbox": {"enabled": True, **box}}))
+    settings = load_settings(tmp_path / "home", project, None)
+    assert settings.sandbox == {} and any("ignoring sandbox" in m for m in settings.ignored)
+    trusted = load_settings(tmp_path / "home", project, "trusted")
+    assert trusted.sandbox == {"enabled": True, **box}
