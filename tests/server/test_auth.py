@@ -12,7 +12,7 @@ import pytest
 
 from tether.errors import UsageError
 from tether.server import auth
-from tether.server.auth import AuthFlags, AuthPolicy, Rejection, check_request
+from tether.server.auth import FULL_GRANT, AuthFlags, AuthPolicy, Grant, Rejection, check_request
 
 NOW = 1_800_000_000.0
 SECRET = b"s" * 32
@@ -222,41 +222,41 @@ def test_capability_token_rejections(pairs: tuple[tuple[str, str], ...], message
 def test_capability_token_accepted_scheme_case_insensitive(scheme: str) -> None:
     assert (
         check_request(headers(bearer(TOKEN, scheme)), cap_policy(), allowed_hosts=HOSTS, now=NOW)
-        is None
+        == FULL_GRANT
     )
 
 
 def test_no_auth_configured_needs_no_token() -> None:
-    assert check_request(headers(), AuthPolicy(), allowed_hosts=HOSTS, now=NOW) is None
+    assert check_request(headers(), AuthPolicy(), allowed_hosts=HOSTS, now=NOW) == FULL_GRANT
 
 
 # --- JWT (e4, e8) ------------------------------------------------------------------------------
 
 
-def jwt_check(token: str, policy: AuthPolicy | None = None, now: float = NOW) -> Rejection | None:
+def jwt_check(token: str, policy: AuthPolicy | None = None, now: float = NOW) -> Rejection | Grant:
     return check_request(
         headers(bearer(token)), policy or jwt_policy(), allowed_hosts=HOSTS, now=now
     )
 
 
 def test_valid_jwt_accepted() -> None:
-    assert jwt_check(sign({"exp": NOW + 60})) is None
+    assert jwt_check(sign({"exp": NOW + 60})) == FULL_GRANT
     assert (
         jwt_check(
             sign({"exp": NOW + 60, "nbf": NOW - 1, "iss": "me", "aud": "app"}),
             jwt_policy(issuer="me", audience="app"),
         )
-        is None
+        == FULL_GRANT
     )
     assert (
         jwt_check(sign({"exp": NOW + 60, "aud": ["other", "app"]}), jwt_policy(audience="app"))
-        is None
+        == FULL_GRANT
     )
 
 
 def test_expiry_respects_skew() -> None:
     token = sign({"exp": NOW - 10})
-    assert jwt_check(token) is None  # within the 30 s skew
+    assert jwt_check(token) == FULL_GRANT  # within the 30 s skew
     assert jwt_check(token, now=NOW + 21) == Rejection(
         401, auth.EXPIRED_JWT
     )  # e8 replay after exp+skew
@@ -264,7 +264,7 @@ def test_expiry_respects_skew() -> None:
 
 
 def test_nbf_in_future_rejected_beyond_skew() -> None:
-    assert jwt_check(sign({"exp": NOW + 600, "nbf": NOW + 20})) is None
+    assert jwt_check(sign({"exp": NOW + 600, "nbf": NOW + 20})) == FULL_GRANT
     assert jwt_check(sign({"exp": NOW + 600, "nbf": NOW + 31})) == Rejection(401, auth.INVALID_JWT)
 
 
@@ -303,7 +303,7 @@ def test_wrong_key_tampered_alg_none_and_garbage_rejected() -> None:
 def test_real_clock_is_not_needed() -> None:
     # Claims are judged against the `now` passed in, so the checks are exact and testable.
     token = sign({"exp": time.time() + 3600})
-    assert jwt_check(token, now=time.time()) is None
+    assert jwt_check(token, now=time.time()) == FULL_GRANT
 
 
 # --- Origin (e6) and Host (e7) -----------------------------------------------------------------
@@ -323,7 +323,7 @@ def test_origin_with_valid_bearer_allowed_and_with_bad_bearer_forbidden(origin: 
         check_request(
             headers(("Origin", origin), bearer(TOKEN)), policy, allowed_hosts=HOSTS, now=NOW
         )
-        is None
+        == FULL_GRANT
     )
     assert (
         check_request(
@@ -341,7 +341,7 @@ def test_origin_with_valid_bearer_allowed_and_with_bad_bearer_forbidden(origin: 
     "host", ["127.0.0.1:8123", "localhost:8123", "LOCALHOST:8123", "[::1]:8123"]
 )
 def test_host_allowlist_accepts_loopback_names(host: str) -> None:
-    assert check_request(headers(host=host), AuthPolicy(), allowed_hosts=HOSTS, now=NOW) is None
+    assert check_request(headers(host=host), AuthPolicy(), allowed_hosts=HOSTS, now=NOW) == FULL_GRANT
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ import sys
 import time
 import traceback
 import uuid
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,9 +99,10 @@ def parse_listen_url(url: str) -> tuple[str, int, str]:
 class Connection:
     """One websocket client: an outbox drained by a writer task, and the runtimes it started."""
 
-    def __init__(self, ws: ServerConnection, ident: str) -> None:
+    def __init__(self, ws: ServerConnection, ident: str, grant: auth.Grant) -> None:
         self.ws = ws
         self.id = ident
+        self.grant = grant  # what its bearer token lets it address
         self.outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(OUTBOX_LIMIT)
         self.runtimes: dict[RuntimeScope, ConversationRuntime] = {}
         self.closed = False
@@ -135,6 +137,10 @@ class AppServer:
         self.allowed_hosts: frozenset[str] | None = None
         self._server: Server | None = None
         self._ids = itertools.count(1)
+        # The grant of each upgrade's credential, from process_request to handle.
+        self._grants: weakref.WeakKeyDictionary[ServerConnection, auth.Grant] = (
+            weakref.WeakKeyDictionary()
+        )
         self.bridge: Any = None
         if options.openai_api:
             from tether.server.openai_bridge import OpenAIBridge
@@ -190,12 +196,13 @@ class AppServer:
 
     def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         url = urlsplit(request.path)
-        rejection = auth.check_request(
+        checked = auth.check_request(
             list(request.headers.raw_items()),
             self.options.policy,
             allowed_hosts=self.allowed_hosts,
             now=time.time(),
         )
+        rejection = checked if isinstance(checked, auth.Rejection) else None
         if url.path in HEALTH_PATHS:
             if rejection is not None and rejection.status != 401:
                 return connection.respond(rejection.status, rejection.message + "\n")
@@ -221,12 +228,16 @@ class AppServer:
             return connection.respond(
                 426, "split channels are not supported: connect without ?channel=\n"
             )
+        assert isinstance(checked, auth.Grant)
+        self._grants[connection] = checked
         return None
 
     # --- websocket clients --------------------------------------------------------------------
 
     async def handle(self, ws: ServerConnection) -> None:
-        conn = Connection(ws, f"app-server-{next(self._ids)}")
+        # No recorded grant cannot happen after process_request; if it did, grant nothing.
+        grant = self._grants.pop(ws, auth.Grant(frozenset(), frozenset()))
+        conn = Connection(ws, f"app-server-{next(self._ids)}", grant)
         self.connections.add(conn)
         writer = asyncio.ensure_future(conn.pump())
         try:
@@ -318,8 +329,19 @@ class AppServer:
 
     def runtime_start(self, conn: Connection, frame: RuntimeStart) -> None:
         try:
+            refusal = conn.grant.refusal(
+                frame.agent_id,
+                frame.conversation_id if frame.conversation_id != "default" else None,
+                create_agent=frame.create_agent is not None,
+                create_conversation=frame.create_conversation is not None,
+            )
+            if refusal is not None:  # before any lookup: the answer reveals nothing
+                raise UsageError(refusal)
             cwd = check_cwd(frame.cwd, self.ctx.default_cwd)
             resolved = resolve_runtime(self.ctx, frame)
+            refusal = conn.grant.refusal(resolved.scope.agent_id, resolved.scope.conversation_id)
+            if refusal is not None:  # `default` named a conversation the token does not hold
+                raise UsageError(refusal)
             rt = self.runtimes.get(resolved.scope)
             if rt is None:
                 prepared = build_prepared(self.ctx, resolved.scope, cwd, frame.mode)

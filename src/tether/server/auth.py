@@ -2,9 +2,16 @@
 at the HTTP upgrade, and the Origin and Host (DNS rebinding) checks.
 
 Pure apart from reading the secret files once at startup: request checks take the raw header
-pairs and the current time, and return a `Rejection` (status + message) or None. Messages never
-contain the token. Order of the request checks: Host (403) → bearer (401) → Origin (403 unless
-a bearer credential validated).
+pairs and the current time, and return a `Rejection` (status + message) or the `Grant` of the
+credential. Messages never contain the token. Order of the request checks: Host (403) → bearer
+(401) → Origin (403 unless a bearer credential validated).
+
+Scoped tokens (beyond the reference; security case e12): a signed bearer token may carry
+`"agents": [ids]` and/or `"conversations": [ids]`. Its connection may then start runtimes only
+for those agents / conversations, may not create an agent (when either is set) or a
+conversation (when `conversations` is set), and is refused a conversation it does not hold in
+the same words whether or not that conversation exists. A token without those claims, a
+capability token and a tokenless loopback server grant everything.
 """
 
 from __future__ import annotations
@@ -70,6 +77,41 @@ class AuthPolicy:
 class Rejection:
     status: int
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What an authenticated client may address; None: no limit of that kind."""
+
+    agents: frozenset[str] | None = None
+    conversations: frozenset[str] | None = None
+
+    def refusal(
+        self,
+        agent_id: str | None,
+        conversation_id: str | None,
+        *,
+        create_agent: bool = False,
+        create_conversation: bool = False,
+    ) -> str | None:
+        """Why this grant does not cover the request (None: it does). Checked before anything
+        is looked up or created, so the answer says nothing about what exists."""
+        if create_agent and (self.agents is not None or self.conversations is not None):
+            return "this connection's token may not create agents (it is scoped)"
+        if self.agents is not None and agent_id is not None and agent_id not in self.agents:
+            return f"this connection's token does not grant agent {agent_id}"
+        if self.conversations is not None:
+            if create_conversation:
+                return (
+                    "this connection's token may not create conversations "
+                    "(it is scoped to conversations)"
+                )
+            if conversation_id is not None and conversation_id not in self.conversations:
+                return f"this connection's token does not grant conversation {conversation_id}"
+        return None
+
+
+FULL_GRANT = Grant()
 
 
 # --- startup ----------------------------------------------------------------------------------
@@ -231,32 +273,32 @@ def check_request(
     *,
     allowed_hosts: frozenset[str] | None,
     now: float,
-) -> Rejection | None:
+) -> Rejection | Grant:
     """Everything an HTTP request (upgrade or not) must pass before the server looks at it."""
     hosts = _values(headers, "host")
     if allowed_hosts is not None and (
         len(hosts) != 1 or hosts[0].strip().lower() not in allowed_hosts
     ):
         return Rejection(403, HOST_FORBIDDEN)
-    failure = authenticate(headers, policy, now) if policy.mode is not None else None
-    bearer_ok = policy.mode is not None and failure is None
+    result = authenticate(headers, policy, now) if policy.mode is not None else FULL_GRANT
+    bearer_ok = policy.mode is not None and isinstance(result, Grant)
     if _values(headers, "origin") and not bearer_ok:
         return Rejection(403, ORIGIN_FORBIDDEN)
-    return failure
+    return result
 
 
-def authenticate(headers: Headers, policy: AuthPolicy, now: float) -> Rejection | None:
+def authenticate(headers: Headers, policy: AuthPolicy, now: float) -> Rejection | Grant:
     token = bearer_token(headers)
     if isinstance(token, Rejection):
         return token
     if policy.mode == "capability-token":
         assert policy.token_sha256 is not None
         if hmac.compare_digest(sha256(token), policy.token_sha256):
-            return None
+            return FULL_GRANT
         return Rejection(401, INVALID_TOKEN)
     if policy.mode == "signed-bearer-token":
         return verify_jwt(token, policy, now)
-    return None
+    return FULL_GRANT
 
 
 def bearer_token(headers: Headers) -> str | Rejection:
@@ -273,9 +315,10 @@ def bearer_token(headers: Headers) -> str | Rejection:
     return token
 
 
-def verify_jwt(token: str, policy: AuthPolicy, now: float) -> Rejection | None:
+def verify_jwt(token: str, policy: AuthPolicy, now: float) -> Rejection | Grant:
     """HS256 only; signature by PyJWT (HMAC compared in constant time), claims checked here
-    against `now` so the skew rules are exact: exp required, nbf and iss/aud when configured."""
+    against `now` so the skew rules are exact: exp required, nbf and iss/aud when configured,
+    and the scope claims (`agents`, `conversations`) lists of ids when present."""
     import jwt
 
     assert policy.secret is not None
@@ -314,7 +357,16 @@ def verify_jwt(token: str, policy: AuthPolicy, now: float) -> Rejection | None:
         audiences = aud if isinstance(aud, list) else [aud]
         if policy.audience not in [a for a in audiences if isinstance(a, str)]:
             return Rejection(401, INVALID_JWT)
-    return None
+    scope: dict[str, frozenset[str] | None] = {}
+    for claim in ("agents", "conversations"):
+        value = claims.get(claim)
+        if value is None:
+            scope[claim] = None
+        elif isinstance(value, list) and all(isinstance(v, str) and v for v in value):
+            scope[claim] = frozenset(value)
+        else:  # a malformed scope must not widen into "everything"
+            return Rejection(401, INVALID_JWT)
+    return Grant(scope["agents"], scope["conversations"])
 
 
 # --- helpers ------------------------------------------------------------------------------------

@@ -119,11 +119,12 @@ class OpenAIBridge:
             return None
         method, path, headers, length = head
         server = self.server
-        rejection = auth.check_request(
+        checked = auth.check_request(
             headers, server.options.policy, allowed_hosts=server.allowed_hosts, now=time.time()
         )
-        if rejection is not None:
-            raise ApiError(rejection.status, rejection.message)
+        if isinstance(checked, auth.Rejection):
+            raise ApiError(checked.status, checked.message)
+        conn.grant = checked
         limit = server.options.max_frame_bytes
         if length > limit:
             raise ApiError(
@@ -141,7 +142,7 @@ class OpenAIBridge:
             "/v1/responses": ("POST", self.responses),
         }
         if path.startswith("/v1/models/") and method == "GET":
-            model = self.model_entry(path.removeprefix("/v1/models/"))
+            model = self.model_entry(conn, path.removeprefix("/v1/models/"))
             await conn.send_json(200, model)
             return
         if path not in routes:
@@ -150,18 +151,20 @@ class OpenAIBridge:
         if method != allowed:
             raise ApiError(405, f"{path} takes {allowed}, not {method}")
         if allowed == "GET":
-            await conn.send_json(200, handler())
+            await conn.send_json(200, handler(conn))
         else:
             await handler(conn, _json_object(body))
 
     # --- endpoints ---------------------------------------------------------------------------
 
-    def models(self) -> dict[str, Any]:
-        agents = self.server.ctx.store.list_agents()
+    def models(self, conn: HttpConnection) -> dict[str, Any]:
+        agents = [
+            a for a in self.server.ctx.store.list_agents() if conn.grant.refusal(a.id, None) is None
+        ]
         return {"object": "list", "data": [_model(a.id, a.created_at) for a in agents]}
 
-    def model_entry(self, agent_id: str) -> dict[str, Any]:
-        record = self._agent(agent_id)
+    def model_entry(self, conn: HttpConnection, agent_id: str) -> dict[str, Any]:
+        record = self._agent(conn, agent_id)
         return _model(record.id, record.created_at)
 
     async def chat_completions(self, conn: HttpConnection, body: dict[str, Any]) -> None:
@@ -290,7 +293,10 @@ class OpenAIBridge:
 
     # --- turns -------------------------------------------------------------------------------
 
-    def _agent(self, agent_id: str) -> Any:
+    def _agent(self, conn: HttpConnection, agent_id: str) -> Any:
+        refusal = conn.grant.refusal(agent_id, None)  # before the lookup: no existence oracle
+        if refusal is not None:
+            raise ApiError(403, refusal, "model", "model_not_granted")
         try:
             return self.server.ctx.store.get_agent(agent_id)
         except NotFound:
@@ -301,14 +307,17 @@ class OpenAIBridge:
                 "model_not_found",
             ) from None
 
-    def runtime_for(self, agent_id: str) -> ConversationRuntime:
+    def runtime_for(self, conn: HttpConnection, agent_id: str) -> ConversationRuntime:
         """The runtime of the agent's default conversation, shared with websocket clients."""
         from tether.server.runtime import ConversationRuntime
         from tether.server.runtime_start import build_prepared
 
         server = self.server
-        self._agent(agent_id)
+        self._agent(conn, agent_id)
         scope = RuntimeScope(agent_id, server.ctx.store.default_conversation(agent_id).id)
+        refusal = conn.grant.refusal(agent_id, scope.conversation_id)
+        if refusal is not None:
+            raise ApiError(403, refusal, "model", "model_not_granted")
         rt = server.runtimes.get(scope)
         if rt is None:
             prepared = build_prepared(server.ctx, scope, server.ctx.default_cwd, None)
@@ -322,7 +331,7 @@ class OpenAIBridge:
         if self.closing:
             raise ApiError(503, "the server is shutting down")
         try:
-            rt = self.runtime_for(agent_id)
+            rt = self.runtime_for(conn, agent_id)
         except TetherError as exc:
             raise ApiError(500, f"cannot start agent {agent_id}: {exc}") from None
         watch = TurnWatch(rt, f"openai-{next(self._ids)}")
