@@ -1,10 +1,14 @@
 """App Server under load: N concurrent conversations, each running M text turns against the fake
 provider through the real `tether server` subprocess.
 
-Run: .venv/bin/python bench/server.py [--conversations 50] [--turns 5]
+Run: .venv/bin/python bench/server.py [--conversations 50] [--turns 5] [--slowloris 1000]
 All runtimes are started first (runtime_start builds a session synchronously, like a headless
 run's bootstrap), then every conversation runs its turns at once. Prints turns/s and p50/p99 of
 input → turn_finished for that phase, runtime_start p50/p99, and the server's peak RSS.
+
+With `--slowloris K` (security case e10) the turn phase runs a second time while K sockets from
+the same address dribble a websocket handshake at one byte per 10 s: it prints the p50/p99 shift
+against the first run and when the server closed those sockets (its handshake timeout).
 """
 
 from __future__ import annotations
@@ -96,6 +100,51 @@ async def conversation(
         return runtime["agent_id"]
 
 
+HANDSHAKE = (
+    b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+)
+
+
+async def slow_client(host: str, port: int, closed_after: list[float], refused: list[int]) -> None:
+    """One slowloris socket: a byte of the handshake every 10 s until the server gives up."""
+    try:
+        reader, writer = await asyncio.open_connection(host, port)
+    except OSError:
+        refused.append(1)
+        return
+    t0 = time.perf_counter()
+    try:
+        for i in range(len(HANDSHAKE)):
+            writer.write(HANDSHAKE[i : i + 1])
+            await writer.drain()
+            try:
+                if not await asyncio.wait_for(reader.read(1), 10):  # EOF: the server closed it
+                    closed_after.append(time.perf_counter() - t0)
+                    return
+                closed_after.append(time.perf_counter() - t0)  # answered (an error status)
+                return
+            except TimeoutError:
+                continue
+    except OSError:
+        closed_after.append(time.perf_counter() - t0)
+    finally:
+        writer.close()
+
+
+async def under_slowloris(
+    url: str, cwd: str, n: int, turns: int, sockets: int
+) -> tuple[list[float], list[float], list[int], float]:
+    host, port = url.removeprefix("ws://").split("/")[0].rsplit(":", 1)
+    closed: list[float] = []
+    refused: list[int] = []
+    attack = [asyncio.ensure_future(slow_client(host, int(port), closed, refused)) for _ in range(sockets)]
+    await asyncio.sleep(1.0)  # every socket is open and has sent its first byte
+    latencies, _, wall = await drive(url, cwd, n, turns)
+    await asyncio.gather(*attack)
+    return latencies, closed, refused, wall
+
+
 def peak_rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -130,11 +179,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--conversations", type=int, default=50)
     parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--slowloris", type=int, default=0, metavar="K")
     args = parser.parse_args()
     n, turns = args.conversations, args.turns
+    rounds = 2 if args.slowloris else 1
     with (
         tempfile.TemporaryDirectory() as tmp,
-        FakeProvider([{"text": "pong"}] * (n * turns + 1)) as fake,
+        FakeProvider([{"text": "pong"}] * ((n * turns + 1) * rounds)) as fake,
     ):
         env = {
             k: v
@@ -157,6 +208,11 @@ def main() -> None:
             assert proc.stdout is not None
             url = proc.stdout.readline().strip()
             latencies, starts, wall = asyncio.run(drive(url, tmp, n, turns))
+            attacked = (
+                asyncio.run(under_slowloris(url, tmp, n, turns, args.slowloris))
+                if args.slowloris
+                else None
+            )
             rss = peak_rss_mib(proc.pid)
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -171,6 +227,20 @@ def main() -> None:
     print(
         f"runtime_start            p50 {pct(starts, 0.5):7.1f} ms   p99 {pct(starts, 0.99):7.1f} ms"
     )
+    if attacked is not None:
+        hit, closed, refused, hit_wall = attacked
+        p50, p99 = pct(hit, 0.5), pct(hit, 0.99)
+        print(
+            f"under {args.slowloris} slowloris   p50 {p50:7.1f} ms   p99 {p99:7.1f} ms   "
+            f"({p50 / pct(latencies, 0.5):.2f}x / {p99 / pct(latencies, 0.99):.2f}x the run above; "
+            f"{len(hit) / hit_wall:.1f} turns/s)"
+        )
+        if closed:
+            print(
+                f"slow sockets closed      {len(closed)} of {args.slowloris} by the server, after "
+                f"median {statistics.median(closed):.1f} s (max {max(closed):.1f} s); "
+                f"{len(refused)} refused at connect"
+            )
     print(f"server peak RSS          {rss:7.1f} MiB   (exit {code} on SIGTERM)")
     print(f"fake provider requests   {len(fake.requests)}   violations {len(fake.violations)}")
 
