@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from tether.backends.local.locks import write_json_atomic
 from tether.memory import blocks
 from tether.memory.memfs import MemFSError
 from tether.protocol.turns import ConversationRef
@@ -213,7 +214,7 @@ class SystemPrompt:
                 "this is the current content (it replaces the <memory> above):\n"
                 f"{core}\n</memory_update>"
             )
-            _write_cache(path, {**data, "memfsRevision": revision, "coreMemory": core,
+            write_json_atomic(path, {**data, "memfsRevision": revision, "coreMemory": core,
                                 "memoryUpdate": update})
         self._last = (conversation, revision, data["content"])
         return data["content"], update
@@ -284,7 +285,7 @@ class SystemPrompt:
             "memfsRevision": revision,
         }
         if readable:  # an unreadable memory is retried on the next send, not cached
-            _write_cache(self.cache_dir(conversation) / CACHE_FILE, record)
+            write_json_atomic(self.cache_dir(conversation) / CACHE_FILE, record)
             self._last = (conversation, revision, content)
         return content
 
@@ -307,13 +308,6 @@ def _read_json(path: Path) -> Any:
         return orjson.loads(path.read_bytes())
     except (FileNotFoundError, NotADirectoryError, orjson.JSONDecodeError):
         return None  # absent or damaged: compile again and replace it
-
-
-def _write_cache(path: Path, record: dict[str, Any]) -> None:
-    from tether.backends.local.locks import write_atomic
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, orjson.dumps(record, option=orjson.OPT_INDENT_2) + b"\n")
 
 
 def _load_render(path: Path, revision: str) -> MemoryRender | None:
@@ -358,7 +352,7 @@ def _store_render(path: Path, revision: str, render: MemoryRender) -> None:
     }
     # Only a speed-up: a render that cannot be stored is rendered again by the next run.
     with contextlib.suppress(OSError):
-        _write_cache(path, record)
+        write_json_atomic(path, record)
 
 
 def project_trusted(settings_trust: str | None, trust_flag: bool, home: Path, cwd: Path) -> bool:

@@ -142,11 +142,9 @@ def load_state(home: Path, agent_id: str) -> ReflectionState:
 
 
 def save_state(home: Path, agent_id: str, state: ReflectionState) -> None:
-    from tether.backends.local.locks import write_atomic
+    from tether.backends.local.locks import write_json_atomic
 
-    path = state_path(home, agent_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, orjson.dumps(state.to_dict(), option=orjson.OPT_INDENT_2) + b"\n")
+    write_json_atomic(state_path(home, agent_id), state.to_dict())
 
 
 @contextlib.contextmanager

@@ -16,6 +16,9 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 # Polling starts fast (a counter lock is held for microseconds) and backs off so a long wait
 # for a turn lock does not spin.
@@ -80,6 +83,12 @@ def _write_tmp(path: Path, data: bytes) -> Path:
         raise
     os.close(fd)
     return tmp
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """`obj` as indented JSON in place of `path` (`write_atomic`), its directory made if needed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
 
 
 def write_atomic(path: Path, data: bytes) -> None:

@@ -93,11 +93,10 @@ def _read_cache(path: Path, fingerprint: list[list[str | int]]) -> list[tuple[st
 def _write_cache(
     path: Path, fingerprint: list[list[str | int]], found: list[tuple[str, str]]
 ) -> None:
-    from tether.backends.local.locks import write_atomic
+    from tether.backends.local.locks import write_json_atomic
 
     doc = {"version": CACHE_VERSION, "fingerprint": fingerprint, "entry_points": found}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        write_json_atomic(path, doc)
     except OSError:
         pass  # a read-only or full home: the scan still answers, the next run scans again
