@@ -29,7 +29,7 @@ import asyncio
 import functools
 import os
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 from urllib.parse import SplitResult, unquote, urlsplit
@@ -37,6 +37,7 @@ from urllib.parse import SplitResult, unquote, urlsplit
 _MAX_HEAD = 64 * 1024  # status line + headers
 _MAX_ERROR_BODY = 1024 * 1024
 _READ_SIZE = 64 * 1024
+_CHUNKS_UNFINISHED = "the server closed the connection mid-response (chunked body unfinished)"
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP header name (RFC 9110 token)
 
 
@@ -146,11 +147,14 @@ def _port(parts: SplitResult) -> int:
     return parts.port or (443 if parts.scheme == "https" else 80)
 
 
-def _host_header(parts: SplitResult) -> str:
+def _authority(parts: SplitResult, *, always_port: bool = False) -> str:
+    """`host[:port]` as HTTP writes it (IPv6 in brackets); the port only when given, unless
+    `always_port` (a CONNECT target)."""
     host = parts.hostname or ""
     if ":" in host:
         host = f"[{host}]"
-    return f"{host}:{parts.port}" if parts.port else host
+    port = _port(parts) if always_port else parts.port
+    return f"{host}:{port}" if port else host
 
 
 def proxy_for(target: SplitResult, env: Mapping[str, str]) -> SplitResult | None:
@@ -216,9 +220,9 @@ def _request_head(
     if target.query:
         path += "?" + target.query
     if absolute:
-        path = f"{target.scheme}://{_host_header(target)}{path}"
+        path = f"{target.scheme}://{_authority(target)}{path}"
     fields = {
-        "host": _host_header(target),
+        "host": _authority(target),
         "user-agent": user_agent,
         "accept-encoding": "identity",
         "connection": "close",
@@ -258,7 +262,7 @@ async def _connect(
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     tls = target.scheme == "https"
     host = target.hostname or ""
-    authority = f"[{host}]:{_port(target)}" if ":" in host else f"{host}:{_port(target)}"
+    authority = _authority(target, always_port=True)
     hop = proxy or target
     where = f"proxy {hop.hostname}:{_port(hop)}" if proxy else authority
     direct_tls = tls and proxy is None
@@ -450,34 +454,31 @@ def _decoder(encoding: str) -> Any:
     raise Broken(f"the server compressed its answer with {encoding!r}, which tether cannot decode")
 
 
-async def _read(
-    reader: asyncio.StreamReader, n: int, timeout_s: float | None, *, exact: bool = False
-) -> bytes:
+async def _receive(op: Awaitable[bytes], timeout_s: float | None, *, cut: str) -> bytes:
+    """One read of the body under its deadline, its failures as transport errors; `cut` says
+    what an early end of the connection means here."""
     try:
         async with asyncio.timeout(timeout_s):
-            return await (reader.readexactly(n) if exact else reader.read(n))
+            return await op
     except TimeoutError:
         raise TimedOut("reading the response") from None
     except asyncio.IncompleteReadError:
-        raise Broken("the server closed the connection mid-response") from None
-    except OSError as exc:
-        raise Broken(f"the connection broke mid-response ({exc.strerror or exc})") from None
-
-
-async def _line(reader: asyncio.StreamReader, timeout_s: float | None) -> bytes:
-    try:
-        async with asyncio.timeout(timeout_s):
-            return await reader.readuntil(b"\r\n")
-    except TimeoutError:
-        raise TimedOut("reading the response") from None
-    except asyncio.IncompleteReadError:
-        raise Broken(
-            "the server closed the connection mid-response (chunked body unfinished)"
-        ) from None
+        raise Broken(cut) from None
     except asyncio.LimitOverrunError:
         raise Broken("the server sent an overlong chunk header") from None
     except OSError as exc:
         raise Broken(f"the connection broke mid-response ({exc.strerror or exc})") from None
+
+
+def _read(
+    reader: asyncio.StreamReader, n: int, timeout_s: float | None, *, exact: bool = False
+) -> Awaitable[bytes]:
+    op = reader.readexactly(n) if exact else reader.read(n)
+    return _receive(op, timeout_s, cut="the server closed the connection mid-response")
+
+
+def _line(reader: asyncio.StreamReader, timeout_s: float | None) -> Awaitable[bytes]:
+    return _receive(reader.readuntil(b"\r\n"), timeout_s, cut=_CHUNKS_UNFINISHED)
 
 
 async def _chunked(reader: asyncio.StreamReader, timeout_s: float | None) -> AsyncIterator[bytes]:
@@ -494,9 +495,7 @@ async def _chunked(reader: asyncio.StreamReader, timeout_s: float | None) -> Asy
         while size:
             piece = await _read(reader, min(size, _READ_SIZE), timeout_s)
             if not piece:
-                raise Broken(
-                    "the server closed the connection mid-response (chunked body unfinished)"
-                )
+                raise Broken(_CHUNKS_UNFINISHED)
             size -= len(piece)
             yield piece
         if await _read(reader, 2, timeout_s, exact=True) != b"\r\n":

@@ -236,7 +236,7 @@ class AppServer:
 
     async def handle(self, ws: ServerConnection) -> None:
         # No recorded grant cannot happen after process_request; if it did, grant nothing.
-        grant = self._grants.pop(ws, auth.Grant(frozenset(), frozenset()))
+        grant = self._grants.pop(ws, auth.NO_GRANT)
         conn = Connection(ws, f"app-server-{next(self._ids)}", grant)
         self.connections.add(conn)
         writer = asyncio.ensure_future(conn.pump())

@@ -112,6 +112,7 @@ class Grant:
 
 
 FULL_GRANT = Grant()
+NO_GRANT = Grant(frozenset(), frozenset())  # until a request's credential has been checked
 
 
 # --- startup ----------------------------------------------------------------------------------

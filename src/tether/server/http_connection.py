@@ -62,7 +62,7 @@ class HttpConnection(ServerConnection):
         self.declared_body = 0
         self._chunked = False
         self.watch: TurnWatch | None = None
-        self.grant = auth.Grant(frozenset(), frozenset())  # set once the request is authorized
+        self.grant = auth.NO_GRANT  # replaced once the request is authorized
         self._first = bytearray()
         self._reader = asyncio.StreamReader(limit=MAX_HEAD_BYTES)
         self._raw: asyncio.Transport | None = None
