@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ from tether.sandbox import (
 )
 from tether.sandbox.bwrap import render_bwrap
 
-from .support import PYTHON, run, sh, ws_policy
+from .support import PYTHON, CountingServer, run, sh, ws_policy
 
 # -- positive controls -------------------------------------------------------------------------
 
@@ -142,36 +141,11 @@ def test_isolation_root_hides_sibling_workspaces(tmp_path: Path, status: Sandbox
 # -- c4, c5: network ------------------------------------------------------------------------------
 
 
-class CountingServer:
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.sock.settimeout(0.2)
-        self.port: int = self.sock.getsockname()[1]
-        self.accepted = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except (TimeoutError, OSError):
-                continue
-            self.accepted += 1
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sock.close()
-
-
 @pytest.fixture
 def server() -> Iterator[CountingServer]:
-    srv = CountingServer()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    srv = CountingServer(sock)
     yield srv
     srv.close()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
+import subprocess
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -15,42 +15,21 @@ import pytest
 from tether.runtime.sandboxing import ShellSandbox, sandbox_switch
 from tether.sandbox import SandboxStatus
 
-from .support import PYTHON, run, ws_policy
+from .support import PYTHON, CountingServer, run, ws_policy
 
 
-class UnixServer:
+def unix_server(address: str | bytes) -> CountingServer:
     """A host daemon on a Unix socket (as docker.sock, ssh-agent or tmux would be)."""
-
-    def __init__(self, address: str | bytes) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(address)
-        self.sock.listen()
-        self.sock.settimeout(0.2)
-        self.accepted = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except (TimeoutError, OSError):
-                continue
-            self.accepted += 1
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sock.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(address)
+    return CountingServer(sock)
 
 
 @pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[tuple[UnixServer, Path]]:
+def daemon(tmp_path: Path) -> Iterator[tuple[CountingServer, Path]]:
     path = tmp_path / "run" / "docker.sock"  # outside the workspace, readable through `/`
     path.parent.mkdir()
-    server = UnixServer(str(path))
+    server = unix_server(str(path))
     yield server, path
     server.close()
 
@@ -65,7 +44,7 @@ def connect(address: str) -> str:
 
 
 def test_host_unix_socket_is_unreachable(
-    ws: Path, status: SandboxStatus, daemon: tuple[UnixServer, Path]
+    ws: Path, status: SandboxStatus, daemon: tuple[CountingServer, Path]
 ) -> None:
     server, path = daemon
     for policy in (ws_policy(ws), ws_policy(ws, network=True)):
@@ -79,7 +58,7 @@ def test_abstract_unix_socket_is_unreachable_even_with_network(
     ws: Path, status: SandboxStatus
 ) -> None:
     name = b"\0tether-test-" + os.urandom(6).hex().encode()
-    server = UnixServer(name)  # abstract sockets ignore the mount namespace entirely
+    server = unix_server(name)  # abstract sockets ignore the mount namespace entirely
     try:
         result = run(ws_policy(ws, network=True), [PYTHON, "-c", connect(repr(name))], ws, status)
         assert result.returncode != 0 and "connected" not in result.stdout
@@ -100,7 +79,7 @@ def test_socketpair_and_asyncio_still_work(ws: Path, status: SandboxStatus) -> N
 
 
 def test_unix_sockets_when_allowed(
-    ws: Path, status: SandboxStatus, daemon: tuple[UnixServer, Path]
+    ws: Path, status: SandboxStatus, daemon: tuple[CountingServer, Path]
 ) -> None:
     server, path = daemon
     policy = replace(ws_policy(ws), unix_sockets=True)
@@ -125,8 +104,6 @@ def test_sandboxed_commands_get_no_credentials(ws: Path, status: SandboxStatus) 
     env = {**os.environ, **SECRETS, "HARMLESS": "visible"}
     script = "env; tr '\\0' '\\n' < /proc/self/environ"
     with sandbox.wrap(["bash", "-c", script], ws, env) as wrapped:
-        import subprocess
-
         out = subprocess.run(
             wrapped.argv, env=wrapped.env, pass_fds=wrapped.pass_fds, capture_output=True,
             text=True, timeout=30, stdin=subprocess.DEVNULL,

@@ -12,10 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from tests.e2e.support import TETHER
 from tether.server.app_server import AppServer, ServerOptions, make_context
+from tether.testing.fake_provider import FakeProvider
 
 MODEL = "anthropic/claude-test"
 Frame = dict[str, Any]
@@ -23,6 +25,12 @@ Frame = dict[str, Any]
 
 def provider_env(url: str) -> dict[str, str]:
     return {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "sk-test"}
+
+
+def point_at(fake: FakeProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process's provider settings, for an in-process server, point at `fake`."""
+    for key, value in provider_env(fake.url).items():
+        monkeypatch.setenv(key, value)
 
 
 def bash(command: str) -> dict[str, Any]:

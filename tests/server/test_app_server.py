@@ -21,7 +21,7 @@ from tests.server.support import (
     InProcess,
     ServerProcess,
     bash,
-    provider_env,
+    point_at,
     raw_http,
     server_env,
 )
@@ -41,11 +41,6 @@ def project(tmp_path: Path) -> Path:
     d = tmp_path / "project"
     d.mkdir()
     return d
-
-
-def point_at(fake: FakeProvider, monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in provider_env(fake.url).items():
-        monkeypatch.setenv(key, value)
 
 
 def token_policy() -> auth.AuthPolicy:

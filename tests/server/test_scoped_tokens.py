@@ -13,7 +13,7 @@ import jwt
 import pytest
 from websockets.exceptions import InvalidStatus
 
-from tests.server.support import MODEL, Client, InProcess, provider_env, raw_http
+from tests.server.support import MODEL, Client, InProcess, point_at, raw_http
 from tether.server import auth
 from tether.testing.fake_provider import FakeProvider
 
@@ -27,7 +27,7 @@ def token(**scope: Any) -> dict[str, str]:
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def project(tmp_path: Path) -> Path:
     d = tmp_path / "project"
     d.mkdir()
     return d
@@ -46,8 +46,7 @@ def test_conversation_scoped_token_reaches_only_its_conversation(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with FakeProvider([{"text": "hi"}]) as fake:
-        for key, value in provider_env(fake.url).items():
-            monkeypatch.setenv(key, value)
+        point_at(fake, monkeypatch)
 
         async def scenario() -> None:
             async with InProcess(project, policy=POLICY) as srv:
@@ -133,8 +132,7 @@ def test_openai_api_shows_and_serves_only_granted_agents(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with FakeProvider([{"text": "hi"}]) as fake:
-        for key, value in provider_env(fake.url).items():
-            monkeypatch.setenv(key, value)
+        point_at(fake, monkeypatch)
 
         async def scenario() -> None:
             async with InProcess(project, policy=POLICY, openai_api=True) as srv:
