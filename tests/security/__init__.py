@@ -1,0 +1,1 @@
+"""Attacks as data: real `tether` runs, effects checked on disk."""
