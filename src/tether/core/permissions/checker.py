@@ -18,6 +18,12 @@ rule denies the call; it is allowed only when every command is admitted by step 
 part tether cannot see into makes it ask, even in unrestricted mode when deny rules exist that the
 hidden part could be dodging. Path words of shell commands and redirection targets are held to the
 file deny rules too (`cat .env` under `deny: Read(.env)`).
+
+Confinement: a shell call allowed only by step 6 (every command read-only, no rule or mode
+admitted any part of it, nor a redirection) comes back `Decision(..., confine=True)`: the runner
+must run it in the kernel read-only sandbox. When `Policy.can_confine` is False there is no such
+sandbox, and the call asks instead. A call that runs no command at all counts as read-only; in
+`strict` it asks unless a rule admits every shell command.
 """
 
 from __future__ import annotations
@@ -136,6 +142,9 @@ class Policy:
     rules: RuleSet
     scope: Scope
     guards: Guards = field(default_factory=Guards)
+    # Whether this run has a kernel backend that can confine a shell command read-only; without
+    # one the read-only auto-allow asks instead (the runner sets it from the sandbox probe).
+    can_confine: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +252,7 @@ def _tool_rule(
 # -- shell ------------------------------------------------------------------------------------------
 
 _Match = Literal["yes", "maybe", "no"]
+_READ_ONLY = "read-only"  # how `_admit` labels the auto-allow, as opposed to a rule
 
 
 def _shell_rule(rule: Rule, argv: Argv, *, deny: bool) -> _Match:
@@ -343,10 +353,17 @@ class _ShellCheck:
             return Decision("allow", "permission mode unrestricted")
         if opaque:
             return Decision("ask", f"The command {opaque[0]}")
+        granted = False  # a rule or the mode admitted a redirection: it must run unconfined
         for redirect in self.analysis.redirects:
-            problem = self._redirect_problem(redirect.target, redirect.write, redirect.cwd)
+            problem, by_grant = self._redirect_problem(redirect.target, redirect.write, redirect.cwd)
             if problem:
                 return Decision("ask", problem)
+            granted = granted or by_grant
+        if not self.commands and mode == "strict":
+            rule = self._generic_allow()
+            if rule is None:
+                return Decision("ask", "permission mode strict asks for every call")
+            return Decision("allow", f"allowed by {rule}", rule.text)
         matched: list[str] = []
         for command in self.commands:
             admitted, reason = self._admit(command)
@@ -360,9 +377,21 @@ class _ShellCheck:
                     reason = "permission mode strict asks for every call"
                 return Decision("ask", reason or f"`{_show(command.argv)}` needs approval")
             matched.append(admitted)
-        rules_used = [m for m in matched if not m.startswith("read-only")]
+        rules_used = [m for m in matched if not m.startswith(_READ_ONLY)]
         summary = ", ".join(dict.fromkeys(matched)) or "the command runs nothing"
-        return Decision("allow", f"allowed: {summary}", rules_used[0] if rules_used else None)
+        if rules_used or granted:
+            return Decision("allow", f"allowed: {summary}", rules_used[0] if rules_used else None)
+        # Admitted by nobody but the read-only analysis: the kernel must hold it to that.
+        if not self.policy.can_confine:
+            return Decision("ask", f"`{_clip(self.call.command or '')}` would run unconfined: no "
+                                   "kernel sandbox here can confine auto-allowed commands "
+                                   "(install bubblewrap, or a kernel with Landlock)")
+        return Decision("allow", f"allowed: {summary}", confine=True)
+
+    def _generic_allow(self) -> Rule | None:
+        """An explicit rule admitting every shell command (`Bash`, `Bash(:*)`, `*`)."""
+        groups = (self.rules.cli_allow, self.rules.session_allow, self.rules.allow)
+        return next((r for g in groups for r in _index(g).generic), None)
 
     # deny -----------------------------------------------------------------------------------
 
@@ -432,16 +461,17 @@ class _ShellCheck:
         found = _index(self.rules.cli_allow).match(command.argv, deny=False)
         if found is not None:
             return f"--allowedTools {found[0]}", None
-        strict = self.policy.mode == "strict"
-        why_not: str | None = None
-        if not strict:
-            why_not = self._read_only(command, run_dir)
-            if why_not is None:
-                return f"read-only `{command.argv[0]}`", None
+        # A rule that names the command admits it as the user meant it: unconfined. So rules are
+        # asked before the read-only analysis, whose admission means "run it confined".
         for source, group in (("session rule", self.rules.session_allow), ("rule", self.rules.allow)):
             found = _index(group).match(command.argv, deny=False)
             if found is not None:
                 return f"{source} {found[0]}", None
+        if self.policy.mode == "strict":
+            return None, None
+        why_not = self._read_only(command, run_dir)
+        if why_not is None:
+            return f"{_READ_ONLY} `{command.argv[0]}`", None
         return None, why_not
 
     def _read_only(self, command: SimpleCommand, run_dir: Path) -> str | None:
@@ -462,25 +492,29 @@ class _ShellCheck:
                     return f"`{shown}` reads {ref.spelled}, outside the workspace"
         return None
 
-    def _redirect_problem(self, target: str | None, write: bool, cwd: Path | None) -> str | None:
+    def _redirect_problem(
+        self, target: str | None, write: bool, cwd: Path | None
+    ) -> tuple[str | None, bool]:
+        """(why it asks, None) or (None, whether a rule or the mode rather than the read-only
+        default admitted it)."""
         if target is None or cwd is None:
-            return "The command redirects to a file whose name is only known at run time"
+            return "The command redirects to a file whose name is only known at run time", False
         ref = self.scope.resolve(target, cwd, self.scope.home)
         inside = within(ref.resolved, self.scope.roots) and not magic_link(ref)
         if not write:
             if inside and self.policy.mode != "strict":
-                return None
+                return None, False
             family = "Read"
         else:
             if self.policy.mode == "acceptEdits" and inside:
-                return None
+                return None, True
             family = "Write"
         for rule in (*self.rules.cli_allow, *self.rules.session_allow, *self.rules.allow):
             covers = rule.kind == "path" and family in families_covered(rule.family)
             if covers and self._path_rule(rule, ref, deny=False):
-                return None
+                return None, True
         verb = "writes" if write else "reads"
-        return f"The command {verb} {ref.spelled} through a redirection"
+        return f"The command {verb} {ref.spelled} through a redirection", False
 
     # words --------------------------------------------------------------------------------
 
@@ -530,3 +564,7 @@ def _inspect(argv: Argv) -> Any:
 
 def _show(argv: Argv) -> str:
     return " ".join("…" if w is None else w for w in argv)
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

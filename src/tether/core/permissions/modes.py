@@ -1,4 +1,9 @@
-"""Permission modes and the decision value every check returns."""
+"""Permission modes and the decision value every check returns.
+
+`Decision.confine` is the confinement contract: a shell call the checker admitted only because
+every command in it is read-only (no rule, mode or human admitted it) must run inside a kernel
+read-only sandbox; the runner refuses to run it otherwise. A parser bug then costs at most a read.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ class Decision:
     reason: str
     matched_rule: str | None = None
     sticky: bool = False  # an `alwaysAsk`: only a human (or a deny) may settle it, never a hook
+    confine: bool = False  # allowed only as read-only: run it in the kernel read-only sandbox
 
 
 def normalize_mode(value: str) -> str:
