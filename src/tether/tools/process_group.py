@@ -8,6 +8,15 @@ outlives the call that owns it.
 A `Sandbox` (the runtime's `ShellSandbox`) may confine the launch: the `bash -c` argv is wrapped
 (bwrap or sandbox-exec in front), still in its own group. A `SandboxError` from wrapping
 propagates before anything is spawned: a command meant for the sandbox never runs outside it.
+
+With a `ShellGroups` ledger the child is spawned held: a `/bin/sh` gate reads one line from a
+pipe on its stdin before it execs the command, and tether writes that line only after the group
+is fsynced in the ledger. If tether dies anywhere in between, the gate reads EOF and exits: no
+command runs unless the next run can find its group.
+
+Test failpoints (environment, read per spawn): `TETHER_FAILPOINT=spawn.before-record` or
+`spawn.after-record` SIGKILLs tether at that point; `TETHER_FAILPOINT_SPAWN_KILL_MS=<ms>` SIGKILLs
+it that long after the spawn begins, wherever it is by then.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -28,6 +38,10 @@ if TYPE_CHECKING:
     from tether.tools.shell_groups import ShellGroups
 
 KILL_GRACE_S = 1.0
+# Reads the go-ahead line, then runs the command with stdin on /dev/null; EOF (tether died
+# before recording the group) or anything but "go" exits without running it.
+_GATE = 'IFS= read -r go || exit 125; [ "$go" = go ] || exit 125; exec "$@" </dev/null'
+_GATE_SHELL = "/bin/sh"
 _POLL_S = 0.02
 # Output beyond this is dropped in memory (and counted); 16 MiB is far past any useful answer.
 CAPTURE_LIMIT_BYTES = 16 * 1024 * 1024
@@ -152,12 +166,17 @@ async def spawn_shell(
     wrapped = sandbox.wrap(argv, cwd, child_env) if sandbox is not None else None
     if wrapped is not None:
         argv, child_env = wrapped.argv, wrapped.env
+    gate_r = gate_w = -1
+    if groups is not None:
+        gate_r, gate_w = os.pipe()  # both close-on-exec; only the child's stdin copy is inherited
+        argv = (_GATE_SHELL, "-c", _GATE, "tether-gate", *argv)
+    _arm_kill_timer()
     loop = asyncio.get_running_loop()
     try:
         transport, protocol = await loop.subprocess_exec(
             lambda: _ShellProtocol(loop, capture_limit),
             *argv,
-            stdin=subprocess.DEVNULL,
+            stdin=gate_r if groups is not None else subprocess.DEVNULL,
             stdout=log_fd if log_fd is not None else subprocess.PIPE,
             stderr=subprocess.STDOUT,
             cwd=os.fspath(cwd),
@@ -165,14 +184,51 @@ async def spawn_shell(
             start_new_session=True,
             pass_fds=wrapped.pass_fds if wrapped is not None else (),
         )
+    except BaseException:
+        if groups is not None:
+            os.close(gate_w)
+        raise
     finally:
         # The child holds its own copies (bwrap reads the seccomp program from one).
         if wrapped is not None:
             wrapped.close()
+        if groups is not None:
+            os.close(gate_r)
     process = ShellProcess(transport, protocol)
-    if groups is not None:  # so a successor can reap the group if this process is killed
-        groups.started(process.pgid)
+    if groups is not None:
+        await _release_after_recording(process, groups, gate_w)
     return process
+
+
+async def _release_after_recording(process: ShellProcess, groups: ShellGroups, gate_w: int) -> None:
+    """Record the held child's group durably, then let it run; if recording fails it never runs."""
+    try:
+        _failpoint("spawn.before-record")
+        groups.started(process.pgid)
+        _failpoint("spawn.after-record")
+        os.write(gate_w, b"go\n")
+    except BaseException:
+        os.close(gate_w)  # EOF at the gate: the command is not run
+        gate_w = -1
+        process.kill_now()
+        await process.close()
+        raise
+    finally:
+        if gate_w >= 0:
+            os.close(gate_w)
+
+
+def _failpoint(name: str) -> None:
+    if os.environ.get("TETHER_FAILPOINT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _arm_kill_timer() -> None:
+    delay = os.environ.get("TETHER_FAILPOINT_SPAWN_KILL_MS")
+    if delay:
+        timer = threading.Timer(float(delay) / 1000, os.kill, (os.getpid(), signal.SIGKILL))
+        timer.daemon = True
+        timer.start()
 
 
 def live_group_members(pgid: int) -> set[int] | None:
