@@ -22,13 +22,16 @@ any unknown type), so the extension can never be half-understood.
 
 Durability: an entry counts once its LF is on disk and fsynced. A torn last line (no LF, or
 not JSON) is left out of the view and cut off before the next append; damage anywhere else
-raises `TranscriptCorrupt` with the 1-based line number.
+raises `TranscriptCorrupt` with the 1-based line number. A torn write is a prefix of one entry,
+so a line holding a whole entry plus more bytes (two records fused by a lost newline, even at
+the end) is damage too: those records were committed, and nothing is cut.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import time
 import uuid
@@ -170,6 +173,9 @@ class Transcript:
             try:
                 entry = loads(lines[i])
             except orjson.JSONDecodeError as exc:
+                fused = _fused_records(lines[i])
+                if fused:
+                    self._corrupt(base + i + 1, fused)
                 if i == last and not torn_tail:
                     # An unparsable final line is a write the crash cut short: drop it.
                     good = end - len(lines[i]) - 1
@@ -192,6 +198,12 @@ class Transcript:
                     self._last_entry_id = eid
                     continue
             self._apply(entry, base + i + 1)
+        if torn_tail:
+            # A cut-short write is a prefix of one entry; a whole entry inside it means a
+            # committed record lost its newline: damage, never a tail to cut off.
+            fused = _fused_records(data[end:])
+            if fused:
+                self._corrupt(base + len(lines) + 1, fused)
         self._good_size += good
         self._good_lines += len(lines)
 
@@ -386,6 +398,37 @@ class Transcript:
         # Anything but our own bytes on disk (a writer ignoring the turn lock) forces a re-read.
         expected = st.st_size == self._good_size
         self._key = (st.st_ino, st.st_size, st.st_mtime_ns) if expected else None
+
+
+_ENTRY_TYPES = ("session", "message", "compaction", "rollback")
+
+
+def _fused_records(line: bytes) -> str | None:
+    """Why `line` is damage rather than a torn write, if it holds a complete entry followed or
+    preceded by more bytes (two records fused by a lost newline); None otherwise. A line that is
+    exactly one entry is not fused (a write cut just before its newline was never acknowledged).
+    """
+    text = line.decode("utf-8", errors="replace")
+    decoder = json.JSONDecoder()
+    start = text.find('{"type":')
+    while start != -1:
+        try:
+            entry, stop = decoder.raw_decode(text, start)
+        except ValueError:
+            start = text.find('{"type":', start + 1)
+            continue
+        whole = start == 0 and not text[stop:].strip()
+        # Only a whole entry counts: a torn entry's prefix holds complete content parts
+        # ({"type":"text",...}), which are not records.
+        is_entry = isinstance(entry, dict) and entry.get("type") in _ENTRY_TYPES
+        if is_entry and isinstance(entry.get("id"), str) and not whole:
+            where = f"column {stop + 1}" if start == 0 else f"column {start + 1}"
+            return (
+                f"two JSON documents on one line: a {entry.get('type')!r} entry and more bytes "
+                f"meet at {where} (a lost newline?)"
+            )
+        start = text.find('{"type":', stop)
+    return None
 
 
 def _entry_bytes(kind: str, eid: str, parent: str | None, fields: bytes) -> bytes:
