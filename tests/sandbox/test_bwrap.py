@@ -394,10 +394,20 @@ def _processes_with(marker: str) -> list[int]:
 # -- nesting ---------------------------------------------------------------------------------------
 
 
-def test_already_sandboxed_command_is_not_wrapped_again(ws: Path, status: SandboxStatus) -> None:
-    env = {"PATH": os.environ["PATH"], "TETHER_SANDBOX": "bwrap"}
-    wrapped = wrap_command(ws_policy(ws), ["true"], cwd=ws, env=env, status=status)
-    assert wrapped.argv == ["true"] and wrapped.pass_fds == () and wrapped.backend is None
+@pytest.mark.parametrize("claim", ["bwrap", "landlock", "1", ""])
+def test_an_inherited_sandbox_variable_does_not_switch_the_sandbox_off(
+    ws: Path, status: SandboxStatus, claim: str
+) -> None:
+    """Outside any sandbox, `TETHER_SANDBOX=…` is a claim the kernel does not back: the command
+    is wrapped anyway, and really confined (its write outside the workspace fails)."""
+    env = {"PATH": os.environ["PATH"], "TETHER_SANDBOX": claim}
+    outside = ws.parent / "outside-marker"
+    with wrap_command(ws_policy(ws), ["bash", "-c", f"touch {outside}"], cwd=ws, env=env,
+                      status=status) as wrapped:
+        assert wrapped.backend == "bwrap"
+        done = subprocess.run(wrapped.argv, env=wrapped.env, pass_fds=wrapped.pass_fds,
+                              capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0 and not outside.exists()
     with pytest.raises(SandboxError, match="nest"):
         render_bwrap(ws_policy(ws), ["true"], cwd=ws, env=env)
 

@@ -22,7 +22,7 @@ from tether.sandbox import (
     wrap_command,
 )
 from tether.sandbox.bwrap import PathKind, render_bwrap
-from tether.sandbox.policy import ordered_rules
+from tether.sandbox.policy import CREDENTIAL_DIRS, ordered_rules
 from tether.sandbox.seccomp import DENIED_SYSCALLS, SYSCALL_NUMBERS, seccomp_fd, seccomp_program
 
 
@@ -43,7 +43,8 @@ def test_workspace_policy_shape(ws: Path, tmp_path: Path) -> None:
     assert policy.writable_roots == (root, tmp)
     assert policy.readonly_roots == (root / ".git", root / ".tether", tmp / ".git", tmp / ".tether")
     home = (tmp_path / "home").resolve()
-    assert policy.denied_roots == (home / ".ssh", home / ".aws", home / ".gnupg")
+    assert policy.denied_roots == tuple(home / name for name in CREDENTIAL_DIRS)
+    assert {home / ".netrc", home / ".docker/config.json", home / ".kube"} <= set(policy.denied_roots)
     assert policy.restrict_writes and not policy.network
     assert policy.tmp_dir == tmp
     assert policy.pids_limit is not None
@@ -92,7 +93,8 @@ def test_memory_subagent_policy_shape(tmp_path: Path) -> None:
     assert policy.writable_roots == (agents / "a1" / "memory",)
     assert policy.readonly_roots == (agents / "a1", agents / "p1")
     assert policy.denied_roots[0] == agents
-    assert {p.name for p in policy.denied_roots[1:]} == {".ssh", ".aws", ".gnupg"}
+    home = (tmp_path / "home").resolve()
+    assert {str(p.relative_to(home)) for p in policy.denied_roots[1:]} == set(CREDENTIAL_DIRS)
 
 
 def test_agent_ids_cannot_traverse(tmp_path: Path) -> None:
@@ -322,11 +324,12 @@ def test_other_policies_run_unwrapped_with_a_warning(
     assert wrapped.argv == ["true"] and wrapped.env == {"A": "1"} and wrapped.backend is None
 
 
-def test_never_double_wraps(ws: Path, tmp_path: Path) -> None:
+def test_an_unproven_sandbox_claim_still_fails_closed(ws: Path, tmp_path: Path) -> None:
+    """`TETHER_SANDBOX` set outside a sandbox does not make a command run unwrapped."""
     policy = workspace_policy(ws, tmp_dir=tmp_path / "tmp")
     env = {"TETHER_SANDBOX": "bwrap"}
-    wrapped = wrap_command(policy, ["ls"], cwd=ws, env=env, status=_NO_BWRAP)
-    assert wrapped.argv == ["ls"] and wrapped.pass_fds == ()
+    with pytest.raises(SandboxError, match="cannot run the command in the workspace sandbox"):
+        wrap_command(policy, ["ls"], cwd=ws, env=env, status=_NO_BWRAP)
 
 
 def test_seatbelt_backend_sets_env(ws: Path, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Whether agent shell commands run in the workspace sandbox: the switches and the `ShellSandbox`.
+"""Whether agent shell commands run sandboxed: the switches, the `ShellSandbox`, the confinement.
 
 `TETHER_FS_SANDBOX=1|true` wraps every shell launch (Bash, background Bash) in the workspace
 policy; `0|false` wraps none; unset (or empty), the settings' `sandbox.enabled` decides, default
@@ -7,10 +7,24 @@ off. `sandbox.network` (default false) lets sandboxed commands use the network;
 refuses socket(AF_UNIX): a Docker, ssh-agent, D-Bus or tmux socket they can see would be a way
 out). Sandboxed commands get the run's environment without credential-looking variables
 (`*KEY*`, `*TOKEN*`, `*SECRET*`, `*PASSWORD*`, `*PASSWD*`, `*CREDENTIAL*`) except the names in
-`sandbox.keepEnv`. Anything else is a `UsageError` naming the variable or key. The workspace policy fails closed: when no backend
-works, `wrap` raises `SandboxError` and the command does not run. A process that already runs
-inside a tether sandbox (`TETHER_SANDBOX` set) keeps its commands in that one: `wrap_command`
-never nests.
+`sandbox.keepEnv`; values shaped like credentials go too, whatever the name (a URL with a
+password, `ghp_…`, `sk-…`, `xox…-`, AWS key ids, JWTs; see `tools.output.is_credential`).
+`sandbox.backend` (or `TETHER_SANDBOX_BACKEND`, which wins) picks the kernel backend: `auto`
+(bubblewrap, else Landlock + seccomp alone), `bwrap` or `landlock`. Anything else is a
+`UsageError` naming the variable or key. The workspace policy fails closed: when no backend works,
+`wrap` raises `SandboxError` and the command does not run. A process that really runs inside a
+tether sandbox keeps its commands in that one; an inherited `TETHER_SANDBOX` variable alone is
+not believed (`wrap_command` asks the kernel).
+
+`confinement_sandbox` is the read-only sandbox for shell commands admitted without a human
+(a Decision with `confine=True`): nothing writable but a private tmp, no network, no Unix
+sockets, the credential paths and all of `$TETHER_HOME` hidden, the environment scrubbed. It is
+None only when no kernel backend here can enforce that; then such commands must ask.
+
+The private tmp dirs are `<scratch>/sandbox-tmp` (workspace) and `<scratch>/confined-tmp`
+(confinement): never the scratch dir itself, where tether keeps background logs, output overflow
+files and the shell-group ledger, which a sandboxed command must not be able to write or plant
+symlinks in.
 """
 
 from __future__ import annotations
@@ -26,6 +40,10 @@ if TYPE_CHECKING:  # the sandbox package loads only when a sandbox is switched o
     from tether.sandbox import SandboxPolicy, SandboxStatus, WrappedCommand
 
 FS_SANDBOX_ENV = "TETHER_FS_SANDBOX"
+BACKEND_ENV = "TETHER_SANDBOX_BACKEND"
+BACKENDS: tuple[str, ...] = ("auto", "bwrap", "landlock")
+WORKSPACE_TMP = "sandbox-tmp"
+CONFINED_TMP = "confined-tmp"
 _ON = ("1", "true")
 _OFF = ("0", "false")
 
@@ -37,20 +55,27 @@ class ShellSandbox:
     policy: SandboxPolicy
     status: SandboxStatus | None = None  # None: this machine's cached probe()
     keep_env: frozenset[str] = frozenset()  # credential-looking names passed through anyway
+    backend: str = "auto"  # "auto" | "bwrap" | "landlock"
 
     def wrap(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> WrappedCommand:
         """What to spawn instead of `argv`; raises SandboxError (nothing may run) when it cannot."""
         from tether.sandbox import wrap_command
 
         return wrap_command(
-            self.policy, argv, cwd=cwd, env=self.command_env(env), status=self.status
+            self.policy,
+            argv,
+            cwd=cwd,
+            env=self.command_env(env),
+            status=self.status,
+            backend=self.backend,
         )
 
     def command_env(self, env: Mapping[str, str]) -> dict[str, str]:
-        """`env` without its credentials: the sandbox keeps a command in, this keeps keys out."""
-        from tether.tools.output import is_credential_name
+        """`env` without its credentials (by name and by value shape): the sandbox keeps a
+        command in, this keeps keys out."""
+        from tether.tools.output import is_credential
 
-        return {k: v for k, v in env.items() if k in self.keep_env or not is_credential_name(k)}
+        return {k: v for k, v in env.items() if k in self.keep_env or not is_credential(k, v)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +87,27 @@ class SandboxSwitch:
     source: str  # "TETHER_FS_SANDBOX=1", "settings sandbox.enabled=true", "default"
     unix_sockets: bool = False
     keep_env: frozenset[str] = frozenset()
+    backend: str = "auto"
+
+
+def sandbox_backend(env: Mapping[str, str], settings: Mapping[str, Any] | None) -> str:
+    """`TETHER_SANDBOX_BACKEND`, else `sandbox.backend`, else "auto"; UsageError when invalid."""
+    raw = env.get(BACKEND_ENV, "").strip()
+    if raw:
+        if raw.lower() not in BACKENDS:
+            raise UsageError(
+                f"{BACKEND_ENV}={raw!r} is not valid: use auto (bubblewrap, else Landlock + "
+                "seccomp), bwrap or landlock"
+            )
+        return raw.lower()
+    value = _sandbox_settings(settings).get("backend")
+    if value is None:
+        return "auto"
+    if not isinstance(value, str) or value not in BACKENDS:
+        raise UsageError(
+            f'settings sandbox.backend must be "auto", "bwrap" or "landlock", got {value!r}'
+        )
+    return value
 
 
 def sandbox_switch(env: Mapping[str, str], settings: Mapping[str, Any] | None) -> SandboxSwitch:
@@ -70,9 +116,10 @@ def sandbox_switch(env: Mapping[str, str], settings: Mapping[str, Any] | None) -
     network = _setting_bool(section, "network") or False
     unix_sockets = _setting_bool(section, "allowUnixSockets") or False
     keep_env = _setting_names(section, "keepEnv")
+    backend = sandbox_backend(env, settings)
 
     def switch(enabled: bool, source: str) -> SandboxSwitch:
-        return SandboxSwitch(enabled, network, source, unix_sockets, keep_env)
+        return SandboxSwitch(enabled, network, source, unix_sockets, keep_env, backend)
 
     from_settings = _setting_bool(section, "enabled")
     raw = env.get(FS_SANDBOX_ENV, "").strip()
@@ -97,9 +144,10 @@ def shell_sandbox_from(
     tether_home: Path,
     scratch: Path,
 ) -> ShellSandbox | None:
-    """The workspace sandbox for a run in `cwd` (private tmp = `scratch`), or None when off.
+    """The workspace sandbox for a run in `cwd` (private tmp in `scratch`), or None when off.
 
-    Writes are confined to `cwd` and `scratch` (both must be absolute; `scratch` is created),
+    Writes are confined to `cwd` and `<scratch>/sandbox-tmp` (both must be absolute; the tmp is
+    created),
     `.git`/`.tether` inside them stay read-only, the user's credential directories and tether's
     stored provider keys (`<tether_home>/providers`) are hidden. Raises UsageError for a bad
     switch and SandboxError for a layout the sandbox could not protect (e.g. a symlinked `.git`).
@@ -111,15 +159,103 @@ def shell_sandbox_from(
     for label, path in (("working directory", cwd), ("scratch directory", scratch)):
         if not path.is_absolute():
             raise SandboxError(f"sandbox {label} {str(path)!r} must be an absolute path")
-    scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = private_tmp(scratch, WORKSPACE_TMP)
     policy = workspace_policy(
-        cwd, tmp_dir=scratch, network=switch.network, home=env.get("HOME") or None
+        cwd, tmp_dir=tmp, network=switch.network, home=env.get("HOME") or None
     )
     policy = replace(policy, unix_sockets=switch.unix_sockets)
     keys = tether_home.expanduser().absolute() / "providers"
     if not policy.writable_roots[0].is_relative_to(keys):
         policy = replace(policy, denied_roots=(*policy.denied_roots, keys))
-    return ShellSandbox(policy, keep_env=switch.keep_env)
+    return ShellSandbox(policy, keep_env=switch.keep_env, backend=switch.backend)
+
+
+def private_tmp(scratch: Path, name: str) -> Path:
+    """`<scratch>/<name>`, created 0700; refused when it (or `scratch`) is a symlink, since a
+    planted link would point the sandbox's only writable place somewhere else."""
+    import os
+    import stat
+
+    from tether.sandbox import SandboxError
+
+    scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = scratch / name
+    for path in (scratch, tmp):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            raise SandboxError(f"refusing to use {path} as sandbox tmp: it is a symlink")
+    tmp.mkdir(exist_ok=True, mode=0o700)
+    return tmp
+
+
+def confinement_sandbox(
+    env: Mapping[str, str],
+    settings: Mapping[str, Any] | None,
+    cwd: Path,
+    tether_home: Path,
+    scratch: Path,
+) -> ShellSandbox | None:
+    """The read-only sandbox for auto-allowed shell commands, or None when nothing here can
+    enforce it (then those commands must ask).
+
+    Nothing writable but `<scratch>/confined-tmp` (TMPDIR), no network, no Unix sockets, the
+    user's credential paths, all of `tether_home` and `scratch` hidden (the tmp inside stays
+    usable), credential variables removed (`sandbox.keepEnv` still passes names through).
+    `settings` is the merged settings dict (`{"sandbox": {...}}`); the backend follows
+    `sandbox.backend` / `TETHER_SANDBOX_BACKEND`. Cheap to call: the probe is cached.
+    Raises UsageError for bad settings; a layout it cannot protect gives None.
+    """
+    from tether.sandbox import SandboxError, probe
+    from tether.sandbox.policy import confined_policy
+    from tether.sandbox.probe import choose_backend
+
+    section = _sandbox_settings(settings)
+    keep_env = _setting_names(section, "keepEnv")
+    backend = sandbox_backend(env, settings)
+    home = tether_home.expanduser().absolute()
+    chosen, _why = choose_backend(probe(), backend, home)
+    if chosen is None or chosen == "seatbelt":  # Seatbelt: not verified to hide tether home
+        return None
+    if not cwd.is_absolute() or not scratch.is_absolute():
+        return None
+    hidden = [home, scratch.absolute()]
+    resolved_cwd = cwd.resolve()
+    if any(resolved_cwd.is_relative_to(h.resolve()) for h in hidden):
+        return None  # a command there could not even see its working directory
+    try:
+        tmp = private_tmp(scratch, CONFINED_TMP)
+        policy = confined_policy(tmp, home=env.get("HOME") or None, hidden=hidden)
+    except (SandboxError, OSError):
+        return None
+    return ShellSandbox(policy, keep_env=keep_env, backend=backend)
+
+
+def describe_confinement(
+    env: Mapping[str, str], settings: Mapping[str, Any] | None, tether_home: Path | None = None
+) -> list[str]:
+    """Lines for `tether sandbox status`: what auto-allowed shell commands get here."""
+    from tether.sandbox import probe
+    from tether.sandbox.probe import choose_backend
+
+    backend = sandbox_backend(env, settings)
+    status = probe()
+    chosen, why = choose_backend(status, backend, tether_home)
+    if chosen == "bwrap":
+        layers = "bwrap+seccomp+landlock" if status.landlock_abi else "bwrap+seccomp"
+    elif chosen == "landlock":
+        layers = "landlock+seccomp"
+    else:
+        if chosen == "seatbelt":
+            why = "Seatbelt confinement of auto-allowed commands is not implemented"
+        return [f"auto-allowed shell commands: NOT confinable here: they will ask ({why})"]
+    return [
+        f"auto-allowed shell commands: confined read-only by {layers} "
+        f"(backend {backend}: {why}): no writes but a private tmp, no network, no Unix "
+        "sockets, credential paths and tether's home hidden, credential variables removed"
+    ]
 
 
 def describe_switch(switch: SandboxSwitch) -> str:
@@ -133,7 +269,8 @@ def describe_switch(switch: SandboxSwitch) -> str:
     unix = "Unix sockets allowed" if switch.unix_sockets else "no Unix sockets"
     kept = f" except {', '.join(sorted(switch.keep_env))}" if switch.keep_env else ""
     return (
-        f"shell commands: workspace sandbox ({switch.source}): writes only under the working "
+        f"shell commands: workspace sandbox ({switch.source}, backend {switch.backend}): "
+        "writes only under the working "
         f"directory and the scratch dir, .git/.tether read-only, {network}, {unix}, "
         f"credential variables removed{kept}"
     )

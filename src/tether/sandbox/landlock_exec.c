@@ -1,30 +1,52 @@
-/* landlock-exec: restrict writes with Landlock, then exec a command.
+/* landlock-exec: confine with Landlock (and optionally seccomp), then exec a command.
  *
- *   landlock-exec [--rw DIR]... [--no-net] -- PROGRAM [ARG]...
+ *   landlock-exec [--rw PATH]... [--ro PATH]... [--list DIR]... [--restrict-reads]
+ *                 [--no-net] [--scope] [--seccomp-fd N] -- PROGRAM [ARG]...
  *
- * Runs inside bubblewrap after its mounts (a Landlock-restricted process may not change
- * mounts). Every write-type access (create, remove, write, truncate, rename across) is denied
- * except beneath the --rw directories; reads and execution stay as bubblewrap left them. With
- * --no-net (ABI >= 4) TCP bind and connect are denied too. Built by tether on first use. */
+ * Two uses. Inside bubblewrap, after its mounts (a Landlock-restricted process may not change
+ * mounts), with only --rw: writes are denied except beneath the --rw paths, reads stay as
+ * bubblewrap left them. Alone (tether's Landlock-only backend), with --restrict-reads: reading
+ * and executing are handled too, so only the --ro/--rw paths can be read (an allow-list; tether
+ * enumerates the siblings along the way to each hidden path) and --list directories can only be
+ * listed. --no-net (ABI >= 4) denies TCP bind and connect; --scope (ABI >= 6) denies connecting
+ * to abstract Unix sockets and signalling processes outside this domain. --seccomp-fd reads a
+ * classic-BPF program (struct sock_filter[]) from fd N and installs it after no_new_privs and
+ * Landlock, just before exec. Rules on files (not directories) keep only the file rights.
+ * Any failure exits 126 before the command runs: nothing runs half-confined. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/filter.h>
 #include <linux/landlock.h>
+#include <linux/seccomp.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#ifndef LANDLOCK_ACCESS_FS_REFER
-#define LANDLOCK_ACCESS_FS_REFER (1ULL << 13)
-#endif
-#ifndef LANDLOCK_ACCESS_FS_TRUNCATE
-#define LANDLOCK_ACCESS_FS_TRUNCATE (1ULL << 14)
-#endif
+#define FS_EXECUTE (1ULL << 0)
+#define FS_WRITE_FILE (1ULL << 1)
+#define FS_READ_FILE (1ULL << 2)
+#define FS_READ_DIR (1ULL << 3)
+#define FS_REFER (1ULL << 13)
+#define FS_TRUNCATE (1ULL << 14)
+#define FS_FILE_RIGHTS (FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE)
+#define NET_BIND_TCP (1ULL << 0)
+#define NET_CONNECT_TCP (1ULL << 1)
+#define SCOPE_ABSTRACT_UNIX_SOCKET (1ULL << 0)
+#define SCOPE_SIGNAL (1ULL << 1)
 
-static long create_ruleset(const struct landlock_ruleset_attr *attr, size_t size, uint32_t flags) {
+struct ruleset_attr {
+    uint64_t fs;
+    uint64_t net;
+    uint64_t scoped;
+};
+
+static long create_ruleset(const void *attr, size_t size, uint32_t flags) {
     return syscall(__NR_landlock_create_ruleset, attr, size, flags);
 }
 
@@ -33,14 +55,69 @@ static int die(const char *what) {
     return 126;
 }
 
+static int add_rule(int ruleset, const char *path, uint64_t access) {
+    struct landlock_path_beneath_attr beneath = { .allowed_access = access };
+    struct stat st;
+    /* O_NOFOLLOW is not used: the roots are resolved by tether, and /dev/stdout-style links
+     * are meant to follow. */
+    beneath.parent_fd = open(path, O_PATH | O_CLOEXEC);
+    if (beneath.parent_fd < 0) {
+        if (errno == ENOENT) return 0; /* a root that does not exist allows nothing */
+        return die(path);
+    }
+    if (fstat(beneath.parent_fd, &st) != 0) return die(path);
+    if (!S_ISDIR(st.st_mode)) beneath.allowed_access &= FS_FILE_RIGHTS;
+    if (beneath.allowed_access != 0 &&
+        syscall(__NR_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &beneath, 0) != 0) {
+        int saved = errno;
+        close(beneath.parent_fd);
+        errno = saved;
+        return die(path);
+    }
+    close(beneath.parent_fd);
+    return 0;
+}
+
+static int load_seccomp(int fd) {
+    size_t cap = 4096, len = 0;
+    unsigned char *buf = malloc(cap);
+    if (buf == NULL) return die("seccomp program");
+    for (;;) {
+        if (len == cap) {
+            cap *= 2;
+            unsigned char *grown = realloc(buf, cap);
+            if (grown == NULL) return die("seccomp program");
+            buf = grown;
+        }
+        ssize_t got = read(fd, buf + len, cap - len);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            return die("reading the seccomp program");
+        }
+        if (got == 0) break;
+        len += (size_t)got;
+    }
+    close(fd);
+    if (len == 0 || len % sizeof(struct sock_filter) != 0) {
+        fprintf(stderr, "landlock-exec: the seccomp program is %zu bytes, not whole instructions\n", len);
+        return 126;
+    }
+    struct sock_fprog prog = { .len = (unsigned short)(len / sizeof(struct sock_filter)),
+                               .filter = (struct sock_filter *)buf };
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) != 0) return die("loading the seccomp filter");
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    int i = 1, no_net = 0;
-    const char *rw[64];
-    int nrw = 0;
+    int i = 1, no_net = 0, scope = 0, restrict_reads = 0, seccomp = -1;
     for (; i < argc; i++) {
         if (strcmp(argv[i], "--") == 0) { i++; break; }
-        if (strcmp(argv[i], "--rw") == 0 && i + 1 < argc && nrw < 64) { rw[nrw++] = argv[++i]; continue; }
+        if ((strcmp(argv[i], "--rw") == 0 || strcmp(argv[i], "--ro") == 0 ||
+             strcmp(argv[i], "--list") == 0) && i + 1 < argc) { i++; continue; }
         if (strcmp(argv[i], "--no-net") == 0) { no_net = 1; continue; }
+        if (strcmp(argv[i], "--scope") == 0) { scope = 1; continue; }
+        if (strcmp(argv[i], "--restrict-reads") == 0) { restrict_reads = 1; continue; }
+        if (strcmp(argv[i], "--seccomp-fd") == 0 && i + 1 < argc) { seccomp = atoi(argv[++i]); continue; }
         fprintf(stderr, "landlock-exec: unknown argument %s\n", argv[i]);
         return 126;
     }
@@ -52,32 +129,38 @@ int main(int argc, char **argv) {
         LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_DIR |
         LANDLOCK_ACCESS_FS_MAKE_REG | LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO |
         LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SYM;
-    if (abi >= 2) writes |= LANDLOCK_ACCESS_FS_REFER;
-    if (abi >= 3) writes |= LANDLOCK_ACCESS_FS_TRUNCATE;
+    if (abi >= 2) writes |= FS_REFER;
+    if (abi >= 3) writes |= FS_TRUNCATE;
+    uint64_t reads = FS_READ_FILE | FS_READ_DIR | FS_EXECUTE;
 
-    struct { uint64_t fs; uint64_t net; } attr = { writes, 0 };
+    struct ruleset_attr attr = { writes | (restrict_reads ? reads : 0), 0, 0 };
     size_t attr_size = sizeof(uint64_t);
     if (no_net && abi >= 4) {
-        attr.net = (1ULL << 0) | (1ULL << 1); /* LANDLOCK_ACCESS_NET_BIND_TCP | CONNECT_TCP */
+        attr.net = NET_BIND_TCP | NET_CONNECT_TCP;
+        attr_size = 2 * sizeof(uint64_t);
+    }
+    if (scope && abi >= 6) {
+        attr.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL;
         attr_size = sizeof(attr);
     }
-    int ruleset = (int)create_ruleset((const struct landlock_ruleset_attr *)&attr, attr_size, 0);
+    int ruleset = (int)create_ruleset(&attr, attr_size, 0);
     if (ruleset < 0) return die("landlock_create_ruleset");
 
-    for (int k = 0; k < nrw; k++) {
-        struct landlock_path_beneath_attr beneath = { .allowed_access = writes };
-        beneath.parent_fd = open(rw[k], O_PATH | O_CLOEXEC);
-        if (beneath.parent_fd < 0) {
-            if (errno == ENOENT) continue; /* a root that does not exist allows nothing */
-            return die(rw[k]);
-        }
-        if (syscall(__NR_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &beneath, 0) != 0)
-            return die("landlock_add_rule");
-        close(beneath.parent_fd);
+    for (int k = 1; k < i - 1; k++) {
+        uint64_t access;
+        if (strcmp(argv[k], "--rw") == 0) access = writes | reads;
+        else if (strcmp(argv[k], "--ro") == 0) access = reads;
+        else if (strcmp(argv[k], "--list") == 0) access = FS_READ_DIR;
+        else continue;
+        /* Inside bwrap (no --restrict-reads) reads are not handled, so they cannot be granted. */
+        access &= attr.fs;
+        k++;
+        if (access != 0 && add_rule(ruleset, argv[k], access) != 0) return 126;
     }
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return die("PR_SET_NO_NEW_PRIVS");
     if (syscall(__NR_landlock_restrict_self, ruleset, 0) != 0) return die("landlock_restrict_self");
     close(ruleset);
+    if (seccomp >= 0 && load_seccomp(seccomp) != 0) return 126;
     execvp(argv[i], &argv[i]);
     return die(argv[i]);
 }

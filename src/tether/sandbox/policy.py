@@ -20,19 +20,47 @@ from typing import Literal
 
 from tether.errors import SandboxError
 
-PolicyKind = Literal["workspace", "memory-subagent", "cross-agent"]
+PolicyKind = Literal["workspace", "memory-subagent", "cross-agent", "confined"]
 Access = Literal["deny", "write", "read"]
 
 # Names under every writable root of a workspace that stay read-only, existing or not: a
 # sandboxed command must not plant a hook or a settings file for a later unsandboxed run.
 PROTECTED_NAMES: tuple[str, ...] = (".git", ".tether")
-CREDENTIAL_DIRS: tuple[str, ...] = (".ssh", ".aws", ".gnupg")
+# The user's credential stores under $HOME (directories and files), hidden from every policy.
+CREDENTIAL_DIRS: tuple[str, ...] = (
+    ".ssh",
+    ".aws",
+    ".gnupg",
+    ".netrc",
+    ".git-credentials",
+    ".docker/config.json",
+    ".config/gh",
+    ".config/hub",
+    ".kube",
+    ".npmrc",
+    ".yarnrc.yml",
+    ".pypirc",
+    ".pgpass",
+    ".my.cnf",
+    ".vault-token",
+    ".config/gcloud",
+    ".azure",
+    ".config/doctl",
+    ".terraform.d",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".config/op",
+    ".password-store",
+    ".local/share/keyrings",
+    ".config/rclone",
+    ".gem/credentials",
+)
 
 DEFAULT_WORKSPACE_PIDS = 1024
 DEFAULT_SUBAGENT_PIDS = 512
 
 _ACCESS_RANK: dict[Access, int] = {"deny": 0, "write": 1, "read": 2}
-_KINDS: tuple[str, ...] = ("workspace", "memory-subagent", "cross-agent")
+_KINDS: tuple[str, ...] = ("workspace", "memory-subagent", "cross-agent", "confined")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +148,33 @@ def workspace_policy(
         denied_roots=_unique(denied),
         restrict_writes=True,
         network=network,
+        pids_limit=pids_limit,
+        tmp_dir=tmp_path,
+    )
+    check_layout(policy)
+    return policy
+
+
+def confined_policy(
+    tmp_dir: Path | str,
+    *,
+    home: Path | str | None = None,
+    hidden: Sequence[Path | str] = (),
+    pids_limit: int | None = DEFAULT_WORKSPACE_PIDS,
+) -> SandboxPolicy:
+    """Read-only confinement for commands admitted without a human: nothing writable but the
+    private `tmp_dir`, no network, no Unix sockets, the user's credential paths and `hidden`
+    (tether's home, say) unreadable. `tmp_dir` may lie inside a hidden path: it stays usable.
+    """
+    tmp_path = _absolute(tmp_dir, "sandbox tmp dir")
+    denied = [*_credential_dirs(home), *(_absolute(p, "hidden path") for p in hidden)]
+    policy = SandboxPolicy(
+        kind="confined",
+        writable_roots=(tmp_path,),
+        readonly_roots=(),
+        denied_roots=_unique(denied),
+        restrict_writes=True,
+        network=False,
         pids_limit=pids_limit,
         tmp_dir=tmp_path,
     )
@@ -239,7 +294,7 @@ def check_layout(policy: SandboxPolicy) -> None:
                 f"refusing to start the sandbox: {ro} is a symlink (to {target}), so it could "
                 f"not be kept read-only; replace it with a real directory or file"
             )
-    if policy.kind == "workspace":
+    if policy.kind in ("workspace", "confined"):
         for root in policy.writable_roots:
             if not root.is_dir():
                 raise SandboxError(

@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
@@ -35,7 +35,9 @@ from tether.sandbox.policy import SandboxError, SandboxPolicy, check_layout
 from tether.sandbox.seatbelt import SANDBOX_EXEC, render_seatbelt
 from tether.sandbox.seccomp import SUPPORTED_MACHINES, seccomp_fd, seccomp_program
 
-Backend = Literal["bwrap", "seatbelt"]
+Backend = Literal["bwrap", "landlock", "seatbelt"]
+BackendChoice = Literal["auto", "bwrap", "landlock"]
+BACKEND_CHOICES: tuple[str, ...] = ("auto", "bwrap", "landlock")
 PidsMethod = Literal["cgroup", "rlimit"]
 
 _INSTALL_HINT = (
@@ -112,15 +114,20 @@ def probe() -> SandboxStatus:
     pids, cgroup_root, pids_reason = _pids_method()
     if pids_reason:
         reasons.append(pids_reason)
+    fallback: Backend | None = "landlock" if _landlock_only_possible(landlock.abi) else None
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return SandboxStatus(
-            None, None, False, landlock.abi, False, [_INSTALL_HINT, *reasons], None, pids
+            fallback, None, False, landlock.abi, fallback is not None, [_INSTALL_HINT, *reasons],
+            None, pids, cgroup_root,
         )
     version = _bwrap_version(bwrap)
     if version is None:
         reasons.insert(0, f"`{bwrap} --version` failed: bubblewrap looks broken")
-        return SandboxStatus(None, None, False, landlock.abi, False, reasons, bwrap, pids)
+        return SandboxStatus(
+            fallback, None, False, landlock.abi, fallback is not None, reasons, bwrap, pids,
+            cgroup_root,
+        )
     userns_error = _run_probe([bwrap, "--unshare-user", "--ro-bind", "/", "/", "true"])
     if userns_error is not None:
         reasons.insert(
@@ -129,7 +136,10 @@ def probe() -> SandboxStatus:
             "namespaces may be disabled (sysctl kernel.unprivileged_userns_clone, or AppArmor's "
             "kernel.apparmor_restrict_unprivileged_userns)",
         )
-        return SandboxStatus(None, version, False, landlock.abi, False, reasons, bwrap, pids)
+        return SandboxStatus(
+            fallback, version, False, landlock.abi, fallback is not None, reasons, bwrap, pids,
+            cgroup_root,
+        )
     seccomp_ok = _probe_seccomp(bwrap, reasons)
     return SandboxStatus(
         "bwrap", version, True, landlock.abi, seccomp_ok, reasons, bwrap, pids, cgroup_root
@@ -140,6 +150,11 @@ def format_status(status: SandboxStatus) -> str:
     """Human-readable lines for `tether sandbox status`."""
     if status.backend == "bwrap":
         backend = f"bwrap {status.bwrap_version} ({status.bwrap_path}), user namespaces ok"
+    elif status.backend == "landlock":
+        backend = (
+            f"landlock + seccomp (Landlock ABI {status.landlock_abi}, no bubblewrap: "
+            "filesystem allow-list, TCP and socket families, scoped signals/abstract sockets)"
+        )
     elif status.backend == "seatbelt":
         backend = f"seatbelt ({SANDBOX_EXEC})"
     else:
@@ -167,11 +182,48 @@ def _landlock_line(status: SandboxStatus) -> str:
         return f"ABI {status.landlock_abi}, off (TETHER_LANDLOCK=0)"
     from tether.sandbox.landlock import helper_path
 
-    home = Path(os.environ.get("TETHER_HOME") or Path.home() / ".tether").expanduser()
-    helper, why = helper_path(home)
+    helper, why = helper_path(_tether_home(os.environ))
     if helper is None:
         return f"ABI {status.landlock_abi}, not applied: {why}"
+    if status.backend == "landlock":
+        return f"ABI {status.landlock_abi}, the whole sandbox (reads, writes, TCP, scopes)"
     return f"ABI {status.landlock_abi}, applied beneath bwrap (writes, TCP when network is off)"
+
+
+def choose_backend(
+    status: SandboxStatus, choice: str = "auto", home: Path | None = None
+) -> tuple[Backend | None, str]:
+    """The backend a `choice` ("auto", "bwrap", "landlock") gets here, and why (or why none).
+
+    auto: bwrap first, else Landlock + seccomp alone, else Seatbelt on macOS. Naming one that
+    does not work here gives None and the reason (the caller fails closed with it).
+    """
+    if choice not in BACKEND_CHOICES:
+        raise SandboxError(
+            f"unknown sandbox backend {choice!r}: use one of {', '.join(BACKEND_CHOICES)}"
+        )
+    if status.backend == "seatbelt":
+        if choice == "auto":
+            return "seatbelt", "macOS Seatbelt"
+        return None, f"sandbox backend {choice} is not available on macOS (Seatbelt only)"
+    bwrap_ok = status.bwrap_version is not None and status.userns_ok
+    if choice in ("auto", "bwrap") and bwrap_ok:
+        return "bwrap", "bubblewrap works here (the stronger choice: mounts and namespaces)"
+    bwrap_why = "; ".join(status.reasons[:1]) or "bubblewrap is not usable"
+    if choice == "bwrap":
+        return None, f"sandbox backend bwrap was chosen but {bwrap_why}"
+    if not _landlock_only_possible(status.landlock_abi):
+        why = f"no Landlock (ABI {status.landlock_abi})" if status.landlock_abi else "no Landlock"
+        if choice == "landlock":
+            return None, f"sandbox backend landlock was chosen but this machine has {why}"
+        return None, f"{bwrap_why}; and {why} for the Landlock-only backend"
+    from tether.sandbox.landlock import helper_path
+
+    helper, helper_why = helper_path(home or _tether_home(os.environ))
+    if helper is None:
+        return None, f"the Landlock-only backend cannot run: {helper_why}"
+    reason = "chosen" if choice == "landlock" else f"bubblewrap unusable: {bwrap_why}"
+    return "landlock", f"Landlock ABI {status.landlock_abi} + seccomp ({reason})"
 
 
 def wrap_command(
@@ -181,44 +233,54 @@ def wrap_command(
     cwd: Path | str,
     env: Mapping[str, str],
     status: SandboxStatus | None = None,
+    backend: str = "auto",
 ) -> WrappedCommand:
-    """`argv` confined by `policy` with the best backend here.
+    """`argv` confined by `policy` with the chosen (or best) backend here.
 
-    A workspace policy fails closed (SandboxError naming what is missing) when no backend works;
-    other policies run unwrapped with a warning logged once. A command whose `env` already says
-    it runs inside a tether sandbox is returned unchanged: it stays confined by the outer one.
-    `status` defaults to this machine's cached `probe()`.
+    A workspace or confined policy fails closed (SandboxError naming what is missing) when no
+    backend works; other policies run unwrapped with a warning logged once. A `TETHER_SANDBOX`
+    variable in `env` is believed only when the kernel confirms it (`inside_tether_sandbox`):
+    then the command stays in the outer sandbox; otherwise it is dropped and the command is
+    wrapped as usual. `status` defaults to this machine's cached `probe()`.
     """
     child_env = dict(env)
     if SANDBOX_ENV in env:
-        return WrappedCommand(list(argv), (), child_env)
+        if _nested():
+            return WrappedCommand(list(argv), (), child_env)
+        del child_env[SANDBOX_ENV]  # a claim the kernel does not back: wrap anyway
     check_layout(policy)
     status = status or probe()
-    if status.backend is None:
-        why = "; ".join(status.reasons[:1]) or "no sandbox backend"
-        if policy.kind == "workspace":
-            raise SandboxError(f"cannot run the command in the workspace sandbox: {why}")
+    home = _tether_home(child_env)
+    chosen, why = choose_backend(status, backend, home)
+    if chosen is None:
+        if policy.kind in _FAIL_CLOSED:
+            raise SandboxError(f"cannot run the command in the {policy.kind} sandbox: {why}")
         _warn_unsandboxed(policy.kind, why)
         return WrappedCommand(list(argv), (), child_env)
     if policy.tmp_dir is not None:
         child_env["TMPDIR"] = str(policy.tmp_dir)
-    if status.backend == "seatbelt":
+    if chosen == "seatbelt":
         child_env[SANDBOX_ENV] = "seatbelt"
         return WrappedCommand(render_seatbelt(policy, argv), (), child_env, "seatbelt")
-    if not status.seccomp and policy.kind == "workspace":
+    prefix = _pids_prefix(policy.pids_limit, status)
+    if chosen == "landlock":
+        return _wrap_landlock(policy, argv, status, child_env, home, prefix)
+    if not status.seccomp and policy.kind in _FAIL_CLOSED:
         raise SandboxError(
-            "cannot run the command in the workspace sandbox: the seccomp filter cannot be "
+            f"cannot run the command in the {policy.kind} sandbox: the seccomp filter cannot be "
             f"loaded ({'; '.join(r for r in status.reasons if 'seccomp' in r) or 'unknown'})"
         )
-    prefix = _pids_prefix(policy.pids_limit, status)
-    argv = [*_landlock_prefix(policy, status, env), *argv]
+    landlock = _landlock_prefix(policy, status, child_env)
+    if landlock:  # the helper may live in a hidden tether home: mount it back, read-only
+        policy = replace(policy, readonly_roots=(*policy.readonly_roots, Path(landlock[0])))
+    argv = [*landlock, *argv]
     fd = seccomp_fd(seccomp_program(unix_sockets=policy.unix_sockets)) if status.seccomp else None
     try:
         wrapped = render_bwrap(
             policy,
             argv,
             cwd=cwd,
-            env=env,
+            env=child_env,
             seccomp_fd=fd,
             disable_userns=status.disable_userns,
             bwrap=status.bwrap_path or "bwrap",
@@ -230,6 +292,54 @@ def wrap_command(
     return WrappedCommand([*prefix, *wrapped], (fd,) if fd is not None else (), child_env, "bwrap")
 
 
+_FAIL_CLOSED = ("workspace", "confined")
+
+
+def _wrap_landlock(
+    policy: SandboxPolicy,
+    argv: Sequence[str],
+    status: SandboxStatus,
+    child_env: dict[str, str],
+    home: Path,
+    prefix: list[str],
+) -> WrappedCommand:
+    from tether.sandbox.landlock import helper_path
+    from tether.sandbox.landlock_backend import render_landlock
+
+    helper, why = helper_path(home)
+    if helper is None or status.landlock_abi is None:
+        raise SandboxError(f"cannot run the command in the {policy.kind} sandbox: {why}")
+    program = seccomp_program(
+        unix_sockets=policy.unix_sockets, strict=True, network=policy.network
+    )
+    fd = seccomp_fd(program)
+    os.set_inheritable(fd, True)
+    try:
+        wrapped = render_landlock(
+            policy, argv, helper=helper, abi=status.landlock_abi, seccomp_fd=fd
+        )
+    except BaseException:
+        os.close(fd)
+        raise
+    child_env[SANDBOX_ENV] = "landlock"
+    return WrappedCommand([*prefix, *wrapped], (fd,), child_env, "landlock")
+
+
+@functools.cache
+def _nested() -> bool:
+    from tether.sandbox.seccomp import inside_tether_sandbox
+
+    return inside_tether_sandbox()
+
+
+def _tether_home(env: Mapping[str, str]) -> Path:
+    return Path(env.get("TETHER_HOME") or Path(env.get("HOME") or Path.home()) / ".tether").expanduser()
+
+
+def _landlock_only_possible(abi: int | None) -> bool:
+    return bool(abi) and sys.platform.startswith("linux") and platform.machine() in SUPPORTED_MACHINES
+
+
 def _landlock_prefix(policy: SandboxPolicy, status: SandboxStatus, env: Mapping[str, str]) -> list[str]:
     """Landlock beneath bwrap for policies that restrict writes, where the kernel has it."""
     if not policy.restrict_writes or status.landlock_abi is None:
@@ -238,12 +348,12 @@ def _landlock_prefix(policy: SandboxPolicy, status: SandboxStatus, env: Mapping[
         return []
     from tether.sandbox.landlock import helper_path, landlock_argv
 
-    home = Path(env.get("TETHER_HOME") or Path(env.get("HOME") or Path.home()) / ".tether")
-    helper, _why = helper_path(home.expanduser())
+    helper, _why = helper_path(_tether_home(env))
     if helper is None:
         return []
     writable = [Path(p) for p in policy.writable_roots]
-    return landlock_argv(helper, writable, network=policy.network, abi=status.landlock_abi)
+    prefix = landlock_argv(helper, writable, network=policy.network, abi=status.landlock_abi)
+    return prefix
 
 
 def pids_cgroup(limit: int, status: SandboxStatus | None = None) -> Path | None:

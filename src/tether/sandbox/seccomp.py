@@ -11,6 +11,16 @@ injection ioctls TIOCSTI/TIOCLINUX (bwrap's documented replacement for --new-ses
 syscalls on x86_64 get EPERM; any other architecture (e.g. i386 `int 0x80` from a 64-bit
 process) is killed, since its syscall numbers are not checked.
 
+The Landlock-only backend (no bwrap: no namespaces of its own) loads a `strict` variant from
+landlock-exec: it also refuses the calls that make namespaces or change mounts (unshare, setns,
+mount and the new mount API, pivot_root, chroot, clone with a CLONE_NEW* flag; clone3, whose
+flags sit in memory a filter cannot read, gets ENOSYS so libc falls back to clone) and, with the
+network off, every socket family but AF_UNIX (when allowed): no UDP, no raw, no netlink.
+
+Both variants answer `getpriority(NESTING_PROBE, 0)` with `NESTING_ERRNO` instead of EINVAL:
+a process can ask the kernel whether tether's filter confines it (`inside_tether_sandbox`), so an
+inherited `TETHER_SANDBOX` variable alone never switches the sandbox off.
+
 bwrap reads the program from a file descriptor (`--seccomp FD`): `seccomp_fd` puts the bytes in
 a memfd the caller passes through `pass_fds`. bwrap reads it to EOF, so one fd serves one spawn.
 """
@@ -27,11 +37,18 @@ from dataclasses import dataclass
 _LD_W_ABS = 0x00 | 0x00 | 0x20
 _JMP_JEQ_K = 0x05 | 0x10 | 0x00
 _JMP_JGE_K = 0x05 | 0x30 | 0x00
+_JMP_JSET_K = 0x05 | 0x40 | 0x00
 _RET_K = 0x06 | 0x00
 
 _RET_ALLOW = 0x7FFF0000
 _RET_KILL_PROCESS = 0x80000000
 _RET_EPERM = 0x00050000 | errno.EPERM
+_RET_ENOSYS = 0x00050000 | errno.ENOSYS
+NESTING_PROBE = 0x7E7E7E7E
+NESTING_ERRNO = errno.ENOTRECOVERABLE
+_RET_NESTING = 0x00050000 | NESTING_ERRNO
+# CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+_CLONE_NEW_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 
 _AUDIT_ARCH_X86_64 = 0xC000003E
 _AUDIT_ARCH_AARCH64 = 0xC00000B7
@@ -66,6 +83,23 @@ DENIED_SYSCALLS: tuple[str, ...] = (
     "keyctl",
 )
 
+# Refused only by the strict (Landlock-only) variant: bwrap's own namespaces already bound these.
+STRICT_DENIED_SYSCALLS: tuple[str, ...] = (
+    "unshare",
+    "setns",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "open_tree",
+    "move_mount",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+)
+
 SYSCALL_NUMBERS: dict[str, dict[str, int]] = {
     "x86_64": {
         "ptrace": 101,
@@ -84,6 +118,22 @@ SYSCALL_NUMBERS: dict[str, dict[str, int]] = {
         "keyctl": 250,
         "socket": 41,
         "ioctl": 16,
+        "getpriority": 140,
+        "clone": 56,
+        "clone3": 435,
+        "unshare": 272,
+        "setns": 308,
+        "mount": 165,
+        "umount2": 166,
+        "pivot_root": 155,
+        "chroot": 161,
+        "open_tree": 428,
+        "move_mount": 429,
+        "fsopen": 430,
+        "fsconfig": 431,
+        "fsmount": 432,
+        "fspick": 433,
+        "mount_setattr": 442,
     },
     "aarch64": {
         "ptrace": 117,
@@ -102,6 +152,22 @@ SYSCALL_NUMBERS: dict[str, dict[str, int]] = {
         "keyctl": 219,
         "socket": 198,
         "ioctl": 29,
+        "getpriority": 141,
+        "clone": 220,
+        "clone3": 435,
+        "unshare": 97,
+        "setns": 268,
+        "mount": 40,
+        "umount2": 39,
+        "pivot_root": 41,
+        "chroot": 51,
+        "open_tree": 428,
+        "move_mount": 429,
+        "fsopen": 430,
+        "fsconfig": 431,
+        "fsmount": 432,
+        "fspick": 433,
+        "mount_setattr": 442,
     },
 }
 SUPPORTED_MACHINES: frozenset[str] = frozenset({"x86_64", "aarch64", "arm64"})
@@ -128,25 +194,44 @@ def _ret(value: int, label: str | None = None) -> _Insn:
     return _Insn(_RET_K, value, label=label)
 
 
-def _arch_block(arch: str, unix_sockets: bool) -> list[_Insn]:
+def _arch_block(arch: str, unix_sockets: bool, strict: bool, network: bool) -> list[_Insn]:
     nr = SYSCALL_NUMBERS[arch]
     block = [_ld(_OFF_NR, label=arch)]
     if arch == "x86_64":
         block.append(_Insn(_JMP_JGE_K, _X32_SYSCALL_BIT, "eperm"))
-    block += [_jeq(nr[name], "eperm") for name in DENIED_SYSCALLS]
+    denied = DENIED_SYSCALLS + (STRICT_DENIED_SYSCALLS if strict else ())
+    block += [_jeq(nr[name], "eperm") for name in denied]
+    if strict:
+        block += [_jeq(nr["clone3"], "enosys"), _jeq(nr["clone"], f"{arch}.clone")]
     block += [
         _jeq(nr["socket"], f"{arch}.socket"),
         _jeq(nr["ioctl"], f"{arch}.ioctl"),
+        _jeq(nr["getpriority"], f"{arch}.getpriority"),
         _ret(_RET_ALLOW),
         _ld(_OFF_ARG0, label=f"{arch}.socket"),
         _jeq(_AF_VSOCK, "eperm"),
         *([] if unix_sockets else [_jeq(_AF_UNIX, "eperm")]),
-        _ret(_RET_ALLOW),
+    ]
+    if strict and not network:
+        # Only AF_UNIX (when allowed) is left: every network family is refused.
+        block += [_jeq(_AF_UNIX, "allow") if unix_sockets else _ret(_RET_EPERM), _ret(_RET_EPERM)]
+    else:
+        block.append(_ret(_RET_ALLOW))
+    block += [
         _ld(_OFF_ARG1, label=f"{arch}.ioctl"),
         _jeq(_TIOCSTI, "eperm"),
         _jeq(_TIOCLINUX, "eperm"),
         _ret(_RET_ALLOW),
+        _ld(_OFF_ARG0, label=f"{arch}.getpriority"),
+        _jeq(NESTING_PROBE, "nesting"),
+        _ret(_RET_ALLOW),
     ]
+    if strict:
+        block += [
+            _ld(_OFF_ARG0, label=f"{arch}.clone"),
+            _Insn(_JMP_JSET_K, _CLONE_NEW_FLAGS, "eperm"),
+            _ret(_RET_ALLOW),
+        ]
     return block
 
 
@@ -167,19 +252,42 @@ def _assemble(program: Sequence[_Insn]) -> bytes:
     )
 
 
-def seccomp_program(*, unix_sockets: bool = False) -> bytes:
+def seccomp_program(
+    *, unix_sockets: bool = False, strict: bool = False, network: bool = True
+) -> bytes:
     """The filter as the kernel's `struct sock_filter[]` bytes (8 bytes per instruction);
-    `unix_sockets` lets socket(AF_UNIX) through."""
+    `unix_sockets` lets socket(AF_UNIX) through; `strict` is the Landlock-only variant (no
+    namespaces, no mounts, and no network sockets unless `network`)."""
     program = [
         _ld(_OFF_ARCH),
         _jeq(_AUDIT_ARCH_X86_64, "x86_64"),
         _jeq(_AUDIT_ARCH_AARCH64, "aarch64"),
         _ret(_RET_KILL_PROCESS),
-        *_arch_block("x86_64", unix_sockets),
-        *_arch_block("aarch64", unix_sockets),
+        *_arch_block("x86_64", unix_sockets, strict, network),
+        *_arch_block("aarch64", unix_sockets, strict, network),
         _ret(_RET_EPERM, label="eperm"),
+        _ret(_RET_ENOSYS, label="enosys"),
+        _ret(_RET_NESTING, label="nesting"),
+        _ret(_RET_ALLOW, label="allow"),
     ]
     return _assemble(program)
+
+
+def inside_tether_sandbox() -> bool:
+    """Whether tether's seccomp filter confines this process (the kernel answers, not the
+    environment): `getpriority(NESTING_PROBE, 0)` fails with NESTING_ERRNO only under it."""
+    import ctypes
+    import platform
+
+    numbers = SYSCALL_NUMBERS.get("aarch64" if platform.machine() == "arm64" else platform.machine())
+    if numbers is None:
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    ctypes.set_errno(0)
+    result = libc.syscall(
+        ctypes.c_long(numbers["getpriority"]), ctypes.c_long(NESTING_PROBE), ctypes.c_long(0)
+    )
+    return bool(result == -1 and ctypes.get_errno() == NESTING_ERRNO)
 
 
 def seccomp_fd(program: bytes | None = None) -> int:

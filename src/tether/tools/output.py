@@ -18,7 +18,30 @@ from tether.core.tools import ToolResult
 SHELL_OUTPUT_CAP = 30_000
 REDACTED = "[redacted]"
 SECRET_NAME_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+# Whole `_`-separated words of a name that mean a credential (`MYSQL_PWD`, `GITLAB_PAT`,
+# `NPM_CONFIG__AUTH`) without matching `GIT_AUTHOR_NAME` or the working directory's `PWD`.
+SECRET_NAME_WORDS = frozenset(
+    {"PAT", "AUTH", "PWD", "PASS", "PASSPHRASE", "COOKIE", "AUTHORIZATION", "DSN", "APIKEY"}
+)
+_NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
 MIN_SECRET_LENGTH = 8
+
+# Values that are credentials whatever their variable is called: a URL carrying a password
+# (DATABASE_URL, https_proxy=http://u:p@proxy), provider tokens by their documented prefixes,
+# AWS access key ids, JWTs, PEM private keys.
+_SECRET_VALUE = re.compile(
+    r"[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:[^/@\s]+@"
+    r"|\bgh[pousr]_[A-Za-z0-9]{20,}"
+    r"|\bgithub_pat_[A-Za-z0-9_]{20,}"
+    r"|\bglpat-[A-Za-z0-9_-]{16,}"
+    r"|\bsk-[A-Za-z0-9_-]{16,}"
+    r"|\bxox[abposr]-[A-Za-z0-9-]{10,}"
+    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
+    r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+"
+    r"|\bnpm_[A-Za-z0-9]{30,}"
+    r"|\bpypi-[A-Za-z0-9_-]{30,}"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
+)
 
 # CSI (colours, cursor moves), OSC (titles, hyperlinks; BEL- or ST-terminated), DCS/PM/APC
 # strings, then every other escape (`ESC ( B`, `ESC =`, `ESC M`, ...). Order matters: the generic
@@ -41,9 +64,25 @@ def strip_ansi(text: str) -> str:
 
 
 def is_credential_name(name: str) -> bool:
-    """Whether an environment variable's name says it holds a credential (`*KEY*`, `*TOKEN*` …)."""
+    """Whether an environment variable's name says it holds a credential (`*KEY*`, `*TOKEN*`,
+    a `_PAT`/`_AUTH`/`_PWD` word …)."""
     upper = name.upper()
-    return any(marker in upper for marker in SECRET_NAME_MARKERS)
+    if upper in _NOT_SECRET_NAMES:
+        return False
+    if any(marker in upper for marker in SECRET_NAME_MARKERS):
+        return True
+    return any(word in SECRET_NAME_WORDS for word in upper.split("_"))
+
+
+def is_credential_value(value: str) -> bool:
+    """Whether a value is shaped like a credential (URL with a password, `ghp_…`, `sk-…`,
+    `xox…-`, an AWS key id, a JWT, a PEM private key), whatever the variable is called."""
+    return _SECRET_VALUE.search(value) is not None
+
+
+def is_credential(name: str, value: str) -> bool:
+    """A variable a sandboxed command must not get: by its name or by its value's shape."""
+    return is_credential_name(name) or is_credential_value(value)
 
 
 def secret_values(env: Mapping[str, str]) -> list[str]:
@@ -51,7 +90,7 @@ def secret_values(env: Mapping[str, str]) -> list[str]:
     found = {
         value
         for name, value in env.items()
-        if is_credential_name(name) and len(value) >= MIN_SECRET_LENGTH
+        if is_credential(name, value) and len(value) >= MIN_SECRET_LENGTH
     }
     return sorted(found, key=len, reverse=True)
 

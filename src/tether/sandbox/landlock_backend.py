@@ -1,0 +1,120 @@
+"""The Landlock-only backend: a SandboxPolicy as `landlock-exec` rules, for machines without bwrap.
+
+Landlock is an allow-list whose grants are inherited by everything beneath a path, and it can
+never take a right away below a grant. A policy, though, narrows: a denied `~/.ssh` inside a
+readable `/`, a read-only `.git` inside a writable workspace. So `landlock_grants` walks down
+from `/` and, wherever a narrower rule lies beneath, grants the directory itself only the right
+to be listed and descends into its entries (the siblings along the way to each narrower path)
+instead; everything else gets one grant at the highest point it can. Enumeration happens at wrap
+time, so it sees the tree as it is now; an entry created later directly in a split directory
+(the home folder, the workspace root) gets no grant and cannot be read or, there, created: the
+price of protecting `.git`/`.tether` without mounts.
+
+Symlinks among the entries get no grant of their own (a rule on a link would grant its target);
+what they point to is granted, or not, where it lives. The private tmp dir is writable whole
+(its protected names guard nothing: no later step runs from it), and a few devices
+(`/dev/null`, `/dev/zero`, `/dev/full`, `/dev/tty`) are writable for every policy.
+
+With the network off, TCP bind/connect are denied (ABI ≥ 4) and the strict seccomp filter refuses
+every network socket family; ABI ≥ 6 scopes abstract Unix sockets and signals to the sandbox.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Literal
+
+from tether.sandbox.policy import SandboxError, SandboxPolicy, ordered_rules
+
+Grant = Literal["list", "read", "write"]
+_RANK = {"deny": 0, "read": 1, "write": 2}
+DEVICES: tuple[Path, ...] = tuple(Path(p) for p in ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty"))
+_FLAG: dict[Grant, str] = {"list": "--list", "read": "--ro", "write": "--rw"}
+
+
+def _entries_on_disk(directory: Path) -> list[tuple[Path, bool]]:
+    """(entry, is a real directory-or-file and not a symlink) for each entry of `directory`."""
+    out: list[tuple[Path, bool]] = []
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                out.append((Path(entry.path), not entry.is_symlink()))
+    except OSError:
+        return []
+    return out
+
+
+def landlock_grants(
+    policy: SandboxPolicy,
+    entries: Callable[[Path], Sequence[tuple[Path, bool]]] = _entries_on_disk,
+    exists: Callable[[Path], bool] = os.path.lexists,
+) -> list[tuple[Path, Grant]]:
+    """The (path, grant) rules that enforce `policy` with Landlock alone (see module doc)."""
+    rules: dict[Path, str] = dict(ordered_rules(policy))
+    tmp = policy.tmp_dir
+    if tmp is not None:  # writable whole: drop the protected names beneath it
+        rules = {p: a for p, a in rules.items() if p == tmp or not p.is_relative_to(tmp)}
+    # A hidden path that is not there has nothing to hide (and nothing in a read-only sandbox
+    # can create it); a read-only name that is missing stays, since a writable parent could.
+    rules = {p: a for p, a in rules.items() if a != "deny" or exists(p)}
+    for device in DEVICES:
+        rules.setdefault(device, "write")
+    default = "read" if policy.restrict_writes else "write"
+    out: list[tuple[Path, Grant]] = []
+
+    def visit(p: Path, access: str) -> None:
+        below = [(q, a) for q, a in rules.items() if q != p and q.is_relative_to(p)]
+        if any(_RANK[a] < _RANK[access] for _, a in below):
+            # Split: `p` may only be listed; each entry gets what applies to it.
+            if access != "deny":
+                out.append((p, "list"))
+            for child, real in entries(p):
+                if real:
+                    visit(child, rules.get(child, access))
+            return
+        if access != "deny":
+            out.append((p, access))  # type: ignore[arg-type]
+        # Broader rules beneath (a writable root in a readable tree, a tmp dir in a hidden one)
+        # get their own grants; only the topmost, since each visit handles what lies beneath.
+        broader = [(q, a) for q, a in below if _RANK[a] > _RANK[access]]
+        for q, a in broader:
+            if not any(r != q and q.is_relative_to(r) for r, _ in broader):
+                visit(q, a)
+
+    visit(Path("/"), rules.get(Path("/"), default))
+    return _dedupe(out)
+
+
+def _dedupe(grants: Iterable[tuple[Path, Grant]]) -> list[tuple[Path, Grant]]:
+    seen: dict[Path, Grant] = {}
+    order = {"list": 0, "read": 1, "write": 2}
+    for path, grant in grants:
+        if path not in seen or order[grant] > order[seen[path]]:
+            seen[path] = grant
+    return list(seen.items())
+
+
+def render_landlock(
+    policy: SandboxPolicy,
+    argv: Sequence[str],
+    *,
+    helper: Path,
+    abi: int,
+    seccomp_fd: int | None,
+) -> list[str]:
+    """The argv running `argv` under `landlock-exec` alone, enforcing all of `policy`."""
+    if not argv:
+        raise SandboxError("nothing to run: the sandboxed command line is empty")
+    if abi < 1:
+        raise SandboxError("the Landlock-only sandbox needs Landlock (ABI >= 1)")
+    args = [str(helper), "--restrict-reads"]
+    for path, grant in landlock_grants(policy):
+        args += [_FLAG[grant], str(path)]
+    if not policy.network:
+        args.append("--no-net")
+    args.append("--scope")
+    if seccomp_fd is not None:
+        args += ["--seccomp-fd", str(seccomp_fd)]
+    return [*args, "--", *argv]
