@@ -50,7 +50,16 @@ from tether.server.protocol_v2 import (
     Sync,
 )
 from tether.server.runtime import ConversationRuntime
-from tether.server.runtime_start import ServerContext, build_prepared, check_cwd, resolve_runtime
+from tether.server.runtime_start import (
+    Resolved,
+    ServerContext,
+    build_prepared,
+    check_cwd,
+    check_workspace,
+    effective_mode,
+    resolve_runtime,
+    sandbox_available,
+)
 
 DEFAULT_LISTEN = "ws://127.0.0.1:0"
 DEFAULT_PATH = "/ws"
@@ -210,9 +219,7 @@ class AppServer:
         if rejection is not None:
             return connection.respond(rejection.status, rejection.message + "\n")
         if url.path == "/app-server-info":
-            response = connection.respond(
-                200, orjson.dumps(protocol_v2.app_server_info_response(None)).decode()
-            )
+            response = connection.respond(200, orjson.dumps(self.info(None)).decode())
             del response.headers["Content-Type"]
             response.headers["Content-Type"] = "application/json"
             return response
@@ -231,6 +238,13 @@ class AppServer:
         assert isinstance(checked, auth.Grant)
         self._grants[connection] = checked
         return None
+
+    def info(self, request_id: str | None) -> dict[str, Any]:
+        """app_server_info_response; `runtime_workspace_sandbox` says whether a runtime_start
+        asking for the sandbox would get it here (the probe runs once per process)."""
+        return protocol_v2.app_server_info_response(
+            request_id, workspace_sandbox=sandbox_available() is None
+        )
 
     # --- websocket clients --------------------------------------------------------------------
 
@@ -272,7 +286,7 @@ class AppServer:
 
     def _dispatch(self, conn: Connection, frame: protocol_v2.ClientFrame) -> None:
         if isinstance(frame, AppServerInfo):
-            conn.send_frame(protocol_v2.app_server_info_response(frame.request_id))
+            conn.send_frame(self.info(frame.request_id))
             return
         if isinstance(frame, RuntimeStart):
             self.runtime_start(conn, frame)
@@ -285,6 +299,13 @@ class AppServer:
                 request_id=frame.request_id,
             )
         if isinstance(frame, CreateMessage):
+            # Another client may have moved the runtime to a mode this one may not use.
+            refusal = conn.grant.mode_refusal(rt.p.flags.permission_mode)
+            if refusal is not None:
+                raise FrameError(
+                    f"{refusal}: this conversation's runtime runs in it now",
+                    request_id=frame.request_id, frame_type="input",
+                )
             answer = rt.submit(frame)
             if frame.request_id is not None:
                 conn.send_frame(
@@ -296,7 +317,7 @@ class AppServer:
                 raise FrameError(problem, request_id=frame.request_id, frame_type="input")
         elif isinstance(frame, ChangeDeviceState):
             try:
-                rt.change_device_state(frame.mode, frame.cwd)
+                rt.change_device_state(frame.mode, frame.cwd, conn.grant)
             except TetherError as exc:
                 raise FrameError(
                     f"change_device_state: {exc}",
@@ -329,26 +350,7 @@ class AppServer:
 
     def runtime_start(self, conn: Connection, frame: RuntimeStart) -> None:
         try:
-            refusal = conn.grant.refusal(
-                frame.agent_id,
-                frame.conversation_id if frame.conversation_id != "default" else None,
-                create_agent=frame.create_agent is not None,
-                create_conversation=frame.create_conversation is not None,
-            )
-            if refusal is not None:  # before any lookup: the answer reveals nothing
-                raise UsageError(refusal)
-            cwd = check_cwd(frame.cwd, self.ctx.default_cwd)
-            resolved = resolve_runtime(self.ctx, frame)
-            refusal = conn.grant.refusal(resolved.scope.agent_id, resolved.scope.conversation_id)
-            if refusal is not None:  # `default` named a conversation the token does not hold
-                raise UsageError(refusal)
-            rt = self.runtimes.get(resolved.scope)
-            if rt is None:
-                prepared = build_prepared(self.ctx, resolved.scope, cwd, frame.mode)
-                rt = ConversationRuntime(
-                    self.ctx, prepared, EventStream(resolved.scope, self.instance)
-                )
-                self.runtimes[resolved.scope] = rt
+            rt, resolved = self._start_runtime(conn, frame)
             recovered = rt.recover_now()
         except (TetherError, OSError) as exc:
             conn.send_frame(
@@ -379,6 +381,7 @@ class AppServer:
                     "tools": rt.p.registry.names(),
                 },
                 "conversation": {"id": scope.conversation_id, "agent_id": scope.agent_id},
+                "workspace_sandbox": rt.sandboxed,
                 "created": {
                     "agent": resolved.created_agent,
                     "conversation": resolved.created_conversation,
@@ -396,6 +399,67 @@ class AppServer:
         )
         for state in rt.state_frames():
             conn.send_frame(state)
+
+    def _start_runtime(
+        self, conn: Connection, frame: RuntimeStart
+    ) -> tuple[ConversationRuntime, Resolved]:
+        """Every check that can refuse runs before anything is looked up or created: the grant
+        (ids, then mode), the working directory, the sandbox request."""
+        grant = conn.grant
+        refusal = grant.refusal(
+            frame.agent_id,
+            frame.conversation_id if frame.conversation_id != "default" else None,
+            create_agent=frame.create_agent is not None,
+            create_conversation=frame.create_conversation is not None,
+        )
+        if refusal is not None:  # before any lookup: the answer reveals nothing
+            raise UsageError(refusal)
+        home = self.ctx.store.home
+        cwd = check_workspace(frame.cwd, self.ctx.default_cwd, home, scoped=grant.scoped)
+        if frame.sandbox_root is not None and Path(frame.sandbox_root).resolve() != cwd:
+            raise UsageError(
+                f"workspace_sandbox.root {frame.sandbox_root!r} must be the runtime's cwd ({cwd}): "
+                "this server sandboxes the working directory in place"
+            )
+        mode = effective_mode(home, cwd, frame.mode)
+        refusal = grant.mode_refusal(mode)
+        if refusal is not None:
+            raise UsageError(refusal if frame.mode else f"{refusal}; the settings for {cwd} ask for it")
+        if frame.workspace_sandbox and (why := sandbox_available()) is not None:
+            raise UsageError(f"workspace_sandbox cannot be enforced on this server: {why}")
+        resolved = resolve_runtime(self.ctx, frame)
+        refusal = grant.refusal(resolved.scope.agent_id, resolved.scope.conversation_id)
+        if refusal is not None:  # `default` named a conversation the token does not hold
+            raise UsageError(refusal)
+        rt = self.runtimes.get(resolved.scope)
+        if rt is None:
+            prepared = build_prepared(
+                self.ctx, resolved.scope, cwd, frame.mode, workspace_sandbox=frame.workspace_sandbox
+            )
+            rt = ConversationRuntime(self.ctx, prepared, EventStream(resolved.scope, self.instance))
+            self.runtimes[resolved.scope] = rt
+            return rt, resolved
+        # Another client started it: it must already be what this one asks for and may use.
+        running = rt.p.flags.permission_mode
+        refusal = grant.mode_refusal(running)
+        if refusal is not None:
+            raise UsageError(f"{refusal}: this conversation's runtime runs in it")
+        if frame.cwd is not None and cwd != rt.p.cwd:
+            raise UsageError(
+                f"this conversation's runtime already runs in {rt.p.cwd}; move it with "
+                "change_device_state{cwd} instead of a second runtime_start"
+            )
+        if frame.mode is not None and mode != running:
+            raise UsageError(
+                f"this conversation's runtime already runs in mode {running}; change it with "
+                "change_device_state{mode}"
+            )
+        if frame.workspace_sandbox and not rt.sandboxed:
+            raise UsageError(
+                "this conversation's runtime already runs without the workspace sandbox; "
+                "it cannot be added to a running runtime"
+            )
+        return rt, resolved
 
 
 # --- the command --------------------------------------------------------------------------------

@@ -12,6 +12,16 @@ for those agents / conversations, may not create an agent (when either is set) o
 conversation (when `conversations` is set), and is refused a conversation it does not hold in
 the same words whether or not that conversation exists. A token without those claims, a
 capability token and a tokenless loopback server grant everything.
+
+Permission modes (issue 14): a scoped token runs its conversations in `strict` or `standard`
+only; its `"modes"` claim may add `acceptEdits` (edits inside the runtime's workspace), never
+`unrestricted` (such a token is refused, 401). Any token may carry `"modes"` to limit itself.
+The server also refuses a scoped client a working directory that holds tether's own state
+(`app_server.check_workspace`).
+
+Time claims (`exp` required, `nbf`, `iat`) must be JSON numbers within years 0..9999: NaN,
+±Infinity, 1e999, booleans, strings and huge integers are refused (401), as are tokens over
+MAX_TOKEN_CHARS, any `alg` but HS256, and headers with `crit`.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import math
 import os
 import re
 import socket
@@ -33,6 +44,8 @@ from tether.errors import UsageError
 AUTH_MODES = ("capability-token", "signed-bearer-token")
 DEFAULT_CLOCK_SKEW_S = 30
 MIN_SECRET_BYTES = 32
+MAX_TOKEN_CHARS = 8192  # a bearer longer than this is refused before it is decoded
+MAX_TIMESTAMP = 253_402_300_799  # 9999-12-31T23:59:59Z: larger time claims are not timestamps
 
 MISSING_TOKEN = "missing websocket bearer token"
 INVALID_HEADER = "invalid authorization header"
@@ -85,6 +98,11 @@ class Grant:
 
     agents: frozenset[str] | None = None
     conversations: frozenset[str] | None = None
+    modes: frozenset[str] | None = None  # permission modes it may run a conversation in
+
+    @property
+    def scoped(self) -> bool:
+        return self.agents is not None or self.conversations is not None
 
     def refusal(
         self,
@@ -96,7 +114,7 @@ class Grant:
     ) -> str | None:
         """Why this grant does not cover the request (None: it does). Checked before anything
         is looked up or created, so the answer says nothing about what exists."""
-        if create_agent and (self.agents is not None or self.conversations is not None):
+        if create_agent and self.scoped:
             return "this connection's token may not create agents (it is scoped)"
         if self.agents is not None and agent_id is not None and agent_id not in self.agents:
             return f"this connection's token does not grant agent {agent_id}"
@@ -109,6 +127,23 @@ class Grant:
             if conversation_id is not None and conversation_id not in self.conversations:
                 return f"this connection's token does not grant conversation {conversation_id}"
         return None
+
+    def mode_refusal(self, mode: str) -> str | None:
+        """Why a conversation may not run in permission mode `mode` for this client (None: it
+        may). `mode` is canonical (`standard`, `acceptEdits`, `unrestricted`, `strict`)."""
+        if self.modes is None or mode in self.modes:
+            return None
+        allowed = ", ".join(m for m in SCOPED_MODE_ORDER if m in self.modes)
+        return (
+            f"this connection's token may not use permission mode {mode} "
+            f"(it allows: {allowed or 'none'})"
+        )
+
+
+# A scoped token (agents / conversations) runs conversations in these modes unless its `modes`
+# claim adds acceptEdits; `unrestricted` is never granted to one (its claim is refused).
+SCOPED_DEFAULT_MODES = frozenset({"strict", "standard"})
+SCOPED_MODE_ORDER = ("strict", "standard", "acceptEdits", "unrestricted")
 
 
 FULL_GRANT = Grant()
@@ -323,9 +358,12 @@ def verify_jwt(token: str, policy: AuthPolicy, now: float) -> Rejection | Grant:
     import jwt
 
     assert policy.secret is not None
+    if len(token) > MAX_TOKEN_CHARS:  # before any base64 or JSON work
+        return Rejection(401, INVALID_JWT)
     try:
         header = jwt.get_unverified_header(token)
-        if header.get("alg") != "HS256":
+        # `crit` names extensions a verifier must understand (RFC 7515 §4.1.11): none here.
+        if header.get("alg") != "HS256" or "crit" in header:
             return Rejection(401, INVALID_JWT)
         claims: dict[str, Any] = jwt.decode(
             token,
@@ -340,17 +378,18 @@ def verify_jwt(token: str, policy: AuthPolicy, now: float) -> Rejection | Grant:
                 "verify_iss": False,
             },
         )
-    except jwt.PyJWTError:
+    except (jwt.PyJWTError, ValueError, TypeError, RecursionError):
         return Rejection(401, INVALID_JWT)
-    exp = claims.get("exp")
-    if not _is_number(exp):
+    exp = _timestamp(claims, "exp")
+    if exp is None:
         return Rejection(401, INVALID_JWT)
-    if now > float(exp) + policy.skew_s:  # type: ignore[arg-type]
+    if now > exp + policy.skew_s:
         return Rejection(401, EXPIRED_JWT)
-    if "nbf" in claims:
-        nbf = claims["nbf"]
-        if not _is_number(nbf) or now < float(nbf) - policy.skew_s:
-            return Rejection(401, INVALID_JWT)
+    for name in ("nbf", "iat"):  # not yet valid / issued in the future: both beyond the skew
+        if name in claims:
+            value = _timestamp(claims, name)
+            if value is None or now < value - policy.skew_s:
+                return Rejection(401, INVALID_JWT)
     if policy.issuer is not None and claims.get("iss") != policy.issuer:
         return Rejection(401, INVALID_JWT)
     if policy.audience is not None:
@@ -367,7 +406,28 @@ def verify_jwt(token: str, policy: AuthPolicy, now: float) -> Rejection | Grant:
             scope[claim] = frozenset(value)
         else:  # a malformed scope must not widen into "everything"
             return Rejection(401, INVALID_JWT)
-    return Grant(scope["agents"], scope["conversations"])
+    modes = _modes_claim(claims.get("modes"), scoped=any(v is not None for v in scope.values()))
+    if isinstance(modes, Rejection):
+        return modes
+    return Grant(scope["agents"], scope["conversations"], modes)
+
+
+def _modes_claim(value: Any, *, scoped: bool) -> frozenset[str] | None | Rejection:
+    """The `modes` claim: permission modes (aliases accepted) the token may use. A scoped token
+    without one gets SCOPED_DEFAULT_MODES; one naming `unrestricted` is refused outright."""
+    from tether.core.permissions.modes import normalize_mode
+
+    if value is None:
+        return SCOPED_DEFAULT_MODES if scoped else None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return Rejection(401, INVALID_JWT)
+    try:
+        modes = frozenset(normalize_mode(v) for v in value)
+    except UsageError:
+        return Rejection(401, INVALID_JWT)
+    if scoped and "unrestricted" in modes:
+        return Rejection(401, INVALID_JWT)
+    return modes
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -389,8 +449,16 @@ def _values(headers: Headers, name: str) -> list[str]:
     return [v for k, v in headers if k.lower() == name]
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+def _timestamp(claims: dict[str, Any], name: str) -> float | None:
+    """A time claim as seconds since the epoch, or None when it is not one: a JSON number (not a
+    boolean or a string), finite, and within year 0..9999 (NaN, ±Infinity, 1e999 and 400-digit
+    integers would otherwise compare as "never expires" or overflow float())."""
+    value = claims.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, int):
+        return float(value) if 0 <= value <= MAX_TIMESTAMP else None
+    return value if math.isfinite(value) and 0 <= value <= MAX_TIMESTAMP else None
 
 
 def _loopback_ip(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:

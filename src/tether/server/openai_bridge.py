@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from websockets.asyncio.server import ServerConnection
 
-from tether.errors import NotFound, TetherError
+from tether.errors import NotFound, TetherError, UsageError
 from tether.protocol.messages import ImagePart, TextPart, UserPart
 from tether.server import auth
 from tether.server.http_connection import (
@@ -310,7 +310,7 @@ class OpenAIBridge:
     def runtime_for(self, conn: HttpConnection, agent_id: str) -> ConversationRuntime:
         """The runtime of the agent's default conversation, shared with websocket clients."""
         from tether.server.runtime import ConversationRuntime
-        from tether.server.runtime_start import build_prepared
+        from tether.server.runtime_start import build_prepared, check_workspace, effective_mode
 
         server = self.server
         self._agent(conn, agent_id)
@@ -320,9 +320,17 @@ class OpenAIBridge:
             raise ApiError(403, refusal, "model", "model_not_granted")
         rt = server.runtimes.get(scope)
         if rt is None:
-            prepared = build_prepared(server.ctx, scope, server.ctx.default_cwd, None)
+            home = server.ctx.store.home
+            cwd = check_workspace(None, server.ctx.default_cwd, home, scoped=conn.grant.scoped)
+            refusal = conn.grant.mode_refusal(effective_mode(home, cwd, None))
+            if refusal is not None:
+                raise ApiError(403, refusal, "model", "mode_not_granted")
+            prepared = build_prepared(server.ctx, scope, cwd, None)
             rt = ConversationRuntime(server.ctx, prepared, EventStream(scope, server.instance))
             server.runtimes[scope] = rt
+        refusal = conn.grant.mode_refusal(rt.p.flags.permission_mode)
+        if refusal is not None:
+            raise ApiError(403, refusal, "model", "mode_not_granted")
         return rt
 
     def _start_turn(
@@ -332,6 +340,8 @@ class OpenAIBridge:
             raise ApiError(503, "the server is shutting down")
         try:
             rt = self.runtime_for(conn, agent_id)
+        except UsageError as exc:  # the request cannot be served as asked (workspace, mode)
+            raise ApiError(400, f"cannot start agent {agent_id}: {exc}") from None
         except TetherError as exc:
             raise ApiError(500, f"cannot start agent {agent_id}: {exc}") from None
         watch = TurnWatch(rt, f"openai-{next(self._ids)}")

@@ -77,6 +77,8 @@ class RuntimeStart:
     create_conversation: dict[str, Any] | None
     cwd: str | None
     mode: str | None
+    workspace_sandbox: bool = False  # run the conversation's shell commands in the sandbox
+    sandbox_root: str | None = None  # `workspace_sandbox.root` as sent (must be the cwd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +146,44 @@ FRAME_TYPES = (
 )
 
 
+# Every field a client may send, per frame type and nested object (the reference's protocol v2
+# names). A name not listed is an error, so a misspelt or new option is never silently ignored.
+_FIELDS = {
+    "app_server_info": {"type", "request_id"},
+    "runtime_start": {
+        "type", "request_id", "agent_id", "create_agent", "conversation_id",
+        "create_conversation", "conversation_source_tags", "cwd", "mode", "workspace_sandbox",
+        "skill_sources", "client_info", "recover_approvals", "force_device_status",
+        "wait_for_replay", "external_tools",
+    },
+    "input": {"type", "request_id", "runtime", "payload", "idempotency_key"},
+    "change_device_state": {"type", "request_id", "runtime", "payload"},
+    "abort_message": {"type", "request_id", "runtime", "run_id"},
+    "sync": {"type", "request_id", "runtime", "recover_approvals", "force_device_status"},
+}
+_PAYLOAD_FIELDS = {
+    "create_message": {
+        "kind", "messages", "image_failure_mode", "client_tool_allowlist", "client_toolset",
+        "external_tool_scope_ids", "exclude_interactive_tools",
+    },
+    "approval_response": {"kind", "request_id", "decision", "error"},
+    "change_device_state": {"mode", "cwd", "agent_id", "conversation_id"},
+}
+_RUNTIME_FIELDS = {"agent_id", "conversation_id", "acting_user_id"}
+_DECISION_FIELDS = {"behavior", "message", "updated_input", "selected_permission_suggestion_ids"}
+_SANDBOX_FIELDS = {"root", "isolation_root"}
+# Known options this server does not implement: refused when they ask for something, because
+# ignoring them would run the conversation differently from what the client asked.
+_UNSUPPORTED = {
+    "runtime_start": ("skill_sources", "external_tools"),
+    "create_message": (
+        "client_tool_allowlist", "client_toolset", "external_tool_scope_ids",
+        "exclude_interactive_tools",
+    ),
+    "decision": ("selected_permission_suggestion_ids",),
+}
+
+
 def parse_frame(raw: str | bytes) -> ClientFrame:
     try:
         msg = orjson.loads(raw)
@@ -159,6 +199,8 @@ def parse_frame(raw: str | bytes) -> ClientFrame:
     reader = _Reader(msg, kind, request_id)
     if rid is not None and request_id is None:
         raise reader.fail("request_id", "must be a string")
+    if kind in _FIELDS:
+        reader.known(_FIELDS[kind])
     if kind == "app_server_info":
         return AppServerInfo(reader.required_str("request_id"))
     if kind == "runtime_start":
@@ -169,6 +211,7 @@ def parse_frame(raw: str | bytes) -> ClientFrame:
         payload = reader.obj("payload", required=True)
         assert payload is not None
         sub = _Reader(payload, kind, request_id, "payload.")
+        sub.known(_PAYLOAD_FIELDS["change_device_state"])
         return ChangeDeviceState(
             request_id, reader.runtime(), sub.opt_str("mode"), sub.opt_str("cwd")
         )
@@ -198,6 +241,11 @@ def _runtime_start(r: _Reader) -> RuntimeStart:
         )
     if create_conversation is not None and agent_id is None and create_agent is None:
         raise r.fail("create_conversation", "needs an agent")
+    r.unsupported(_UNSUPPORTED["runtime_start"])
+    for flag in ("recover_approvals", "force_device_status", "wait_for_replay"):
+        if r.msg.get(flag) is not None and not isinstance(r.msg[flag], bool):
+            raise r.fail(flag, "must be true or false")
+    sandbox, root = _workspace_sandbox(r)
     return RuntimeStart(
         request_id,
         agent_id,
@@ -206,7 +254,26 @@ def _runtime_start(r: _Reader) -> RuntimeStart:
         create_conversation,
         r.opt_str("cwd"),
         r.opt_str("mode"),
+        sandbox,
+        root,
     )
+
+
+def _workspace_sandbox(r: _Reader) -> tuple[bool, str | None]:
+    """`workspace_sandbox`: true / false, or the reference's object `{root, isolation_root}`
+    (asking for it). `isolation_root` (a separate copy of the workspace) is not supported."""
+    value = r.msg.get("workspace_sandbox")
+    if value is None or isinstance(value, bool):
+        return bool(value), None
+    if not isinstance(value, dict):
+        raise r.fail("workspace_sandbox", "must be true, false or an object {root}")
+    sub = _Reader(value, r.kind, r.request_id, "workspace_sandbox.")
+    sub.known(_SANDBOX_FIELDS)
+    if sub.opt_str("isolation_root") is not None:
+        raise sub.fail(
+            "isolation_root", "is not supported by this server (it sandboxes the cwd in place)"
+        )
+    return True, sub.opt_str("root")
 
 
 def _input(r: _Reader) -> CreateMessage | ApprovalResponse:
@@ -215,7 +282,13 @@ def _input(r: _Reader) -> CreateMessage | ApprovalResponse:
     assert payload is not None
     p = _Reader(payload, "input", r.request_id, "payload.")
     kind = p.required_str("kind")
+    if kind in _PAYLOAD_FIELDS:
+        p.known(_PAYLOAD_FIELDS[kind])
     if kind == "create_message":
+        p.unsupported(_UNSUPPORTED["create_message"])
+        mode = payload.get("image_failure_mode")
+        if mode is not None and mode not in ("strict", "drop"):
+            raise p.fail("image_failure_mode", "must be 'strict' or 'drop'")
         items = payload.get("messages")
         if not isinstance(items, list) or not items:
             raise p.fail("messages", "must be a non-empty list of messages")
@@ -231,6 +304,8 @@ def _input(r: _Reader) -> CreateMessage | ApprovalResponse:
         decision = p.obj("decision", required=True)
         assert decision is not None
         d = _Reader(decision, "input", r.request_id, "payload.decision.")
+        d.known(_DECISION_FIELDS)
+        d.unsupported(_UNSUPPORTED["decision"])
         behavior = d.required_str("behavior")
         if behavior == "allow":
             updated = decision.get("updated_input")
@@ -301,6 +376,19 @@ class _Reader:
             frame_type=self.kind,
         )
 
+    def known(self, fields: set[str]) -> None:
+        unknown = sorted(k for k in self.msg if k not in fields)
+        if unknown:
+            raise self.fail(
+                unknown[0],
+                f"is not a field of this frame (known: {', '.join(sorted(fields))})",
+            )
+
+    def unsupported(self, fields: tuple[str, ...]) -> None:
+        for name in fields:
+            if self.msg.get(name) not in (None, [], {}, False):
+                raise self.fail(name, "is not supported by this server; omit it")
+
     def required_str(self, field: str) -> str:
         value = self.msg.get(field)
         if not isinstance(value, str) or not value:
@@ -327,6 +415,7 @@ class _Reader:
         scope = self.obj("runtime", required=True)
         assert scope is not None
         sub = _Reader(scope, self.kind, self.request_id, f"{self.prefix}runtime.")
+        sub.known(_RUNTIME_FIELDS)
         return RuntimeScope(sub.required_str("agent_id"), sub.required_str("conversation_id"))
 
 
@@ -344,7 +433,9 @@ def error_frame(
     return frame
 
 
-def app_server_info_response(request_id: str | None) -> dict[str, Any]:
+def app_server_info_response(
+    request_id: str | None, *, workspace_sandbox: bool = False
+) -> dict[str, Any]:
     return {
         "type": "app_server_info_response",
         "request_id": request_id,
@@ -357,7 +448,7 @@ def app_server_info_response(request_id: str | None) -> dict[str, Any]:
             "conversation_management": True,
             "memory_management": False,
             "runtime_start": True,
-            "runtime_workspace_sandbox": False,
+            "runtime_workspace_sandbox": workspace_sandbox,
             "runtime_external_tools_update": False,
             "split_channels": False,
         },

@@ -23,18 +23,19 @@ from tether.cli.runner import Prepared
 from tether.core.approvals import Classified
 from tether.core.tools import ToolContext
 from tether.core.turn import ApprovalAnswer, Event, TurnOutcome, run_turn
-from tether.errors import TetherError
+from tether.errors import TetherError, UsageError
 from tether.protocol.chunks import RetryNotice, now_ms
 from tether.protocol.messages import UserMessage
 from tether.protocol.turns import ApprovalResult, LocalToolReturn
 from tether.runtime.checkpoints import CheckpointHooks, RecoveredEffect
+from tether.server.auth import FULL_GRANT, Grant
 from tether.server.protocol_v2 import (
     ApprovalResponse,
     CreateMessage,
     EventStream,
     error_frame,
 )
-from tether.server.runtime_start import ServerContext, build_prepared, check_cwd
+from tether.server.runtime_start import ServerContext, build_prepared, check_workspace
 
 # tether's permission modes under the names protocol v2 clients know
 _WIRE_MODES = {"standard": "default", "unrestricted": "bypassPermissions"}
@@ -115,6 +116,11 @@ class ConversationRuntime:
     def broadcast(self, frame: dict[str, Any]) -> None:
         for sub in list(self.subscribers.values()):
             sub.send_frame(frame)
+
+    @property
+    def sandboxed(self) -> bool:
+        """Whether the conversation's shell commands run in the workspace sandbox."""
+        return self.p.services.get("sandbox") is not None
 
     @property
     def busy(self) -> bool:
@@ -231,15 +237,21 @@ class ConversationRuntime:
         self.abort_event.set()
         return True
 
-    def change_device_state(self, mode: str | None, cwd: str | None) -> None:
-        """Validate now, apply between turns (a running turn keeps the context it started with).
+    def change_device_state(self, mode: str | None, cwd: str | None, grant: Grant = FULL_GRANT) -> None:
+        """Validate now (against the client's `grant` too), apply between turns (a running turn
+        keeps the context it started with).
 
         A new mode applies from the next send; a new cwd is a new workspace, so the runtime's
-        pieces are built again for it (settings, sandbox, guards)."""
+        pieces are built again for it (settings, sandbox, guards), keeping its sandbox."""
         from tether.core.permissions import normalize_mode
 
         new_mode = normalize_mode(mode) if mode is not None else None
-        new_cwd = check_cwd(cwd, self.p.cwd) if cwd is not None else None
+        if new_mode is not None and (refusal := grant.mode_refusal(new_mode)) is not None:
+            raise UsageError(refusal)
+        home = self.ctx.store.home
+        new_cwd = (
+            check_workspace(cwd, self.p.cwd, home, scoped=grant.scoped) if cwd is not None else None
+        )
         self._pending_state = (new_mode, new_cwd)
         if not self.busy:
             self._apply_device_state()
@@ -251,7 +263,10 @@ class ConversationRuntime:
         self._pending_state = None
         if cwd is not None and cwd != self.p.cwd:
             old = self.p
-            self.p = build_prepared(self.ctx, self.scope, cwd, mode or old.flags.permission_mode)
+            self.p = build_prepared(
+                self.ctx, self.scope, cwd, mode or old.flags.permission_mode,
+                workspace_sandbox=self.sandboxed,
+            )
             asyncio.ensure_future(old.shutdown())
         elif mode is not None:
             self.p.flags.permission_mode = mode

@@ -1,6 +1,12 @@
 """What a `runtime_start` names (reference §12.3): the agent and conversation (created when
 asked), the working directory, and the same session pieces a headless run of that conversation
-would get from `cli.runner.prepare`."""
+would get from `cli.runner.prepare`.
+
+A working directory is never inside `$TETHER_HOME` (symlinks resolved): that is where tether
+keeps credentials, every conversation and the checkpoints, and a runtime there would make them
+its workspace. A scoped client may not pick a folder that contains `$TETHER_HOME` either.
+`workspace_sandbox` is enforced (every shell command of the conversation runs in the workspace
+sandbox, as with `TETHER_FS_SANDBOX=1`) or refused when no kernel backend works here."""
 
 from __future__ import annotations
 
@@ -74,14 +80,22 @@ def resolve_runtime(ctx: ServerContext, start: RuntimeStart) -> Resolved:
 
 
 def build_prepared(
-    ctx: ServerContext, scope: RuntimeScope, cwd: Path, mode: str | None
+    ctx: ServerContext,
+    scope: RuntimeScope,
+    cwd: Path,
+    mode: str | None,
+    *,
+    workspace_sandbox: bool = False,
 ) -> Prepared:
     """Exactly what a headless run of this conversation in `cwd` would get (`cli.runner.prepare`:
     settings, trust, hooks, sandbox, file guards, subagents, memory, mods), so the server never
-    drifts from the CLI. `prepare` reads the process's cwd; the event loop is single-threaded
-    and this call does not yield, so switching it for the call is safe."""
+    drifts from the CLI. `prepare` reads the process's cwd and environment; the event loop is
+    single-threaded and this call does not yield, so switching them for the call is safe. With
+    `workspace_sandbox`, the run sees `TETHER_FS_SANDBOX=1` (and keeps it in its environment,
+    so its subagents are sandboxed too)."""
     from tether.cli.runner import prepare
     from tether.core.permissions import normalize_mode
+    from tether.runtime.sandboxing import FS_SANDBOX_ENV
 
     chosen = normalize_mode(mode) if mode is not None else None
     flags = _flags(chosen or "standard")
@@ -89,26 +103,105 @@ def build_prepared(
     flags.agent = scope.agent_id
     flags.conversation = scope.conversation_id
     previous = os.getcwd()
+    saved = os.environ.get(FS_SANDBOX_ENV)
     os.chdir(cwd)
+    if workspace_sandbox:
+        os.environ[FS_SANDBOX_ENV] = "1"
     try:
         prepared = prepare(flags)
     finally:
         os.chdir(previous)
+        if workspace_sandbox:
+            if saved is None:
+                os.environ.pop(FS_SANDBOX_ENV, None)
+            else:
+                os.environ[FS_SANDBOX_ENV] = saved
     # Every runtime checkpoints into the server's one store, under the server's owner id.
     prepared.checkpoint_store = (ctx.checkpoints, ctx.owner)
     prepared.shared_checkpoints = True
+    _guard_state(prepared, ctx.store.home)
+    if workspace_sandbox and prepared.services.get("sandbox") is None:  # cannot happen; be sure
+        raise UsageError("workspace_sandbox was asked for but the run has no shell sandbox")
     return prepared
+
+
+def _guard_state(prepared: Prepared, home: Path) -> None:
+    """Hold the file guard to all of tether's state, not only `agents/`, where the permission
+    guard knows how (`Guards.state_root`, issue 14); runs built without it keep their guard."""
+    from dataclasses import fields, replace
+
+    policy = prepared.policy
+    if policy is None or policy.guards is None:
+        return
+    names = {f.name for f in fields(policy.guards)}
+    if "state_root" in names and getattr(policy.guards, "state_root", None) is None:
+        policy.guards = replace(policy.guards, state_root=home.resolve())  # type: ignore[call-arg]
 
 
 def check_cwd(value: str | None, default: Path) -> Path:
     if value is None:
         return default
+    if "\0" in value:
+        raise UsageError("cwd must not contain a NUL byte")
     path = Path(value)
     if not path.is_absolute():
         raise UsageError(f"cwd must be an absolute path (got {value!r})")
     if not path.is_dir():
         raise UsageError(f"cwd {value!r} is not a directory")
     return path
+
+
+def check_workspace(
+    value: str | None, default: Path, home: Path, *, scoped: bool = False
+) -> Path:
+    """The runtime's working directory, resolved (symlinks included, so a link cannot smuggle
+    tether's state in): never inside `$TETHER_HOME`, and for a `scoped` client never a folder
+    that holds it. The resolved path is what the runtime uses, so what was checked is what runs."""
+    path = check_cwd(value, default)
+    try:
+        real = path.resolve(strict=True)
+    except OSError as exc:
+        raise UsageError(f"cwd {str(path)!r}: {exc.strerror or exc}") from None
+    state = home.resolve()
+    if real == state or real.is_relative_to(state):
+        raise UsageError(
+            f"cwd {str(path)!r} is inside TETHER_HOME ({state}), where tether keeps credentials, "
+            "conversations and checkpoints; start the runtime in a project folder"
+        )
+    if scoped and state.is_relative_to(real):
+        raise UsageError(
+            f"cwd {str(path)!r} contains TETHER_HOME ({state}); this connection's token is "
+            "scoped, so its workspace may not hold tether's own state: use a project folder"
+        )
+    return real
+
+
+def sandbox_available() -> str | None:
+    """None when the workspace sandbox can be enforced here, else why not."""
+    import sys
+
+    if not sys.platform.startswith(("linux", "darwin")):
+        return f"no sandbox backend for {sys.platform}"
+    try:
+        from tether.sandbox import probe
+
+        status = probe()
+    except Exception as exc:  # a probe that breaks means "cannot enforce", not a dead server
+        return f"the sandbox probe failed ({type(exc).__name__}: {exc})"
+    if status.backend is None:
+        return "; ".join(status.reasons) or "no sandbox backend works on this machine"
+    return None
+
+
+def effective_mode(home: Path, cwd: Path, mode: str | None) -> str:
+    """The permission mode a runtime in `cwd` would run in: the one asked for, else the
+    settings' `defaultMode` (a trusted project may set it), else `standard`."""
+    from tether.core.permissions import normalize_mode
+    from tether.runtime.settings import load_settings
+
+    if mode is not None:
+        return normalize_mode(mode)
+    return load_settings(home, cwd).permissions.mode or "standard"
 
 
 def _flags(mode: str) -> Any:
