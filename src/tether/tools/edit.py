@@ -13,7 +13,14 @@ from typing import Any
 
 from tether.core.tools import Effect, ToolResult, ToolRunContext
 from tether.errors import ToolFailure
-from tether.tools.arguments import optional_bool, paths_from, require_str, resolve_path
+from tether.tools.arguments import (
+    optional_bool,
+    paths_from,
+    require_path_text,
+    require_str,
+    resolve_path,
+)
+from tether.tools.confined import FileAccess
 from tether.tools.files import load_text, missing_file, numbered, write_atomic
 from tether.tools.output import error_result
 
@@ -83,7 +90,9 @@ def snippet(content: str, index: int, inserted: str) -> str:
     return numbered([line[:2000] for line in lines[first : last + 1]], first + 1)
 
 
-def _load_or_empty(path: Path, creating: bool) -> tuple[str, bool]:
+def _load_or_empty(
+    path: Path, creating: bool, access: FileAccess, tool: str
+) -> tuple[str, bool]:
     """The file's text, or ("", True) when it is missing and the edit creates it."""
     if not path.exists() and not path.is_symlink():
         if creating:
@@ -91,7 +100,7 @@ def _load_or_empty(path: Path, creating: bool) -> tuple[str, bool]:
         raise ToolFailure(
             str(missing_file(path)) + " To create a file, use Write (or an empty old_string)."
         )
-    return load_text(path), False
+    return load_text(path, access, tool), False
 
 
 # -- Edit ------------------------------------------------------------------------------------
@@ -142,15 +151,16 @@ class EditTool:
 
     async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
         try:
-            path = resolve_path(require_str(args, "file_path", allow_empty=False), ctx.cwd)
+            path = resolve_path(require_path_text(args, "file_path"), ctx.cwd)
             edit = Replacement(
-                require_str(args, "old_string"),
-                require_str(args, "new_string"),
+                require_str(args, "old_string", allow_nul=True),
+                require_str(args, "new_string", allow_nul=True),
                 optional_bool(args, "replace_all"),
             )
-            content, missing = _load_or_empty(path, creating=edit.old_string == "")
+            access = FileAccess.of(ctx)
+            content, missing = _load_or_empty(path, edit.old_string == "", access, self.name)
             updated, count, first = apply_replacement(content, edit)
-            write_atomic(path, updated)
+            write_atomic(path, updated, access, self.name)
         except ToolFailure as exc:
             return error_result(str(exc))
         if missing:
@@ -223,8 +233,8 @@ def parse_edits(value: object) -> list[Replacement]:
         try:
             edits.append(
                 Replacement(
-                    require_str(item, "old_string"),
-                    require_str(item, "new_string"),
+                    require_str(item, "old_string", allow_nul=True),
+                    require_str(item, "new_string", allow_nul=True),
                     optional_bool(item, "replace_all"),
                 )
             )
@@ -244,9 +254,10 @@ class MultiEditTool:
 
     async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
         try:
-            path = resolve_path(require_str(args, "file_path", allow_empty=False), ctx.cwd)
+            path = resolve_path(require_path_text(args, "file_path"), ctx.cwd)
             edits = parse_edits(args.get("edits"))
-            content, missing = _load_or_empty(path, creating=edits[0].old_string == "")
+            access = FileAccess.of(ctx)
+            content, missing = _load_or_empty(path, edits[0].old_string == "", access, self.name)
             replaced = 0
             for index, edit in enumerate(edits):
                 try:
@@ -257,7 +268,7 @@ class MultiEditTool:
                         "No edits were applied; the file is unchanged."
                     ) from None
                 replaced += count
-            write_atomic(path, content)
+            write_atomic(path, content, access, self.name)
         except ToolFailure as exc:
             return error_result(str(exc))
         verb = "created" if missing else "updated"

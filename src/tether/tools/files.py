@@ -2,22 +2,29 @@
 
 Writes go to a temporary file in the target's directory and are renamed over it, so a reader (or
 a crash) sees the old content or the new, never half of one; the existing file's mode is kept.
+Both directions go through `confined`: what is opened is what was checked (no FIFO, no device, no
+symlink swapped in, nothing the `ReadBoundary` hides).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import stat
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from tether.core.tools import Effect, ToolResult, ToolRunContext
 from tether.errors import ToolFailure
-from tether.tools.arguments import optional_int, paths_from, require_str, resolve_path
+from tether.tools.arguments import (
+    optional_int,
+    paths_from,
+    require_path_text,
+    require_str,
+    resolve_path,
+)
+from tether.tools.boundary import ReadBoundary, boundary_for
+from tether.tools.confined import FileAccess, open_regular
 from tether.tools.output import error_result
 
 READ_DEFAULT_LINES = 2000
@@ -43,10 +50,13 @@ def missing_file(path: Path) -> ToolFailure:
     )
 
 
-def load_text(path: Path) -> str:
-    """A UTF-8 text file's exact content (line endings untouched), or a `ToolFailure` saying why not."""
+def load_text(path: Path, access: FileAccess, tool: str) -> str:
+    """A UTF-8 text file's exact content (line endings untouched), or a `ToolFailure` saying why not.
+
+    Read for rewriting: the file is opened where `access` says the tool may write, without
+    following a symlink that appeared since (see `confined`)."""
     try:
-        data = path.read_bytes()
+        data = access.read_bytes(path, tool)
     except FileNotFoundError:
         raise missing_file(path) from None
     except IsADirectoryError:
@@ -77,48 +87,21 @@ def _default_file_mode() -> int:
     return 0o666 & ~mask
 
 
-def write_atomic(path: Path, text: str) -> bool:
+def write_atomic(path: Path, text: str, access: FileAccess, tool: str = "Write") -> bool:
     """Replace `path`'s content with `text` atomically; True if the file was created.
 
-    A symlink is written through (its target changes, the link stays), matching how permission
-    rules resolve the path.
+    A symlink inside the workspace is written through (its target changes, the link stays),
+    matching how permission rules resolve the path; one leading out of the workspace, or a
+    symlink swapped in while the write runs, is refused or replaced, never followed.
     """
-    target = Path(os.path.realpath(path))
-    if target.is_dir():
-        raise ToolFailure(f"{path} is a directory; give a file path to write to.")
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            mode = stat.S_IMODE(os.stat(target).st_mode)
-            created = False
-        except FileNotFoundError:
-            mode, created = _default_file_mode(), True
-        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(text.encode("utf-8"))
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.chmod(tmp_name, mode)
-            os.replace(tmp_name, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp_name)
-            raise
+        return access.write_bytes(
+            path, text.encode("utf-8"), tool, default_mode=_default_file_mode()
+        )
+    except ToolFailure:
+        raise
     except OSError as exc:
         raise ToolFailure(f"Could not write {path}: {exc.strerror or exc}") from exc
-    _fsync_dir(target.parent)
-    return created
-
-
-def _fsync_dir(directory: Path) -> None:
-    # Makes the rename itself durable; not every platform lets a directory be opened.
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def numbered(lines: list[str], first_number: int) -> str:
@@ -179,26 +162,25 @@ class ReadTool:
 
     async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
         try:
-            path = resolve_path(require_str(args, "file_path", allow_empty=False), ctx.cwd)
+            path = resolve_path(require_path_text(args, "file_path"), ctx.cwd)
             offset = optional_int(args, "offset", minimum=0) or 1
             limit = optional_int(args, "limit", minimum=1) or READ_DEFAULT_LINES
-            return ToolResult(await asyncio.to_thread(read_numbered, path, offset, limit))
+            boundary = boundary_for(ctx)
+            return ToolResult(await asyncio.to_thread(read_numbered, path, offset, limit, boundary))
         except ToolFailure as exc:
             return error_result(str(exc))
 
 
-def read_numbered(path: Path, offset: int, limit: int) -> str:
-    if path.is_dir():
-        raise ToolFailure(
-            f"{path} is a directory, not a file. Use the LS tool to list a directory."
-        )
+def read_numbered(path: Path, offset: int, limit: int, boundary: ReadBoundary | None) -> str:
     try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed below; the with-block would nest deeply
+        fd = open_regular(path, tool="Read", boundary=boundary)
     except FileNotFoundError:
         raise missing_file(path) from None
-    except OSError as exc:
-        raise ToolFailure(f"Could not read {path}: {exc.strerror or exc}") from exc
-    with handle:
+    except IsADirectoryError:
+        raise ToolFailure(
+            f"{path} is a directory, not a file. Use the LS tool to list a directory."
+        ) from None
+    with open(fd, "rb") as handle:
         head = handle.read(BINARY_SNIFF_BYTES)
         if not head:
             return EMPTY_FILE_NOTE
@@ -288,9 +270,9 @@ class WriteTool:
 
     async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
         try:
-            path = resolve_path(require_str(args, "file_path", allow_empty=False), ctx.cwd)
-            content = require_str(args, "content")
-            created = write_atomic(path, content)
+            path = resolve_path(require_path_text(args, "file_path"), ctx.cwd)
+            content = require_str(args, "content", allow_nul=True)
+            created = write_atomic(path, content, FileAccess.of(ctx))
         except ToolFailure as exc:
             return error_result(str(exc))
         lines = content.count("\n") + (0 if content.endswith("\n") or not content else 1)

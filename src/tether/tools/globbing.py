@@ -3,7 +3,8 @@
 A pattern without a slash matches a file's name at any depth (`*.py`); a pattern with one
 matches the path from the search root (`src/**/*.ts`). `**` spans directories, `{a,b}`
 alternates, `[...]` is a character class. Walks never enter `.git` (or other VCS metadata) and
-never follow directory symlinks, so a link loop cannot hang a search.
+never follow directory symlinks, so a link loop cannot hang a search; given a `ReadBoundary` they
+skip what it hides.
 """
 
 from __future__ import annotations
@@ -13,8 +14,14 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tether.tools.boundary import ReadBoundary
 
 SKIPPED_DIRS = frozenset({".git", ".hg", ".svn"})
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _MAGIC = re.compile(r"[*?\[{]")
 
 
@@ -135,43 +142,88 @@ def split_literal_root(pattern: str, base: Path) -> tuple[Path, str]:
     return root, rest
 
 
+@dataclass(frozen=True, slots=True)
+class WalkedFile:
+    """A regular file a walk found: its path as spelled from the root, and its real path."""
+
+    relative: str  # from the walk's root, `/`-separated
+    path: str  # the root joined with `relative`
+    real: str  # where it is (a symlink's target for linked files)
+    entry: os.DirEntry[str]  # stat() works while the walk is at this file's directory
+
+
+def _real_of(fd: int) -> str | None:
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    return real if real.startswith("/") else None
+
+
 def walk_files(
     root: Path,
     *,
     include_hidden: bool = True,
     skip_dir: Callable[[str, str], bool] | None = None,
     should_stop: Callable[[], bool] | None = None,
-) -> Iterator[tuple[str, os.DirEntry[str]]]:
-    """(path relative to `root`, entry) for every file below `root`, directories in name order."""
-    stack: list[tuple[Path, str]] = [(root, "")]
+    boundary: ReadBoundary | None = None,
+) -> Iterator[WalkedFile]:
+    """Every regular file below `root`, directories in name order.
+
+    With a `boundary`, what it hides is never listed: hidden directories are not entered, and a
+    symlinked file is listed only if its target is not hidden. Each directory below the root is
+    opened with O_NOFOLLOW and its real path checked before it is listed, so a directory swapped
+    for a symlink mid-walk is skipped, not followed.
+    """
+    top = os.path.realpath(root)
+    if boundary is not None and boundary.prune(top):
+        return
+    stack: list[tuple[str, str, str]] = [(os.fspath(root), top, "")]
     while stack:
         if should_stop is not None and should_stop():
             return
-        directory, prefix = stack.pop()
+        directory, real, prefix = stack.pop()
         try:
-            with os.scandir(directory) as it:
-                entries = sorted(it, key=lambda e: e.name)
+            fd = os.open(directory, _DIR_FLAGS | (_NOFOLLOW if prefix else 0))
         except OSError:
             continue  # unreadable directories are skipped, as ripgrep does
-        subdirs: list[tuple[Path, str]] = []
-        for entry in entries:
-            if not include_hidden and entry.name.startswith("."):
-                continue
-            relative = prefix + entry.name
+        try:
+            opened = _real_of(fd)
+            if opened is not None and opened != real:
+                continue  # replaced while we walked: not the directory we meant to list
             try:
-                is_dir = entry.is_dir(follow_symlinks=False)
+                with os.scandir(fd) as it:
+                    entries = sorted(it, key=lambda e: e.name)
             except OSError:
                 continue
-            if is_dir:
-                if entry.name in SKIPPED_DIRS or (skip_dir and skip_dir(entry.name, relative)):
+            subdirs: list[tuple[str, str, str]] = []
+            for entry in entries:
+                if not include_hidden and entry.name.startswith("."):
                     continue
-                subdirs.append((Path(entry.path), relative + "/"))
-                continue
-            try:
-                # Regular files only (symlinks to them included): a FIFO would block a reader.
-                regular = entry.is_file()
-            except OSError:
-                continue
-            if regular:
-                yield relative, entry
-        stack.extend(reversed(subdirs))
+                relative = prefix + entry.name
+                path = os.path.join(directory, entry.name)
+                entry_real = os.path.join(real, entry.name)
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                    is_link = not is_dir and entry.is_symlink()
+                    # Regular files only (symlinks to them included): a FIFO would block a reader.
+                    regular = not is_dir and entry.is_file()
+                except OSError:
+                    continue
+                if is_dir:
+                    if entry.name in SKIPPED_DIRS or (skip_dir and skip_dir(entry.name, relative)):
+                        continue
+                    if boundary is not None and boundary.prune(entry_real):
+                        continue
+                    subdirs.append((path, entry_real, relative + "/"))
+                    continue
+                if not regular:
+                    continue
+                if is_link:
+                    entry_real = os.path.realpath(path)
+                if boundary is not None and boundary.why_hidden(entry_real) is not None:
+                    continue
+                yield WalkedFile(relative, path, entry_real, entry)
+            stack.extend(reversed(subdirs))
+        finally:
+            os.close(fd)

@@ -1,4 +1,7 @@
-"""The LS tool: a tree of a directory's contents, breadth-first so a capped listing stays shallow."""
+"""The LS tool: a tree of a directory's contents, breadth-first so a capped listing stays shallow.
+
+What the `ReadBoundary` hides (the sandbox's hidden paths, tether's own state) is not listed.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,13 @@ from typing import Any
 
 from tether.core.tools import Effect, ToolResult, ToolRunContext
 from tether.errors import ToolFailure
-from tether.tools.arguments import optional_str, optional_str_list, paths_from, resolve_path
+from tether.tools.arguments import (
+    optional_path_text,
+    optional_str_list,
+    paths_from,
+    resolve_path,
+)
+from tether.tools.boundary import ReadBoundary, boundary_for
 from tether.tools.globbing import SKIPPED_DIRS, GlobMatcher
 from tether.tools.output import error_result
 
@@ -56,7 +65,7 @@ class LSTool:
 
     async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
         try:
-            root = resolve_path(optional_str(args, "path") or ".", ctx.cwd)
+            root = resolve_path(optional_path_text(args, "path") or ".", ctx.cwd)
             ignore = [GlobMatcher.compile(p) for p in optional_str_list(args, "ignore") if p]
             if not root.exists():
                 raise ToolFailure(f"Directory does not exist: {root}")
@@ -64,13 +73,17 @@ class LSTool:
                 raise ToolFailure(
                     f"{root} is not a directory. Use Read to read a file, or give a directory."
                 )
+            boundary = boundary_for(ctx)
+            refusal = boundary.refusal("LS", root, os.path.realpath(root))
+            if refusal is not None and boundary.prune(os.path.realpath(root)):
+                raise ToolFailure(refusal)
         except ToolFailure as exc:
             return error_result(str(exc))
-        return ToolResult(await asyncio.to_thread(list_tree, root, ignore))
+        return ToolResult(await asyncio.to_thread(list_tree, root, ignore, boundary))
 
 
-def list_tree(root: Path, ignore: list[GlobMatcher]) -> str:
-    entries, truncated = _collect(root, ignore)
+def list_tree(root: Path, ignore: list[GlobMatcher], boundary: ReadBoundary | None = None) -> str:
+    entries, truncated = _collect(root, ignore, boundary)
     children: dict[str, list[tuple[str, bool]]] = {}
     for relative, is_dir in entries:
         parent, _, name = relative.rpartition("/")
@@ -95,11 +108,15 @@ def list_tree(root: Path, ignore: list[GlobMatcher]) -> str:
     return "\n".join(lines)
 
 
-def _collect(root: Path, ignore: list[GlobMatcher]) -> tuple[list[tuple[str, bool]], bool]:
+def _collect(
+    root: Path, ignore: list[GlobMatcher], boundary: ReadBoundary | None
+) -> tuple[list[tuple[str, bool]], bool]:
     found: list[tuple[str, bool]] = []
-    queue: deque[tuple[Path, str]] = deque([(root, "")])
+    # (directory, its real path, relative prefix); below the root no symlink is entered, so a
+    # real path is the parent's plus the name.
+    queue: deque[tuple[Path, str, str]] = deque([(root, os.path.realpath(root), "")])
     while queue:
-        directory, prefix = queue.popleft()
+        directory, real, prefix = queue.popleft()
         try:
             with os.scandir(directory) as it:
                 items = sorted(it, key=lambda e: e.name)
@@ -118,7 +135,12 @@ def _collect(root: Path, ignore: list[GlobMatcher]) -> tuple[list[tuple[str, boo
                 is_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
                 is_dir = False
+            entry_real = os.path.join(real, name)
+            if boundary is not None and (
+                boundary.prune(entry_real) if is_dir else boundary.why_hidden(entry_real)
+            ):
+                continue
             found.append((relative, is_dir))
             if is_dir:
-                queue.append((Path(entry.path), relative + "/"))
+                queue.append((Path(entry.path), entry_real, relative + "/"))
     return found, False

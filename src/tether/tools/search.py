@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -19,11 +20,15 @@ from tether.errors import ToolFailure
 from tether.tools.arguments import (
     optional_bool,
     optional_int,
+    optional_path_text,
     optional_str,
     paths_from,
     require_str,
     resolve_path,
+    usable_path_text,
 )
+from tether.tools.boundary import ReadBoundary, boundary_for
+from tether.tools.confined import open_regular, read_fd
 from tether.tools.globbing import GlobMatcher, split_literal_root, walk_files
 from tether.tools.output import error_result
 
@@ -31,6 +36,9 @@ GLOB_MAX_FILES = 100
 GREP_OUTPUT_CAP = 10_000
 GREP_MAX_FILE_BYTES = 5 * 1024 * 1024
 GREP_LINE_CHARS = 1000
+# Patterns longer than any a person writes: refused before they reach `re` (compile time, memory).
+GREP_PATTERN_MAX_CHARS = 20_000
+GLOB_MAX_CHARS = 4096
 _SNIFF_BYTES = 8192
 NO_FILES = "No files found"
 NO_MATCHES = "No matches found"
@@ -65,7 +73,7 @@ _TYPE_ALIASES = {"rs": "rust", "python": "py", "markdown": "md", "ruby": "rb", "
 
 
 def _absolute_root(args: Mapping[str, Any], cwd: Path) -> Path:
-    return resolve_path(optional_str(args, "path") or ".", cwd)
+    return resolve_path(optional_path_text(args, "path") or ".", cwd)
 
 
 # -- Glob ------------------------------------------------------------------------------------
@@ -112,37 +120,48 @@ class GlobTool:
 
     def paths(self, args: Mapping[str, Any], cwd: Path) -> list[Path]:
         # An absolute or `../` pattern searches outside `path`: permission checks must see where.
-        (base,) = paths_from(args, "path", cwd, default_cwd=True)
+        bases = paths_from(args, "path", cwd, default_cwd=True)
         pattern = args.get("pattern")
-        if isinstance(pattern, str) and pattern:
-            return [split_literal_root(pattern, base)[0]]
-        return [base]
+        if not bases:
+            return []
+        if usable_path_text(pattern):
+            assert isinstance(pattern, str)
+            return [split_literal_root(pattern, bases[0])[0]]
+        return [] if pattern not in (None, "") else bases
 
     async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
         try:
-            pattern = require_str(args, "pattern", allow_empty=False)
+            pattern = require_str(args, "pattern", allow_empty=False, max_chars=GLOB_MAX_CHARS)
             base = _absolute_root(args, ctx.cwd)
             _require_directory(base)
             root, rest = split_literal_root(pattern, base)
             matcher = GlobMatcher.compile(rest)
+            boundary = boundary_for(ctx)
         except ToolFailure as exc:
             return error_result(str(exc))
         except re.error as exc:
             return error_result(f"Invalid glob pattern {pattern!r}: {exc}")
-        return ToolResult(await asyncio.to_thread(glob_files, root, matcher, ctx.abort.is_set))
+        return ToolResult(
+            await asyncio.to_thread(glob_files, root, matcher, ctx.abort.is_set, boundary)
+        )
 
 
-def glob_files(root: Path, matcher: GlobMatcher, should_stop: Callable[[], bool]) -> str:
+def glob_files(
+    root: Path,
+    matcher: GlobMatcher,
+    should_stop: Callable[[], bool],
+    boundary: ReadBoundary | None = None,
+) -> str:
     if not root.is_dir():
         return NO_FILES
     found: list[tuple[float, str]] = []
-    for relative, entry in walk_files(root, should_stop=should_stop):
-        if matcher.matches(relative):
+    for walked in walk_files(root, should_stop=should_stop, boundary=boundary):
+        if matcher.matches(walked.relative):
             try:
-                mtime = entry.stat().st_mtime
+                mtime = walked.entry.stat().st_mtime
             except OSError:
                 continue
-            found.append((-mtime, entry.path))
+            found.append((-mtime, walked.path))
     if not found:
         return NO_FILES
     found.sort()
@@ -261,10 +280,12 @@ class GrepQuery:
     offset: int = 0
     # Files a deny rule protects (`services["read_denied"]`): never opened, never listed.
     skip: Callable[[Path], bool] | None = None
+    # What no file tool shows (the sandbox's hidden paths, tether's own state): see `boundary`.
+    boundary: ReadBoundary | None = None
 
 
 def parse_grep_args(args: Mapping[str, Any], cwd: Path) -> GrepQuery:
-    pattern = require_str(args, "pattern", allow_empty=False)
+    pattern = require_str(args, "pattern", allow_empty=False, max_chars=GREP_PATTERN_MAX_CHARS)
     mode = optional_str(args, "output_mode") or "files_with_matches"
     if mode not in OUTPUT_MODES:
         raise ToolFailure(
@@ -280,7 +301,7 @@ def parse_grep_args(args: Mapping[str, Any], cwd: Path) -> GrepQuery:
                 f"{', '.join(sorted(FILE_TYPES))}. Use `glob` for anything else."
             )
         extensions = FILE_TYPES[key]
-    glob_pattern = optional_str(args, "glob")
+    glob_pattern = optional_str(args, "glob", max_chars=GLOB_MAX_CHARS)
     context = optional_int(args, "-C") or 0
     before = optional_int(args, "-B")
     after = optional_int(args, "-A")
@@ -327,10 +348,13 @@ class GrepTool:
         try:
             query = parse_grep_args(args, ctx.cwd)
             denied = ctx.services.get("read_denied")
+            query = replace(query, boundary=boundary_for(ctx))
             if callable(denied):
                 query = replace(query, skip=denied)
             if not query.root.exists():
                 raise ToolFailure(f"Path does not exist: {query.root}")
+            if not query.root.is_dir():  # one named file: say why it cannot be searched
+                os.close(_open_candidate(query.root, query.boundary))
         except ToolFailure as exc:
             return error_result(str(exc))
         return ToolResult(await asyncio.to_thread(grep, query, ctx.abort.is_set))
@@ -340,29 +364,46 @@ def _candidates(query: GrepQuery, should_stop: Callable[[], bool]) -> list[tuple
     if query.root.is_file():
         return [(query.root, query.root.stat().st_mtime)]
     found: list[tuple[Path, float]] = []
-    for relative, entry in walk_files(query.root, should_stop=should_stop):
-        if query.glob is not None and not query.glob.matches(relative):
+    walk = walk_files(query.root, should_stop=should_stop, boundary=query.boundary)
+    for walked in walk:
+        if query.glob is not None and not query.glob.matches(walked.relative):
             continue
-        if query.extensions is not None and not entry.name.endswith(query.extensions):
+        if query.extensions is not None and not walked.entry.name.endswith(query.extensions):
             continue
-        if query.skip is not None and query.skip(Path(entry.path)):
+        if query.skip is not None and query.skip(Path(walked.path)):
             continue
         try:
-            info = entry.stat()
+            info = walked.entry.stat()
         except OSError:
             continue
         if info.st_size <= GREP_MAX_FILE_BYTES:
-            found.append((Path(entry.path), info.st_mtime))
+            found.append((Path(walked.path), info.st_mtime))
     return found
 
 
-def _load(path: Path) -> list[str] | None:
-    """The file's lines, or None for unreadable and binary files."""
+def _open_candidate(path: Path, boundary: ReadBoundary | None) -> int:
     try:
-        data = path.read_bytes()
+        return open_regular(path, tool="Grep", boundary=boundary)
+    except (FileNotFoundError, IsADirectoryError) as exc:
+        raise ToolFailure(f"Could not search {path}: {exc.strerror or exc}") from None
+
+
+def _load(path: Path, boundary: ReadBoundary | None) -> list[str] | None:
+    """The file's lines, or None for unreadable, binary, hidden and non-regular files."""
+    try:
+        fd = _open_candidate(path, boundary)
+    except ToolFailure:
+        return None
+    try:
+        # Checked on the open file: the walk's size may be stale, or the name swapped since.
+        if os.fstat(fd).st_size > GREP_MAX_FILE_BYTES:
+            return None
+        data = read_fd(fd, GREP_MAX_FILE_BYTES + 1)
     except OSError:
         return None
-    if b"\0" in data[:_SNIFF_BYTES]:
+    finally:
+        os.close(fd)
+    if len(data) > GREP_MAX_FILE_BYTES or b"\0" in data[:_SNIFF_BYTES]:
         return None
     lines = data.decode("utf-8", errors="replace").replace("\r\n", "\n").split("\n")
     if lines and lines[-1] == "":
@@ -430,7 +471,7 @@ def grep(query: GrepQuery, should_stop: Callable[[], bool]) -> str:
     for path, mtime in _candidates(query, should_stop):
         if should_stop():
             break
-        lines = _load(path)
+        lines = _load(path, query.boundary)
         if not lines:
             continue
         hits = matching_lines(query, lines, first_only=query.mode == "files_with_matches")

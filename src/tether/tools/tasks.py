@@ -1,16 +1,26 @@
-"""TaskOutput and TaskStop: reading and stopping background tasks (reference §6.2)."""
+"""TaskOutput and TaskStop: reading and stopping background tasks (reference §6.2).
+
+A background task's log sits in the scratch dir, where a sandboxed command can write too; before
+TaskOutput has it read, the log must still be a regular file (not a symlink to a secret, not a
+FIFO that would block the read) and outside what the `ReadBoundary` hides.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from tether.core.tools import Effect, ToolResult, ToolRunContext
 from tether.errors import ToolFailure
+from tether.tools.arguments import require_str
 from tether.tools.background import BackgroundTasks
+from tether.tools.boundary import boundary_for
+from tether.tools.confined import describe_kind
 
 MAX_BLOCK_MS = 600_000
+MAX_TASK_ID_CHARS = 200
 
 
 def _tasks(ctx: ToolRunContext, task_id: str = "") -> Any:
@@ -25,7 +35,26 @@ def _task_id(args: Mapping[str, Any]) -> str:
     value = args.get("task_id")
     if not isinstance(value, str) or not value:
         raise ToolFailure("task_id must be a non-empty string (e.g. 'bash_1')")
-    return value
+    return require_str(args, "task_id", max_chars=MAX_TASK_ID_CHARS)
+
+
+def check_log(ctx: ToolRunContext, task_id: str, log: Path) -> None:
+    """Refuse to read a background task's log that is no longer the file tether created."""
+    try:
+        info = os.lstat(log)
+    except FileNotFoundError:
+        return  # the pool says so in its own words
+    except OSError as exc:
+        raise ToolFailure(f"Could not read the log of {task_id}: {exc.strerror or exc}") from exc
+    kind = describe_kind(info.st_mode)
+    if kind is not None:
+        raise ToolFailure(
+            f"TaskOutput refused: the log of {task_id} ({log}) is now {kind}, not the file tether "
+            "wrote, so it is not read. Something in the task (or another command) replaced it."
+        )
+    refusal = boundary_for(ctx).refusal("TaskOutput", log, os.path.realpath(log))
+    if refusal is not None:
+        raise ToolFailure(refusal)
 
 
 class TaskOutputTool:
@@ -69,6 +98,8 @@ class TaskOutputTool:
                 await tasks.wait(task_id, min(float(timeout), MAX_BLOCK_MS) / 1000)
             task = tasks.get(task_id)
             assert task is not None
+            if isinstance(tasks, BackgroundTasks):
+                check_log(ctx, task_id, task.log_path)
             return ToolResult(f"Task {task_id} status: {task.status()}\n\n{tasks.output(task_id)}")
         except ToolFailure as exc:
             return ToolResult(str(exc), True)

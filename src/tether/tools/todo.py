@@ -12,6 +12,7 @@ from typing import Any
 
 from tether.core.tools import Effect, ToolResult, ToolRunContext
 from tether.errors import ToolFailure
+from tether.tools.arguments import checked_text
 from tether.tools.output import error_result
 
 TODO_STATUSES = ("pending", "in_progress", "completed")
@@ -75,6 +76,7 @@ def parse_todos(value: object) -> list[dict[str, str]]:
             text = item.get(key)
             if not isinstance(text, str) or not text.strip():
                 raise ToolFailure(f"todos[{index}].{key} must be a non-empty string.")
+            checked_text(f"todos[{index}].{key}", text)
         status = item.get("status")
         if status not in TODO_STATUSES:
             raise ToolFailure(

@@ -1,0 +1,158 @@
+"""What the in-process file tools may reach: the sandbox's hidden paths and tether's own state.
+
+The shell sandbox hides paths from commands in the kernel; Read, Grep, Glob, LS, Edit and
+TaskOutput run inside tether's own process, so they hold the same line themselves, by the real
+path of what they opened (never the spelled one, which a symlink can point anywhere):
+
+- always: tether's stored provider keys (`$TETHER_HOME/providers`), the effect checkpoints (they
+  hold every conversation's tool results), other conversations' records and scratch dirs, and
+  `/proc/<pid>/environ|mem`, `/proc/kcore`, `/dev` (secrets of other processes, or devices);
+- with the shell sandbox on, also the policy's denied roots (the user's credential dirs) and the
+  rest of `$TETHER_HOME`, except this conversation's own scratch dir and records and the
+  sandbox's writable roots (the workspace may itself live under tether's home).
+
+A deeper root wins over a shallower one (as mounts do), an allowed root wins a tie, and the
+"always" entries win over anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tether.core.tools import ToolRunContext
+
+# Files and trees no file tool opens whatever the roots say: what another process keeps in
+# memory or its environment, and device nodes (reading one can block, rewind a tape, or never end).
+_PROCESS_SECRETS = re.compile(r"\A/proc/[^/]+/(?:task/[^/]+/)?(?:environ|mem)\Z|\A/proc/kcore\Z")
+# Per-process trees a walk must not wander into: the same secrets, once per process.
+_PROCESS_DIR = re.compile(r"\A/proc/(?:\d+|self|thread-self)(?:/|\Z)")
+
+_HIDDEN, _ALLOWED, _FORCED = 0, 1, 2
+
+
+def _b64url(text: str) -> str:
+    # The local store's directory naming (backends/local/store.py); repeated here because tools
+    # sit beside backends, not above them. If the layout changes, the guard hides more, not less.
+    return base64.urlsafe_b64encode(text.encode()).rstrip(b"=").decode("ascii")
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root if root.endswith("/") else root + "/")
+
+
+@dataclass(frozen=True, slots=True)
+class Root:
+    path: str  # real path (symlinks of existing parts resolved)
+    kind: int  # _HIDDEN, _ALLOWED or _FORCED
+    why: str  # what it is, for the error message
+
+
+@dataclass(frozen=True, slots=True)
+class ReadBoundary:
+    """The roots that decide, for a real path, whether a file tool may show or change it."""
+
+    roots: tuple[Root, ...]
+
+    def why_hidden(self, real: str) -> str | None:
+        """None when `real` may be read; else what it belongs to (e.g. "tether's provider keys")."""
+        if real == "/dev" or real.startswith("/dev/"):
+            return "the device tree (/dev)"
+        if _PROCESS_SECRETS.match(real):
+            return "another process's memory or environment"
+        best: Root | None = None
+        for root in self.roots:
+            if not _within(real, root.path):
+                continue
+            if root.kind == _FORCED:
+                return root.why
+            if (
+                best is None
+                or len(root.path) > len(best.path)
+                or (len(root.path) == len(best.path) and root.kind == _ALLOWED)
+            ):
+                best = root
+        return best.why if best is not None and best.kind == _HIDDEN else None
+
+    def prune(self, real_dir: str) -> bool:
+        """Whether a walk can skip `real_dir` whole: it is hidden and nothing below it is not."""
+        if real_dir == "/dev" or _PROCESS_DIR.match(real_dir):
+            return True
+        if self.why_hidden(real_dir) is None:
+            return False
+        return not any(
+            r.kind == _ALLOWED and r.path != real_dir and _within(r.path, real_dir)
+            for r in self.roots
+        )
+
+    def refusal(self, tool: str, shown: Path | str, real: str) -> str | None:
+        """The error a tool returns for `shown` (whose real path is `real`), or None if allowed."""
+        why = self.why_hidden(real)
+        if why is None:
+            return None
+        via = "" if os.path.normpath(str(shown)) == real else f" (it leads to {real})"
+        return (
+            f"{tool} refused: {shown}{via} is inside {why}, which file tools do not open. "
+            "Work with files in the workspace instead."
+        )
+
+
+def tether_home_of(ctx: ToolRunContext) -> Path:
+    """The run's `$TETHER_HOME`: a `tether_home` service when the runtime gives one, else the
+    environment (as `runtime.session.tether_home` reads it)."""
+    given = ctx.services.get("tether_home")
+    if isinstance(given, str | Path) and str(given):
+        return Path(given).expanduser()
+    value = (ctx.env or {}).get("TETHER_HOME") or os.environ.get("TETHER_HOME")
+    return Path(value).expanduser() if value else Path.home() / ".tether"
+
+
+def _real(path: Path | str) -> str:
+    return os.path.realpath(os.path.abspath(os.fspath(path)))
+
+
+def _roots(entries: Iterable[tuple[Path | str, int, str]]) -> tuple[Root, ...]:
+    seen: dict[tuple[str, int], Root] = {}
+    for path, kind, why in entries:
+        for form in {_real(path), os.path.normpath(os.path.abspath(os.fspath(path)))}:
+            seen.setdefault((form, kind), Root(form, kind, why))
+    return tuple(seen.values())
+
+
+def boundary_for(ctx: ToolRunContext) -> ReadBoundary:
+    """The boundary of one tool call, from what its context carries (see the module docstring)."""
+    home = tether_home_of(ctx)
+    env = ctx.env or {}
+    conversation = env.get("TETHER_CONVERSATION_ID")
+    agent = env.get("TETHER_AGENT_ID")
+    state = f"tether's own state ({home})"
+    entries: list[tuple[Path | str, int, str]] = [
+        (home / "providers", _FORCED, f"tether's stored provider keys ({home / 'providers'})"),
+        (home / "checkpoints.db", _FORCED, f"tether's effect checkpoints ({home})"),
+        (home / "checkpoints.db-wal", _FORCED, f"tether's effect checkpoints ({home})"),
+        (home / "checkpoints.db-shm", _FORCED, f"tether's effect checkpoints ({home})"),
+        (home / "conversations", _HIDDEN, f"other conversations' records ({home / 'conversations'})"),
+        (home / "tmp", _HIDDEN, f"other conversations' scratch files ({home / 'tmp'})"),
+    ]
+    if conversation:
+        # The store's key: an agent's primary history is `default:<agent>`.
+        key = f"default:{agent}" if conversation == "default" else f"conversation:{conversation}"
+        if conversation != "default" or agent:
+            own = home / "conversations" / _b64url(key)
+            entries.append((own, _ALLOWED, "this conversation's records"))
+        entries.append((home / "tmp" / conversation, _ALLOWED, "this conversation's scratch dir"))
+    if ctx.scratch_dir is not None:
+        entries.append((ctx.scratch_dir, _ALLOWED, "this conversation's scratch dir"))
+    sandbox = ctx.services.get("sandbox")
+    policy = getattr(sandbox, "policy", None)
+    if policy is not None:
+        entries.append((home, _HIDDEN, state))
+        for denied in getattr(policy, "denied_roots", ()):
+            entries.append((denied, _HIDDEN, f"a path the sandbox hides ({denied})"))
+        for writable in getattr(policy, "writable_roots", ()):
+            entries.append((writable, _ALLOWED, "the sandbox's writable roots"))
+    return ReadBoundary(_roots(entries))
