@@ -144,7 +144,8 @@ def _probe_repo(git: str, directory: Path, depth: int, watched: list[Path]) -> _
     if len(lines) < 3:
         error = found.stderr.decode(errors="replace").strip()
         if "not a git repository" in error or not directory.is_dir():
-            return _Verdict(None, ())
+            # a `.git` git rejects (no HEAD yet) runs nothing today, but one step can finish it
+            return _scan_files(directory)
         raise _ProbeFailed(error.splitlines()[-1] if error else f"git exited {found.returncode}")
     git_dir, common_dir = Path(lines[0]), Path(lines[1])
     bare = lines[2] == "true"
@@ -278,8 +279,8 @@ def _scan_files(directory: Path) -> _Verdict:
         common = (git_dir / (git_dir / "commondir").read_text().strip()).resolve()
     except OSError:
         pass
-    files = [common / "config", git_dir / "config.worktree"]
-    for config in files:
+    files = (git_dir, common / "config", git_dir / "config.worktree")
+    for config in files[1:]:
         try:
             text = config.read_text(errors="replace")
         except OSError:
@@ -296,18 +297,21 @@ def _scan_files(directory: Path) -> _Verdict:
                 continue
             key = f"{section}.{pair.group(1).lower()}"
             if section.startswith(("include", "includeif")):
-                return _Verdict(f"configuration included from another file (in {config})", ())
+                return _Verdict(f"configuration included from another file (in {config})", files)
             if program_key(key, (pair.group(2) or "").strip().strip('"')):
-                return _Verdict(f"`{key}` (set in {config})", ())
-    return _Verdict(None, ())
+                return _Verdict(f"`{key}` (set in {config})", files)
+    return _Verdict(None, files)
 
 
 def _find_git_dir(directory: Path) -> Path | None:
     for parent in (directory, *directory.parents):
         dot = parent / ".git"
         if dot.is_file():
-            text = dot.read_text(errors="replace").strip()
-            return (parent / text[7:].strip()).resolve() if text.startswith("gitdir:") else parent
+            try:
+                text = dot.read_text(errors="replace").strip()
+            except OSError:
+                return dot
+            return (parent / text[7:].strip()).resolve() if text.startswith("gitdir:") else dot
         if dot.is_dir():
             return dot
         if (parent / "HEAD").is_file() and (parent / "objects").is_dir() and (parent / "refs").is_dir():
