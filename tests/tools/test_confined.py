@@ -36,7 +36,7 @@ def work(tmp_path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _flipper(place: Path, make_real: Callable[[Path], None], link_to: Path) -> Iterator[None]:
+def _flipper(place: Path, make_real: Callable[[Path], object], link_to: Path) -> Iterator[None]:
     """While the with-block runs, `place` keeps turning from a real entry into a symlink to
     `link_to` and back, each swap one atomic rename."""
     stop = threading.Event()
@@ -73,7 +73,7 @@ def _flipper(place: Path, make_real: Callable[[Path], None], link_to: Path) -> I
 
 
 def _race(work: Path, target: Path, link_to: Path, calls: Callable[[int], tuple[object, dict]],
-          make_real: Callable[[Path], None], rounds: int = 300) -> int:
+          make_real: Callable[[Path], object], rounds: int = 300) -> int:
     ok = 0
     with _flipper(target, make_real, link_to):
         for n in range(rounds):
