@@ -17,6 +17,8 @@ what they point to is granted, or not, where it lives. The private tmp dir is wr
 
 With the network off, TCP bind/connect are denied (ABI ≥ 4) and the strict seccomp filter refuses
 every network socket family; ABI ≥ 6 scopes abstract Unix sockets and signals to the sandbox.
+Every capability is dropped (a root user keeps none across exec): with CAP_SYS_PTRACE Landlock
+would let the command read other processes' /proc/<pid>/environ.
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def render_landlock(
         args += [_FLAG[grant], str(path)]
     if not policy.network:
         args.append("--no-net")
-    args.append("--scope")
+    args += ["--scope", "--drop-caps"]
     if seccomp_fd is not None:
         args += ["--seccomp-fd", str(seccomp_fd)]
     return [*args, "--", *argv]

@@ -1,7 +1,7 @@
 /* landlock-exec: confine with Landlock (and optionally seccomp), then exec a command.
  *
  *   landlock-exec [--rw PATH]... [--ro PATH]... [--list DIR]... [--restrict-reads]
- *                 [--no-net] [--scope] [--seccomp-fd N] -- PROGRAM [ARG]...
+ *                 [--no-net] [--scope] [--drop-caps] [--seccomp-fd N] -- PROGRAM [ARG]...
  *
  * Two uses. Inside bubblewrap, after its mounts (a Landlock-restricted process may not change
  * mounts), with only --rw: writes are denied except beneath the --rw paths, reads stay as
@@ -12,10 +12,15 @@
  * to abstract Unix sockets and signalling processes outside this domain. --seccomp-fd reads a
  * classic-BPF program (struct sock_filter[]) from fd N and installs it after no_new_privs and
  * Landlock, just before exec. Rules on files (not directories) keep only the file rights.
+ * --drop-caps empties every capability set and the bounding set and locks the securebits so a
+ * root-owned command cannot regain them on exec: Landlock lets CAP_SYS_PTRACE read another
+ * process's /proc/<pid>/environ, and the Landlock-only sandbox has no user namespace to shed
+ * root's capabilities for it.
  * Any failure exits 126 before the command runs: nothing runs half-confined. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/landlock.h>
 #include <linux/seccomp.h>
@@ -78,6 +83,23 @@ static int add_rule(int ruleset, const char *path, uint64_t access) {
     return 0;
 }
 
+#define SECBITS_ALL_LOCKED 0x3f /* NOROOT, NO_SETUID_FIXUP, KEEP_CAPS, each with its lock */
+
+static int drop_caps(void) {
+    for (int cap = 0; cap <= 63; cap++) {
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL && errno != EPERM)
+            return die("dropping the capability bounding set");
+    }
+    if (prctl(PR_SET_SECUREBITS, SECBITS_ALL_LOCKED, 0, 0, 0) != 0 && errno != EPERM)
+        return die("PR_SET_SECUREBITS");
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    struct __user_cap_header_struct header = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
+    struct __user_cap_data_struct data[2];
+    memset(data, 0, sizeof(data));
+    if (syscall(__NR_capset, &header, data) != 0) return die("capset");
+    return 0;
+}
+
 static int load_seccomp(int fd) {
     size_t cap = 4096, len = 0;
     unsigned char *buf = malloc(cap);
@@ -109,13 +131,14 @@ static int load_seccomp(int fd) {
 }
 
 int main(int argc, char **argv) {
-    int i = 1, no_net = 0, scope = 0, restrict_reads = 0, seccomp = -1;
+    int i = 1, no_net = 0, scope = 0, restrict_reads = 0, seccomp = -1, caps = 0;
     for (; i < argc; i++) {
         if (strcmp(argv[i], "--") == 0) { i++; break; }
         if ((strcmp(argv[i], "--rw") == 0 || strcmp(argv[i], "--ro") == 0 ||
              strcmp(argv[i], "--list") == 0) && i + 1 < argc) { i++; continue; }
         if (strcmp(argv[i], "--no-net") == 0) { no_net = 1; continue; }
         if (strcmp(argv[i], "--scope") == 0) { scope = 1; continue; }
+        if (strcmp(argv[i], "--drop-caps") == 0) { caps = 1; continue; }
         if (strcmp(argv[i], "--restrict-reads") == 0) { restrict_reads = 1; continue; }
         if (strcmp(argv[i], "--seccomp-fd") == 0 && i + 1 < argc) { seccomp = atoi(argv[++i]); continue; }
         fprintf(stderr, "landlock-exec: unknown argument %s\n", argv[i]);
@@ -157,6 +180,7 @@ int main(int argc, char **argv) {
         k++;
         if (access != 0 && add_rule(ruleset, argv[k], access) != 0) return 126;
     }
+    if (caps && drop_caps() != 0) return 126;
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return die("PR_SET_NO_NEW_PRIVS");
     if (syscall(__NR_landlock_restrict_self, ruleset, 0) != 0) return die("landlock_restrict_self");
     close(ruleset);
