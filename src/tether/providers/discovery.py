@@ -41,17 +41,32 @@ class ModelInfo:
 class DiscoveryFailed(Exception):
     """The server could not be asked (down, or it has no listing endpoint)."""
 
+    def __init__(self, message: str, *, lasting: bool = False) -> None:
+        super().__init__(message)
+        self.lasting = lasting  # the server answered: it has no listing (not merely down)
+
 
 async def list_models(
     endpoint: Endpoint, home: Path | None = None, *, fresh: bool = False
 ) -> list[ModelInfo]:
-    """The models `endpoint` serves, first the loaded one(s) where the server says which."""
+    """The models `endpoint` serves, first the loaded one(s) where the server says which.
+
+    Raises DiscoveryFailed when the server cannot be asked; that too is cached briefly, so a
+    server without a listing endpoint costs one request a minute, not one per run.
+    """
     cache = _cache_path(home, endpoint) if home is not None else None
     if cache is not None and not fresh:
         cached = _read_cache(cache)
+        if isinstance(cached, str):
+            raise DiscoveryFailed(cached, lasting=True)
         if cached is not None:
             return cached
-    models = await asyncio.to_thread(_ask, endpoint)
+    try:
+        models = await asyncio.to_thread(_ask, endpoint)
+    except DiscoveryFailed as exc:
+        if cache is not None and exc.lasting:
+            _write_cache(cache, str(exc))
+        raise
     if cache is not None:
         _write_cache(cache, models)
     return models
@@ -62,8 +77,12 @@ def _ask(endpoint: Endpoint) -> list[ModelInfo]:
     if endpoint.provider == "ollama":
         root = base.removesuffix("/v1")
         try:
-            loaded = [_info(m, "name") for m in _get(endpoint, f"{root}/api/ps").get("models") or []]
-            tags = [_info(m, "name") for m in _get(endpoint, f"{root}/api/tags").get("models") or []]
+            loaded = [
+                _info(m, "name") for m in _get(endpoint, f"{root}/api/ps").get("models") or []
+            ]
+            tags = [
+                _info(m, "name") for m in _get(endpoint, f"{root}/api/tags").get("models") or []
+            ]
         except DiscoveryFailed:
             pass  # an Ollama-compatible server without the native API: try the OpenAI listing
         else:
@@ -85,6 +104,7 @@ def _info(item: Any, key: str) -> ModelInfo:
 
 
 def _get(endpoint: Endpoint, url: str) -> dict[str, Any]:
+    import urllib.error
     import urllib.request  # ~15 ms of imports, paid only when the cache has no answer
 
     headers = {"accept": "application/json"}
@@ -92,12 +112,16 @@ def _get(endpoint: Endpoint, url: str) -> dict[str, Any]:
         headers["authorization"] = f"Bearer {endpoint.api_key}"
     limit = min(endpoint.timeout_s or LIST_TIMEOUT_S, LIST_TIMEOUT_S)
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=limit) as r:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=limit
+        ) as r:
             data = json.loads(r.read(4 * 1024 * 1024))
-    except (OSError, ValueError) as exc:  # URLError and HTTPError are OSErrors
-        raise DiscoveryFailed(f"GET {url}: {exc}") from None
+    except urllib.error.HTTPError as exc:
+        raise DiscoveryFailed(f"GET {url}: HTTP {exc.code}", lasting=True) from None
+    except (OSError, ValueError) as exc:  # refused, timed out, or not JSON
+        raise DiscoveryFailed(f"GET {url}: {exc}", lasting=isinstance(exc, ValueError)) from None
     if not isinstance(data, dict):
-        raise DiscoveryFailed(f"GET {url}: the answer is not a JSON object")
+        raise DiscoveryFailed(f"GET {url}: the answer is not a JSON object", lasting=True)
     return data
 
 
@@ -106,18 +130,25 @@ def _cache_path(home: Path, endpoint: Endpoint) -> Path:
     return home / "cache" / "models" / f"{digest[:24]}.json"
 
 
-def _read_cache(path: Path) -> list[ModelInfo] | None:
+def _read_cache(path: Path) -> list[ModelInfo] | str | None:
+    """The cached listing, the cached reason it could not be had, or None (ask the server)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if time.time() - float(data["at"]) > CACHE_TTL_S:
             return None
+        if isinstance(data.get("failed"), str):
+            return str(data["failed"])
         return [ModelInfo(str(m["id"]), m.get("context_window")) for m in data["models"]]
     except (OSError, ValueError, KeyError, TypeError):
         return None  # absent, stale or damaged: ask the server
 
 
-def _write_cache(path: Path, models: list[ModelInfo]) -> None:
-    record = {"at": time.time(), "models": [{"id": m.id, "context_window": m.context_window} for m in models]}
+def _write_cache(path: Path, models: list[ModelInfo] | str) -> None:
+    record: dict[str, Any] = {"at": time.time()}
+    if isinstance(models, str):
+        record["failed"] = models
+    else:
+        record["models"] = [{"id": m.id, "context_window": m.context_window} for m in models]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{time.monotonic_ns()}.tmp")
@@ -132,12 +163,23 @@ def same_model(wanted: str, listed: str) -> bool:
     return wanted == listed or (":" not in wanted and listed == f"{wanted}:latest")
 
 
+def find_model(wanted: str, models: list[ModelInfo]) -> str | None:
+    """The listed id `wanted` names: the same id, Ollama's `:latest`, else the one model whose
+    file name contains it (llama.cpp servers list a path: `…/SmolLM2-135M-Instruct.gguf`)."""
+    exact = next((m.id for m in models if same_model(wanted, m.id)), None)
+    if exact is not None:
+        return exact
+    needle = wanted.lower()
+    loose = [m.id for m in models if needle in m.id.rsplit("/", 1)[-1].lower()]
+    return loose[0] if len(loose) == 1 else None
+
+
 async def choose_model(endpoint: Endpoint, wanted: str, home: Path | None) -> str:
-    """The model id to send: the server's first model for `default`, else `wanted` once the
-    server's listing shows it. A server that cannot be asked gets `wanted` unchanged."""
+    """The model id to send: the server's first model for `default`, else the listed model
+    `wanted` names. A server that cannot be asked gets `wanted` unchanged."""
     try:
         models = await list_models(endpoint, home)
-        if wanted != UNSELECTED and not any(same_model(wanted, m.id) for m in models):
+        if wanted != UNSELECTED and find_model(wanted, models) is None:
             models = await list_models(endpoint, home, fresh=True)  # maybe pulled since
     except DiscoveryFailed:
         return wanted
@@ -149,7 +191,7 @@ async def choose_model(endpoint: Endpoint, wanted: str, home: Path | None) -> st
                 f"or name it with --model {endpoint.provider}/<model>"
             )
         return models[0].id
-    match = next((m.id for m in models if same_model(wanted, m.id)), None)
+    match = find_model(wanted, models)
     if match is None:
         names = ", ".join(m.id for m in models) or "none"
         raise ProviderError(
@@ -167,7 +209,7 @@ class DiscoveringChatProvider(OpenAIChatProvider):
         self.home = home
         self._chosen: dict[str, str] = {}
 
-    async def stream(self, request: ProviderRequest) -> AsyncIterator[Chunk]:  # type: ignore[override]
+    async def stream(self, request: ProviderRequest) -> AsyncIterator[Chunk]:
         model = self._chosen.get(request.model)
         if model is None:
             model = await choose_model(self.endpoint, request.model, self.home)
