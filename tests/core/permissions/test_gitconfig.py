@@ -160,3 +160,11 @@ def test_without_git_the_files_are_scanned(tmp_path: Path, monkeypatch, name: st
     hazard = git_hazard(run_in) or ""
     assert layout.names in hazard or "included from another file" in hazard, hazard
     assert git_hazard(fine) is None
+
+
+def test_a_directory_not_there_yet_is_judged_by_its_parents(tmp_path: Path) -> None:
+    world = World.build(tmp_path)
+    repo = benign_repo(world)
+    git(repo, "config", "core.fsmonitor", str(evil_program(world)), home=world.home)
+    assert "core.fsmonitor" in (git_hazard(repo / "later" / "deeper") or "")
+    assert "core.fsmonitor" in (git_hazard(repo / "README.md") or "")

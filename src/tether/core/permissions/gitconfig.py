@@ -87,6 +87,8 @@ def git_hazard(directory: Path) -> str | None:
     reported (or the directories it discovered through) changes.
     """
     directory = Path(directory)
+    while not directory.is_dir() and directory != directory.parent:
+        directory = directory.parent  # not there yet: git would find what its parents hold
     key = (str(directory), _discovery_fingerprint(directory),
            tuple(os.environ.get(name) for name in _DISCOVERY_ENV))
     cached = _CACHE.get(key)
@@ -143,7 +145,7 @@ def _probe_repo(git: str, directory: Path, depth: int, watched: list[Path]) -> _
     lines = found.stdout.decode(errors="replace").splitlines()
     if len(lines) < 3:
         error = found.stderr.decode(errors="replace").strip()
-        if "not a git repository" in error or not directory.is_dir():
+        if "not a git repository" in error:
             # a `.git` git rejects (no HEAD yet) runs nothing today, but one step can finish it
             return _scan_files(directory)
         raise _ProbeFailed(error.splitlines()[-1] if error else f"git exited {found.returncode}")
