@@ -271,3 +271,17 @@ def test_task_output_does_not_read_a_swapped_log(layout: Layout, swap: str) -> N
 
     output = _finishes(lambda: asyncio.run(scenario()), layout.scratch / "bash_1.log")
     assert SECRET not in output and "TaskOutput refused" in output, output
+
+
+def test_walks_do_not_leave_the_tree_through_a_file_link(layout: Layout) -> None:
+    _write(layout.root / "elsewhere" / "notes.txt", f"token={SECRET}\n")
+    (layout.work / "out.txt").symlink_to(layout.root / "elsewhere" / "notes.txt")
+    (layout.work / "in.txt").symlink_to(layout.work / "main.py")
+    for sandbox in (False, True):
+        output = layout.run(GrepTool(), {"pattern": "token|hello", "output_mode": "content"},
+                            sandbox=sandbox)
+        assert SECRET not in output and "in.txt" in output, output
+        output = layout.run(GlobTool(), {"pattern": "*.txt"}, sandbox=sandbox)
+        assert "in.txt" in output and "out.txt" not in output, output
+    # Named directly, the link is the permission layer's to judge, and Read follows it.
+    assert SECRET in layout.run(ReadTool(), {"file_path": "out.txt"}, sandbox=False)

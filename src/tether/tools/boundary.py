@@ -94,7 +94,8 @@ class ReadBoundary:
         why = self.why_hidden(real)
         if why is None:
             return None
-        via = "" if os.path.normpath(str(shown)) == real else f" (it leads to {real})"
+        # Not the target's name: what lies inside a hidden tree is not the model's to learn.
+        via = "" if os.path.normpath(str(shown)) == real else " (through a symlink)"
         return (
             f"{tool} refused: {shown}{via} is inside {why}, which file tools do not open. "
             "Work with files in the workspace instead."

@@ -170,8 +170,9 @@ def walk_files(
 ) -> Iterator[WalkedFile]:
     """Every regular file below `root`, directories in name order.
 
-    With a `boundary`, what it hides is never listed: hidden directories are not entered, and a
-    symlinked file is listed only if its target is not hidden. Each directory below the root is
+    A symlinked file is listed only if its target lies inside the root (a walk never leaves its
+    tree through a link), and with a `boundary`, what it hides is never listed: hidden
+    directories are not entered. Each directory below the root is
     opened with O_NOFOLLOW and its real path checked before it is listed, so a directory swapped
     for a symlink mid-walk is skipped, not followed.
     """
@@ -220,7 +221,11 @@ def walk_files(
                 if not regular:
                     continue
                 if is_link:
+                    # As ripgrep: a walk does not leave its root through a link (a repository
+                    # can ship `k -> ~/.ssh/id_rsa`); links within the tree are fine.
                     entry_real = os.path.realpath(path)
+                    if not (entry_real.startswith(top.rstrip("/") + "/")):
+                        continue
                 if boundary is not None and boundary.why_hidden(entry_real) is not None:
                     continue
                 yield WalkedFile(relative, path, entry_real, entry)
