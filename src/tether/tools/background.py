@@ -4,22 +4,30 @@ A `BackgroundTasks` is a service object the runtime passes to tools as
 `ctx.services["background"]`; it owns every process group it started, reports each exit to the
 `on_exit` callbacks (so the runtime can enqueue a `<task-notification>`), and `stop_all()` at
 shutdown leaves nothing running. It is bound to the event loop that starts its first task.
+
+Logs are tether's own state that it reads back later, so they are opened relative to a
+directory fd taken with O_NOFOLLOW (the scratch dir itself must be a real directory) and with
+O_NOFOLLOW on the file: a symlink planted where a log goes cannot redirect tether's write or read.
+A sandboxed command cannot plant one anyway, since the sandboxes' private tmp dirs are separate
+subdirectories (`runtime.sandboxing`), but the scratch dir may be one a user configured.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import inspect
 import itertools
 import logging
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
     from tether.tools.shell_groups import ShellGroups
@@ -148,20 +156,29 @@ class BackgroundTasks:
                 else Path(tempfile.mkdtemp(prefix="tether-background-"))
             )
             self._scratch_dir = directory
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         return directory
 
     def _open_log(self, directory: Path) -> tuple[str, Path, int]:
         # O_EXCL: a scratch dir shared with another process must not have its logs clobbered;
-        # on a clash the next number is taken.
-        while True:
-            task_id = f"bash_{next(self._counter)}"
-            log_path = directory / f"{task_id}.log"
-            try:
-                fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                continue
-            return task_id, log_path, fd
+        # on a clash the next number is taken. O_EXCL with O_CREAT also refuses a symlink.
+        dir_fd = _open_dir_nofollow(directory)
+        try:
+            while True:
+                task_id = f"bash_{next(self._counter)}"
+                name = f"{task_id}.log"
+                try:
+                    fd = os.open(
+                        name,
+                        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                        0o600,
+                        dir_fd=dir_fd,
+                    )
+                except FileExistsError:
+                    continue
+                return task_id, directory / name, fd
+        finally:
+            os.close(dir_fd)
 
     async def _watch(self, task: BackgroundTask) -> None:
         process = task._process
@@ -223,7 +240,7 @@ class BackgroundTasks:
         """The task's log so far, cleaned like foreground output; the tail if it is long."""
         task = self._require(task_id)
         try:
-            with open(task.log_path, "rb") as handle:
+            with _open_log_for_reading(task.log_path) as handle:
                 handle.seek(0, os.SEEK_END)
                 size = handle.tell()
                 # Read a little more than the cap so scrubbing and ANSI removal have room.
@@ -273,3 +290,30 @@ class BackgroundTasks:
         await kill_group(process.pgid)
         if task._watcher is not None:
             await asyncio.shield(task._watcher)
+
+
+def _open_dir_nofollow(directory: Path) -> int:
+    """A fd on `directory`, refusing a symlink in its place (OSError ELOOP/ENOTDIR)."""
+    try:
+        return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ToolFailure(
+            f"Could not use {directory} for background logs: {exc.strerror or exc} (it must be "
+            "a real directory, not a symlink)"
+        ) from exc
+
+
+def _open_log_for_reading(path: Path) -> BinaryIO:
+    """The log, opened without following a symlink at the directory or the file, and only if
+    it is a regular file (a FIFO put in its place would block tether's read forever)."""
+    dir_fd = _open_dir_nofollow(path.parent)
+    try:
+        fd = os.open(
+            path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+        )
+    finally:
+        os.close(dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file")
+    return os.fdopen(fd, "rb")

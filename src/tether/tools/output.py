@@ -111,7 +111,11 @@ def clean_program_output(text: str, secrets: Iterable[str]) -> str:
 def write_private_file(directory: Path | None, prefix: str, text: str) -> Path:
     """Write `text` to a new 0600 file in `directory` (or the system temp dir) and return it."""
     if directory is not None:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # The file is created O_EXCL (never through a link); the directory must not be a
+        # symlink either, or a planted link would decide where tether writes.
+        if os.path.islink(directory):
+            raise OSError(f"{directory} is a symlink, not a directory tether may write into")
     fd, name = tempfile.mkstemp(
         prefix=prefix, suffix=".txt", dir=os.fspath(directory) if directory else None
     )

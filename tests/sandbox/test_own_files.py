@@ -1,0 +1,100 @@
+"""tether's own files (background logs, overflow files) are out of a sandboxed command's reach,
+and a symlink or FIFO planted where tether writes or reads them redirects nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.requirements import missing, need_bwrap
+from tether.errors import ToolFailure
+from tether.runtime.sandboxing import shell_sandbox_from
+from tether.sandbox.landlock import landlock_status
+from tether.tools.background import BackgroundTasks
+from tether.tools.output import write_private_file
+
+
+def _start(tasks: BackgroundTasks, command: str, cwd: Path) -> str:
+    async def go() -> str:
+        task = await tasks.start(command, cwd=cwd)
+        await tasks.wait(task.id, 10)
+        return task.id
+
+    return asyncio.run(go())
+
+
+def test_a_planted_log_symlink_redirects_no_write(tmp_path: Path) -> None:
+    scratch, outside = tmp_path / "scratch", tmp_path / "outside.txt"
+    scratch.mkdir()
+    outside.write_text("keep\n")
+    (scratch / "bash_1.log").symlink_to(outside)
+    tasks = BackgroundTasks(scratch)
+    task_id = _start(tasks, "echo written", tmp_path)
+    assert task_id == "bash_2"  # the planted name is skipped, never opened through
+    assert outside.read_text() == "keep\n"
+    assert (scratch / "bash_2.log").read_text() == "written\n"
+
+
+def test_a_log_swapped_for_a_symlink_or_fifo_is_not_read(tmp_path: Path) -> None:
+    scratch, secret = tmp_path / "scratch", tmp_path / "secret.txt"
+    scratch.mkdir()
+    secret.write_text("CANARY-own-files\n")
+    tasks = BackgroundTasks(scratch)
+    task_id = _start(tasks, "echo fine", tmp_path)
+    log = scratch / f"{task_id}.log"
+    log.unlink()
+    log.symlink_to(secret)
+    with pytest.raises(ToolFailure) as err:
+        tasks.output(task_id)
+    assert "CANARY" not in str(err.value)
+    log.unlink()
+    os.mkfifo(log)
+    with pytest.raises(ToolFailure, match="not a regular file"):
+        tasks.output(task_id)  # returns at once instead of blocking on the FIFO
+
+
+def test_a_symlinked_scratch_dir_is_refused(tmp_path: Path) -> None:
+    real, link = tmp_path / "real", tmp_path / "link"
+    real.mkdir()
+    link.symlink_to(real)
+    with pytest.raises(ToolFailure, match="not a symlink"):
+        _start(BackgroundTasks(link), "echo x", tmp_path)
+    assert list(real.iterdir()) == []
+    with pytest.raises(OSError, match="symlink"):
+        write_private_file(link, "bash-output-", "text")
+    assert list(real.iterdir()) == []
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_sandboxed_commands_cannot_write_tethers_scratch(tmp_path: Path, backend: str) -> None:
+    if backend == "bwrap":
+        need_bwrap(seccomp=True)
+    elif landlock_status().abi is None:
+        missing("Landlock", landlock_status().reason)
+    ws, th = tmp_path / "ws", tmp_path / "th"
+    ws.mkdir()
+    scratch = th / "tmp" / "conv"
+    target = tmp_path / "target.txt"
+    target.write_text("keep\n")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "TETHER_HOME": str(th),
+           "TETHER_FS_SANDBOX": "1", "TETHER_SANDBOX_BACKEND": backend}
+    sandbox = shell_sandbox_from(env, None, ws, th, scratch)
+    assert sandbox is not None
+    assert sandbox.policy.tmp_dir == (scratch / "sandbox-tmp").resolve()
+    script = (
+        f"ln -s {target} {scratch}/bash_1.log; ln -s {target} {scratch}/shell-groups.jsonl; "
+        f"echo x > {scratch}/bash-output-1.txt; mkdir {scratch}/d; "
+        'echo ok > "$TMPDIR/mine" && cat "$TMPDIR/mine"'
+    )
+    with sandbox.wrap(["bash", "-c", script], ws, env) as wrapped:
+        done = subprocess.run(wrapped.argv, env=wrapped.env, pass_fds=wrapped.pass_fds, cwd=ws,
+                              capture_output=True, text=True, timeout=30)
+    assert done.stdout == "ok\n", done.stderr
+    assert sorted(p.name for p in scratch.iterdir()) == ["sandbox-tmp"]
+    tasks = BackgroundTasks(scratch)
+    _start(tasks, "echo log", ws)
+    assert target.read_text() == "keep\n"
