@@ -1,0 +1,195 @@
+"""The Landlock-only backend (no bubblewrap): the allow-list it computes, and the workspace policy
+enforced by it for real (writes, protected names, hidden paths, network, choice and status)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from tests.requirements import missing
+from tests.sandbox.support import CountingServer
+from tether.sandbox import (
+    SandboxError,
+    SandboxStatus,
+    format_status,
+    workspace_policy,
+    wrap_command,
+)
+from tether.sandbox.landlock import landlock_status
+from tether.sandbox.landlock_backend import landlock_grants
+from tether.sandbox.policy import CREDENTIAL_DIRS, SandboxPolicy
+from tether.sandbox.probe import choose_backend
+
+CANARY = "CANARY-landlock-9e2"
+
+
+@pytest.fixture(scope="module")
+def abi() -> int:
+    found = landlock_status()
+    if found.abi is None or found.abi < 4:
+        missing("Landlock ABI >= 4", found.reason)
+    return found.abi
+
+
+# -- the allow-list, on a fake tree ---------------------------------------------------------------
+
+TREE = {
+    "/": ["/home", "/usr", "/tmp", "/dev"],
+    "/home": ["/home/u"],
+    "/home/u": ["/home/u/.ssh", "/home/u/code", "/home/u/notes.txt", "/home/u/link"],
+    "/home/u/code": ["/home/u/code/.git", "/home/u/code/src", "/home/u/code/README"],
+    "/tmp": ["/tmp/t"],
+}
+LINKS = {"/home/u/link"}
+
+
+def _entries(p: Path) -> Sequence[tuple[Path, bool]]:
+    return [(Path(c), c not in LINKS) for c in TREE.get(str(p), [])]
+
+
+def _exists(p: Path) -> bool:
+    return str(p) in TREE or any(str(p) in v for v in TREE.values())
+
+
+def test_hidden_paths_are_left_out_by_granting_their_siblings() -> None:
+    policy = SandboxPolicy(
+        kind="confined",
+        writable_roots=(Path("/tmp/t"),),
+        readonly_roots=(),
+        denied_roots=tuple(Path("/home/u") / name for name in CREDENTIAL_DIRS),
+        restrict_writes=True,
+        network=False,
+        pids_limit=None,
+        tmp_dir=Path("/tmp/t"),
+    )
+    grants = dict(landlock_grants(policy, _entries, _exists))
+    assert grants[Path("/")] == "list" and grants[Path("/home/u")] == "list"
+    assert grants[Path("/usr")] == "read" and grants[Path("/home/u/code")] == "read"
+    assert grants[Path("/home/u/notes.txt")] == "read"
+    assert grants[Path("/tmp/t")] == "write"
+    assert Path("/home/u/.ssh") not in grants  # hidden: no grant at all
+    assert Path("/home/u/link") not in grants  # a rule on a link would grant its target
+
+
+def test_protected_names_split_the_writable_root() -> None:
+    policy = workspace_policy_fake()
+    grants = dict(landlock_grants(policy, _entries, _exists))
+    assert grants[Path("/home/u/code")] == "list"  # no creating .git/.tether at the top
+    assert grants[Path("/home/u/code/src")] == "write"
+    assert grants[Path("/home/u/code/README")] == "write"
+    assert grants[Path("/home/u/code/.git")] == "read"
+    assert grants[Path("/tmp/t")] == "write"  # the tmp dir is writable whole
+
+
+def workspace_policy_fake() -> SandboxPolicy:
+    code, tmp = Path("/home/u/code"), Path("/tmp/t")
+    return SandboxPolicy(
+        kind="workspace",
+        writable_roots=(code, tmp),
+        readonly_roots=tuple(w / n for w in (code, tmp) for n in (".git", ".tether")),
+        denied_roots=(Path("/home/u/.ssh"),),
+        restrict_writes=True,
+        network=False,
+        pids_limit=None,
+        tmp_dir=tmp,
+    )
+
+
+# -- for real ---------------------------------------------------------------------------------------
+
+
+def _world(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+    ws, home, outside = tmp_path / "ws", tmp_path / "home", tmp_path / "outside"
+    for d in (ws / "src", ws / ".git" / "hooks", home / ".ssh", outside):
+        d.mkdir(parents=True, exist_ok=True)
+    (ws / ".git" / "config").write_text("[core]\n")
+    (ws / "README.md").write_text("readme\n")
+    (home / ".ssh" / "id_rsa").write_text(CANARY)
+    (home / ".netrc").write_text(CANARY)
+    tmp = tmp_path / "sbx-tmp"
+    tmp.mkdir()
+    return ws, home, outside, tmp
+
+
+def _run(
+    policy: SandboxPolicy, script: str, cwd: Path, home: Path
+) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "TETHER_HOME": str(home / ".tether")}
+    with wrap_command(policy, ["bash", "-c", script], cwd=cwd, env=env, backend="landlock") as w:
+        assert w.backend == "landlock" and w.env["TETHER_SANDBOX"] == "landlock"
+        return subprocess.run(w.argv, env=w.env, pass_fds=w.pass_fds, cwd=cwd,
+                              capture_output=True, text=True, timeout=30)
+
+
+def test_workspace_policy_under_landlock_alone(abi: int, tmp_path: Path) -> None:
+    ws, home, outside, tmp = _world(tmp_path)
+    policy = workspace_policy(ws, tmp_dir=tmp, home=home)
+    done = _run(policy, (
+        "echo a > src/new.py && echo b >> README.md && mkdir src/pkg && mv src/new.py src/pkg/; "
+        f"echo x > {outside}/MARK; echo x > $HOME/MARK; echo x > .git/hooks/pre-commit; "
+        "echo '[core] fsmonitor=x' >> .git/config; mkdir .tether; touch .envrc; "
+        "cat $HOME/.ssh/id_rsa $HOME/.netrc; f=$(mktemp) && echo tmp-ok > $f && cat $f"
+    ), ws, home)
+    assert (ws / "src" / "pkg" / "new.py").read_text() == "a\n"
+    assert (ws / "README.md").read_text() == "readme\nb\n"
+    assert not (outside / "MARK").exists() and not (home / "MARK").exists()
+    assert not (ws / ".git" / "hooks" / "pre-commit").exists()
+    assert (ws / ".git" / "config").read_text() == "[core]\n"
+    assert not (ws / ".tether").exists() and not (ws / ".envrc").exists()
+    assert CANARY not in done.stdout + done.stderr
+    assert "tmp-ok" in done.stdout
+
+
+def test_no_tcp_no_unix_sockets_under_landlock_alone(abi: int, tmp_path: Path) -> None:
+    ws, home, _outside, tmp = _world(tmp_path)
+    server = CountingServer(socket.create_server(("127.0.0.1", 0)))
+    unix_path = tmp_path / "d.sock"
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(str(unix_path))
+    unix_server = CountingServer(unix)
+    try:
+        policy = workspace_policy(ws, tmp_dir=tmp, home=home)
+        _run(policy, (
+            f"exec 3<>/dev/tcp/127.0.0.1/{server.port}; "
+            f"python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('{unix_path}')\""
+        ), ws, home)
+    finally:
+        server.close()
+        unix_server.close()
+    assert server.accepted == 0 and unix_server.accepted == 0
+
+
+def test_network_on_is_honoured(abi: int, tmp_path: Path) -> None:
+    ws, home, _outside, tmp = _world(tmp_path)
+    server = CountingServer(socket.create_server(("127.0.0.1", 0)))
+    try:
+        policy = workspace_policy(ws, tmp_dir=tmp, home=home, network=True)
+        done = _run(policy, f"exec 3<>/dev/tcp/127.0.0.1/{server.port} && echo connected", ws, home)
+    finally:
+        server.close()
+    assert "connected" in done.stdout and server.accepted == 1, done.stderr
+
+
+def test_choosing_a_backend_that_is_missing_fails_closed(tmp_path: Path) -> None:
+    no_landlock = SandboxStatus(None, None, False, None, False, ["bwrap missing"])
+    assert choose_backend(no_landlock, "landlock")[0] is None
+    assert "was chosen" in choose_backend(no_landlock, "landlock")[1]
+    ws, home, _outside, tmp = _world(tmp_path)
+    with pytest.raises(SandboxError, match="sandbox backend landlock was chosen"):
+        wrap_command(workspace_policy(ws, tmp_dir=tmp, home=home), ["true"], cwd=ws, env={},
+                     status=no_landlock, backend="landlock")
+    with pytest.raises(SandboxError, match="unknown sandbox backend 'docker'"):
+        choose_backend(no_landlock, "docker")
+
+
+def test_without_bwrap_auto_picks_landlock_and_says_so(abi: int, tmp_path: Path) -> None:
+    status = SandboxStatus("landlock", None, False, abi, True,
+                           ["bubblewrap (bwrap) is not installed: apt-get install bubblewrap"])
+    chosen, why = choose_backend(status, "auto", tmp_path)
+    assert chosen == "landlock" and "bubblewrap unusable" in why
+    assert format_status(status).startswith("sandbox backend: landlock + seccomp")
