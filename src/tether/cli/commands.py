@@ -1,4 +1,4 @@
-"""Subcommands (`tether version | agents | messages | connect | sandbox`), run before any bootstrap.
+"""Subcommands (`tether version | agents | messages | connect | models | sandbox`), run before any bootstrap.
 
 Each prints JSON (agents, messages) or one line, and exits 0, or prints `Error: …` and exits 1.
 """
@@ -30,6 +30,7 @@ def run_subcommand(name: str, argv: Sequence[str]) -> int:
         "agents": _agents,
         "messages": _messages,
         "connect": _connect,
+        "models": _models,
         "sandbox": _sandbox,
     }
     try:
@@ -97,8 +98,10 @@ def _messages(argv: list[str]) -> int:
 
 
 def _connect(argv: list[str]) -> int:
-    from tether.providers.catalog import ALIASES, PRESETS
-    from tether.providers.credentials import save_credential
+    """Store a provider's credentials; `NAME --base-url URL` (or `openai-compatible --name NAME`)
+    adds a custom OpenAI-compatible provider reached as `NAME/<model>`."""
+    from tether.providers.catalog import ALIASES, PRESETS, valid_prefixes
+    from tether.providers.credentials import save_credential, save_custom_provider
     from tether.runtime.session import tether_home
 
     p = _Parser(prog="tether connect")
@@ -106,21 +109,78 @@ def _connect(argv: list[str]) -> int:
     p.add_argument("--api-key")
     p.add_argument("--base-url")
     p.add_argument("--timeout")
+    p.add_argument("--name", help="a custom OpenAI-compatible provider's name (its handle prefix)")
+    p.add_argument("--access-key", help="bedrock: AWS access key id")
+    p.add_argument("--secret-key", help="bedrock: AWS secret access key")
+    p.add_argument("--region", help="bedrock: AWS region")
+    p.add_argument("--profile", help="bedrock: a profile of ~/.aws/credentials or ~/.aws/config")
     ns = p.parse_args(argv)
-    if ns.provider not in PRESETS and ns.provider not in ALIASES:
-        raise UsageError(
-            f"unknown provider {ns.provider!r}; choose one of: {', '.join(PRESETS)}"
+    home = tether_home(os.environ)
+    provider = ALIASES.get(ns.provider, ns.provider)
+    aws = {"access_key": ns.access_key, "region": ns.region, "profile": ns.profile}
+    built_in = dict.__contains__(PRESETS, provider)
+    if ns.name is not None or not built_in:
+        name = ns.name if ns.name is not None else ns.provider
+        if built_in and provider != "openai-compatible":
+            raise UsageError(
+                "--name names a custom OpenAI-compatible provider: "
+                "tether connect openai-compatible --name NAME --base-url URL [--api-key KEY]"
+            )
+        if any(v is not None for v in (*aws.values(), ns.secret_key)):
+            raise UsageError("--access-key, --secret-key, --region and --profile are for bedrock")
+        if ns.base_url is None and name not in PRESETS:
+            raise UsageError(
+                f"unknown provider {ns.provider!r}; choose one of: {valid_prefixes()}, or add an "
+                f"OpenAI-compatible server with `tether connect {ns.provider} --base-url URL`"
+            )
+        record = save_custom_provider(
+            home, name, base_url=ns.base_url, api_key=ns.api_key, timeout=ns.timeout
         )
-    if ns.api_key is None and ns.base_url is None:
-        raise UsageError("tether connect needs --api-key and/or --base-url")
-    record = save_credential(
-        tether_home(os.environ),
-        ns.provider,
-        api_key=ns.api_key,
-        base_url=ns.base_url,
-        timeout=ns.timeout,
-    )
+        sys.stdout.write(
+            f"Saved provider {name} (OpenAI-compatible at {record['base_url']}); "
+            f"use --model {name}/<model> or {name}/ for the server's first model\n"
+        )
+        return 0
+    if provider == "bedrock":
+        if ns.api_key is not None and ns.secret_key is not None:
+            raise UsageError("give the AWS secret once: --secret-key (or --api-key), not both")
+        secret = ns.secret_key if ns.secret_key is not None else ns.api_key
+        if secret is None and ns.base_url is None and not any(aws.values()) and ns.timeout is None:
+            raise UsageError(
+                "tether connect bedrock needs --access-key and --secret-key, or --profile, "
+                "and --region"
+            )
+        record = save_credential(
+            home, provider, api_key=secret, base_url=ns.base_url, timeout=ns.timeout, **aws
+        )
+    else:
+        if any(v is not None for v in (*aws.values(), ns.secret_key)):
+            raise UsageError("--access-key, --secret-key, --region and --profile are for bedrock")
+        if ns.api_key is None and ns.base_url is None:
+            raise UsageError("tether connect needs --api-key and/or --base-url")
+        record = save_credential(
+            home, provider, api_key=ns.api_key, base_url=ns.base_url, timeout=ns.timeout
+        )
     sys.stdout.write(f"Saved credentials for {ns.provider} as {record.get('name', ns.provider)}\n")
+    return 0
+
+
+def _models(argv: list[str]) -> int:
+    """JSON rows {handle, provider, model, context_window} for each configured provider."""
+    p = _Parser(prog="tether models")
+    p.add_argument("--provider", help="only this provider (e.g. ollama, google, a custom name)")
+    ns = p.parse_args(argv)
+    from tether.providers.model_list import list_all
+    from tether.runtime.session import tether_home
+
+    env = dict(os.environ)
+    rows = list_all(tether_home(env), env, ns.provider)
+    if not rows and ns.provider is None:
+        raise UsageError(
+            "no provider is configured: set a key (e.g. ANTHROPIC_API_KEY, GEMINI_API_KEY) or run "
+            "`tether connect <provider> …`"
+        )
+    _print_json(rows)
     return 0
 
 
@@ -132,7 +192,7 @@ def _sandbox(argv: list[str]) -> int:
     # Imported here: the probe and the settings loader stay off every other path.
     from pathlib import Path
 
-    from tether.runtime.sandboxing import describe_switch, sandbox_switch
+    from tether.runtime.sandboxing import describe_confinement, describe_switch, sandbox_switch
     from tether.runtime.session import tether_home
     from tether.runtime.settings import load_settings
     from tether.sandbox import format_status, probe
@@ -143,6 +203,9 @@ def _sandbox(argv: list[str]) -> int:
     settings = load_settings(tether_home(os.environ), Path.cwd())
     switch = sandbox_switch(os.environ, {"sandbox": settings.sandbox})
     lines = [describe_switch(switch)]
+    lines += describe_confinement(
+        os.environ, {"sandbox": settings.sandbox}, tether_home(os.environ)
+    )
     lines += [f"note: {why}" for why in settings.ignored if "sandbox" in why]
     if switch.enabled and status.backend is None:
         lines.append("note: no backend here, so every shell command will be refused (fail closed)")

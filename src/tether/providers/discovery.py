@@ -78,17 +78,17 @@ def _ask(endpoint: Endpoint) -> list[ModelInfo]:
         root = base.removesuffix("/v1")
         try:
             loaded = [
-                _info(m, "name") for m in _get(endpoint, f"{root}/api/ps").get("models") or []
+                _info(m, "name") for m in get_json(endpoint, f"{root}/api/ps").get("models") or []
             ]
             tags = [
-                _info(m, "name") for m in _get(endpoint, f"{root}/api/tags").get("models") or []
+                _info(m, "name") for m in get_json(endpoint, f"{root}/api/tags").get("models") or []
             ]
         except DiscoveryFailed:
             pass  # an Ollama-compatible server without the native API: try the OpenAI listing
         else:
             names = {m.id for m in loaded}
             return [m for m in loaded if m.id] + [m for m in tags if m.id and m.id not in names]
-    data = _get(endpoint, f"{base}/models")
+    data = get_json(endpoint, f"{base}/models")
     return [m for m in (_info(item, "id") for item in data.get("data") or []) if m.id]
 
 
@@ -103,12 +103,15 @@ def _info(item: Any, key: str) -> ModelInfo:
     return ModelInfo(str(name), window)
 
 
-def _get(endpoint: Endpoint, url: str) -> dict[str, Any]:
+def get_json(endpoint: Endpoint, url: str, auth: dict[str, str] | None = None) -> dict[str, Any]:
+    """GET `url` as JSON; `auth` replaces the bearer key (Gemini and Anthropic use their own)."""
     import urllib.error
     import urllib.request  # ~15 ms of imports, paid only when the cache has no answer
 
     headers = {"accept": "application/json"}
-    if endpoint.api_key:
+    if auth is not None:
+        headers.update(auth)
+    elif endpoint.api_key:
         headers["authorization"] = f"Bearer {endpoint.api_key}"
     limit = min(endpoint.timeout_s or LIST_TIMEOUT_S, LIST_TIMEOUT_S)
     try:
