@@ -7,7 +7,7 @@ unknown effects share one global lock. Results come back in the order the model 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,6 +18,7 @@ from tether.protocol.turns import ApprovalResult
 
 if TYPE_CHECKING:
     from tether.core.approvals import DecideFn
+    from tether.core.permissions import Decision
 
 RESULT_CAP = 32_000
 INTERRUPTED = "Interrupted by user"
@@ -29,9 +30,12 @@ class AdmittedCall:
     name: str
     tool: Tool | None
     args: Mapping[str, Any]
+    confined: bool = False  # admitted only by the read-only auto-allow: runs kernel-confined
 
 
 RunContextFactory = Callable[[str], ToolRunContext]
+# Asked when a hook rewrote a call's input into one that needs approval: True runs it.
+ReaskFn = Callable[[AdmittedCall, "Decision"], Awaitable[bool]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +74,13 @@ async def execute_batch(
     abort: asyncio.Event,
     on_result: Callable[[ApprovalResult], None] | None = None,
     hooks: ToolHooks | None = None,
-    decide: DecideFn | None = None,  # re-checks arguments a hook rewrote: a deny wins
+    decide: DecideFn | None = None,  # re-decides arguments a hook rewrote, in full
+    reask: ReaskFn | None = None,  # who answers when the rewritten call needs approval
 ) -> list[ApprovalResult]:
     locks = BatchLocks()
 
     async def one(call: AdmittedCall) -> ApprovalResult:
-        result = await _run_locked(call, ctx, locks, make_run_context, abort, hooks, decide)
+        result = await _run_locked(call, ctx, locks, make_run_context, abort, hooks, decide, reask)
         if on_result is not None:
             on_result(result)
         return result
@@ -91,6 +96,7 @@ async def _run_locked(
     abort: asyncio.Event,
     hooks: ToolHooks | None,
     decide: DecideFn | None = None,
+    reask: ReaskFn | None = None,
 ) -> ApprovalResult:
     if call.tool is None:
         available = ", ".join(sorted(ctx.tools))
@@ -113,12 +119,14 @@ async def _run_locked(
                 return _result(call, ToolResult(f"Error: Tool execution blocked by hook. {verdict.blocked}", True))
             if verdict.updated_args is not None and verdict.result is None:
                 call = replace(call, args={**call.args, **verdict.updated_args})
-                again = decide(tool, call.args, ctx) if decide is not None else None
-                if again is not None and again.verdict == "deny":
-                    return _result(call, ToolResult(again.reason or "Tool execution denied.", True))
+                refused = await _decide_rewritten(call, tool, ctx, decide, reask) if decide else None
+                if isinstance(refused, ToolResult):
+                    return _result(call, refused)
+                call = refused or call
             answered = verdict.result
         run_ctx = make_run_context(call.tool_call_id)
         run_ctx.abort = abort
+        run_ctx.confined = call.confined
         try:
             outcome = answered if answered is not None else await tool.run(call.args, run_ctx)
         except asyncio.CancelledError:
@@ -132,6 +140,24 @@ async def _run_locked(
         else:
             result = replace(result, output=f"{result.output}\n\n{extra}")
     return result
+
+
+async def _decide_rewritten(
+    call: AdmittedCall, tool: Tool, ctx: ToolContext, decide: DecideFn, reask: ReaskFn | None
+) -> AdmittedCall | ToolResult:
+    """A hook's rewritten input is a new call, decided again in full: a deny stays a deny, an
+    ask stays an ask (whoever answers approvals is asked again; with nobody to ask it does not
+    run), and what the read-only auto-allow admits runs confined."""
+    again = decide(tool, call.args, ctx)
+    if again.verdict == "deny":
+        return ToolResult(again.reason or "Tool execution denied.", True)
+    if again.verdict == "ask":
+        if reask is None or not await reask(call, again):
+            return ToolResult(
+                "Error: a PreToolUse hook rewrote this call's input, and the rewritten call needs "
+                f"approval that was not given: {again.reason}", True)
+        return replace(call, confined=False)
+    return replace(call, confined=again.confine)
 
 
 def _result(call: AdmittedCall, outcome: ToolResult) -> ApprovalResult:

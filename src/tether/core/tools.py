@@ -52,6 +52,9 @@ class ToolRunContext:
     scratch_dir: Path | None = None  # background task logs, overflow files
     env: Mapping[str, str] | None = None  # extra environment for launched programs
     services: Mapping[str, Any] = field(default_factory=dict)  # e.g. "background": BackgroundTasks
+    # Admitted by nothing but the read-only auto-allow: a shell tool must run it inside the
+    # read-only confinement sandbox (services["confinement"]) or not at all.
+    confined: bool = False
 
 
 class Tool(Protocol):

@@ -3,7 +3,9 @@
 Foreground calls wait for the command (default 2 minutes, at most 10), return its merged output,
 and on timeout or interrupt kill the whole group; `run_in_background` hands the command to the
 `BackgroundTasks` service instead and returns its id at once. When the runtime puts a sandbox in
-`ctx.services["sandbox"]`, both kinds run confined by it, and a command it refuses does not run.
+`ctx.services["sandbox"]`, both kinds run confined by it, and a command it refuses does not run. A
+call admitted only by the read-only auto-allow (`ctx.confined`) runs in the stricter read-only
+sandbox of `ctx.services["confinement"]` instead, and never unconfined.
 """
 
 from __future__ import annotations
@@ -233,12 +235,20 @@ class BashTool:
 
 
 def sandbox_service(ctx: ToolRunContext) -> Sandbox | None:
-    """The runtime's shell sandbox, if any; something else under the name is refused, not ignored."""
-    service = ctx.services.get("sandbox")
+    """The sandbox this call runs in: the read-only confinement when only the read-only
+    auto-allow admitted it (none there: refused, it never runs unconfined), else the runtime's
+    workspace sandbox, if any. Something else under either name is refused, not ignored."""
+    name = "confinement" if ctx.confined else "sandbox"
+    service = ctx.services.get(name)
+    if service is None and ctx.confined:
+        raise SandboxError(
+            "this command was admitted only as read-only, which runs inside the read-only "
+            "sandbox, and this run has none"
+        )
     if service is None or isinstance(service, Sandbox):
         return service
     raise SandboxError(
-        f"the runtime's sandbox service is a {type(service).__name__}, which cannot wrap "
+        f"the runtime's {name} service is a {type(service).__name__}, which cannot wrap "
         "commands (it needs a wrap(argv, cwd, env) method)"
     )
 
