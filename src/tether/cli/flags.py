@@ -51,6 +51,8 @@ class RunFlags:
     resume: bool = False  # -r/--resume (interactive): reopen this agent's latest conversation
     reflection_trigger: str | None = None  # None: the agent's saved choice (runtime/reflection)
     reflection_step_count: int | None = None
+    mcp_config: list[str] = field(default_factory=list)  # --mcp-config FILE|JSON, repeatable
+    strict_mcp_config: bool = False  # --strict-mcp-config: only the --mcp-config servers
 
 
 class _Parser(argparse.ArgumentParser):
@@ -109,6 +111,10 @@ def _parser() -> _Parser:
     p.add_argument("--tags")
     p.add_argument("--tools", help='comma list of the tools to offer ("" for none)')
     p.add_argument("--no-mods", action="store_true", help="load no mods this run")
+    p.add_argument("--mcp-config", action="append", default=[], metavar="FILE|JSON",
+                   help='MCP servers to start: a file or inline JSON {"mcpServers": {...}}; repeatable')
+    p.add_argument("--strict-mcp-config", action="store_true",
+                   help="start only the MCP servers of --mcp-config, none from settings or .mcp.json")
     return p
 
 
@@ -160,6 +166,10 @@ def parse_run_flags(argv: Sequence[str], *, stdin_is_tty: bool | None = None) ->
         flags.skill_sources = [s.strip() for s in ns.skill_sources.split(",") if s.strip()]
     flags.no_skills = ns.no_skills
     flags.no_bundled_skills = ns.no_bundled_skills
+    flags.mcp_config = list(ns.mcp_config)
+    flags.strict_mcp_config = ns.strict_mcp_config
+    if flags.strict_mcp_config and not flags.mcp_config:
+        raise UsageError("--strict-mcp-config needs at least one --mcp-config")
     _check_conflicts(flags)
     return flags
 

@@ -49,6 +49,10 @@ def main(argv: Sequence[str]) -> int:
         from tether.cli.memory_cmd import run_memory
 
         return run_memory(argv[1:])
+    if argv and argv[0] == "mcp":
+        from tether.cli.mcp_cmd import run_mcp
+
+        return run_mcp(argv[1:])
     if argv and argv[0] in ("mods", "hooks"):
         from tether.cli.mods_cmd import run_mods_command
 

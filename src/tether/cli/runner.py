@@ -46,6 +46,9 @@ class PermissionPolicy:
         self.rules = rules
         self.scope = scope
         self.guards = guards or Guards()
+        # Whether this run can confine what the read-only auto-allow admits (asked on the first
+        # shell call only); None: the run has no confinement, so such commands ask.
+        self.confinable: Callable[[], bool] | None = None
 
     def read_denied(self) -> Callable[[Path], bool] | None:
         """For recursive readers (Grep): whether a file deny rule protects `path`; None when no
@@ -74,7 +77,12 @@ class PermissionPolicy:
             cwd=ctx.cwd,
             external=bool(getattr(tool, "external", False)),
         )
-        return decide(call, Policy(ctx.permission_mode, self.rules, self.scope, self.guards))
+        can_confine = (  # probed only where the read-only auto-allow could apply
+            call.command is not None and ctx.permission_mode in ("standard", "acceptEdits")
+            and self.confinable is not None and self.confinable()
+        )
+        return decide(call, Policy(ctx.permission_mode, self.rules, self.scope, self.guards,
+                                   can_confine=can_confine))
 
 
 def build_policy(flags: RunFlags, settings: Settings, cwd: Path, home: Path) -> PermissionPolicy:
@@ -195,6 +203,15 @@ class Prepared:
         value = self.env.get("TETHER_SCRATCHPAD")
         return Path(value) if value else self.store.home / "tmp" / self.session.conversation_id
 
+    async def start_tool_sources(self) -> list[dict[str, Any]]:
+        """Start the run's MCP servers and wait (each within its start timeout) until they are
+        connected or failed; their status, for the init event. Nothing when none is configured."""
+        mcp = self.services.get("mcp")
+        if mcp is None:
+            return []
+        await mcp.ready()
+        return mcp.status()
+
     def add_session_rule(self, text: str) -> None:
         """An "always allow" answer: the rule holds for the rest of this process."""
         if self.policy is None:
@@ -286,6 +303,7 @@ class Prepared:
             max_turns=max_turns,
             tool_hooks=tool_hooks,
             permission_hooks=permission_hooks,
+            before_turn=self.services["mcp"].ready if "mcp" in self.services else None,
         )
         if self.mods is not None:
             deps = self.mods.attach(deps)
@@ -306,6 +324,9 @@ class Prepared:
             service = self.services.get(name)
             if service is not None:
                 await service.stop_all()
+        mcp = self.services.get("mcp")
+        if mcp is not None:
+            await mcp.close()
 
 
 def prepare(flags: RunFlags) -> Prepared:
@@ -386,12 +407,18 @@ def prepare(flags: RunFlags) -> Prepared:
     prepared.services["shell_groups"] = ShellGroups(prepared.scratch / "shell-groups.jsonl")
     sandbox = shell_sandbox_from(env, {"sandbox": settings.sandbox}, cwd, store.home, prepared.scratch)
     prepared.services["sandbox"] = sandbox
+    from tether.runtime.confinement import Confinement
+
+    confinement = Confinement(env, {"sandbox": settings.sandbox}, cwd, store.home, prepared.scratch)
+    prepared.services["confinement"] = confinement
+    prepared.policy.confinable = confinement.available
     if sandbox is not None:  # file tools may not write where the sandboxed shell could not
         prepared.policy.guards = file_guards(
             store.home, session.agent.id, env, sandbox.policy.writable_roots
         )
     _add_subagents(prepared)
     _add_memory(prepared)
+    _add_mcp(prepared)
     if flags.tools is not None:
         unknown = sorted(set(flags.tools) - set(prepared.registry.names()))
         if unknown:
@@ -439,6 +466,33 @@ def _add_memory(prepared: Prepared) -> None:
         no_bundled_skills=f.no_bundled_skills, services=prepared.services,
         warn=lambda m: print(f"tether: {m}", file=sys.stderr),
     )
+
+
+def _add_mcp(prepared: Prepared) -> None:
+    """The run's MCP servers (settings, `.mcp.json`, `--mcp-config`), started on the first turn;
+    nothing is imported when no source names one."""
+    f, cwd = prepared.flags, prepared.cwd
+    sources = () if f.strict_mcp_config else prepared.settings.mcp_sources
+    if not sources and not f.mcp_config and (f.strict_mcp_config or not (cwd / ".mcp.json").exists()):
+        return
+    from tether.mcp.config import resolve_config
+    from tether.runtime.prompt_cache import project_trusted
+
+    trusted = project_trusted(prepared.settings.trust, f.trust, prepared.store.home, cwd)
+    config = resolve_config(sources, f.mcp_config, cwd=cwd, env=prepared.env, trusted=trusted,
+                            project_file_too=not f.strict_mcp_config)
+    for message in config.held_back:
+        print(f"tether: {message}", file=sys.stderr)
+    if not config.servers:
+        return
+    from tether.mcp.client import McpServers
+    from tether.mcp.tools import registrar
+
+    prepared.scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
+    log = open(prepared.scratch / "mcp-servers.log", "ab")  # noqa: SIM115 - closed at shutdown
+    servers = McpServers(config.servers, env=prepared.env, errlog=log)
+    servers.on_change = registrar(lambda: prepared.registry, servers)
+    prepared.services["mcp"] = servers
 
 
 def _add_subagents(prepared: Prepared) -> None:

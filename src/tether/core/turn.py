@@ -8,9 +8,11 @@ answers as the next input, until `end_turn`, a limit, an interrupt or an error.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
+
+import orjson
 
 from tether.core.approvals import Classified, DecideFn, classify_approvals
 from tether.core.execution import (
@@ -20,6 +22,7 @@ from tether.core.execution import (
     ToolHooks,
     execute_batch,
 )
+from tether.core.permissions import Decision
 from tether.core.tools import ToolContext
 from tether.protocol.chunks import (
     AssistantText,
@@ -109,6 +112,9 @@ class TurnDeps:
     tool_hooks: ToolHooks | None = None
     permission_hooks: PermissionHooks | None = None
     events: TurnEvents | None = None
+    # Awaited before the first send of every turn: tool sources that start in the background
+    # (MCP servers) get to finish, each within its own bound.
+    before_turn: Callable[[], Awaitable[None]] | None = None
 
 
 @dataclass(slots=True)
@@ -141,6 +147,8 @@ async def run_turn(deps: TurnDeps, conversation: ConversationRef, user: UserMess
             return _fail(deps, out, started, "cancelled")
         user = started
     turn_input = TurnInput(user=user)
+    if deps.before_turn is not None:
+        await deps.before_turn()
     while True:
         if not turn_input.approvals and _limit_reached(deps, out):
             return _fail(
@@ -299,8 +307,9 @@ async def _answer_calls(deps: TurnDeps, calls: list[ToolCallRequest], ctx: ToolC
             answers[call.tool_call_id] = _denial(call, reply.message)
         elif item.verdict == "deny":
             answers[call.tool_call_id] = _denial(call, item.decision.reason)
-        else:
-            admitted.append(AdmittedCall(call.tool_call_id, call.name, item.tool, item.args))
+        else:  # what no rule, mode or human admitted runs inside the read-only sandbox
+            admitted.append(AdmittedCall(call.tool_call_id, call.name, item.tool, item.args,
+                                         confined=item.decision.confine))
     for result in answers.values():
         deps.emit(LocalToolReturn(result))
     if admitted and not interrupt:
@@ -312,11 +321,19 @@ async def _answer_calls(deps: TurnDeps, calls: list[ToolCallRequest], ctx: ToolC
             lambda r: deps.emit(LocalToolReturn(r)),
             deps.tool_hooks,
             deps.decide,
+            lambda call, decision: _reask(deps, ctx, call, decision),
         )
         answers.update((r.tool_call_id, r) for r in executed)
     for call in calls:  # every call is answered, even when an interrupt skipped execution
         answers.setdefault(call.tool_call_id, _denial(call, INTERRUPTED))
     return _Answers([answers[c.tool_call_id] for c in calls], interrupt)
+
+
+async def _reask(deps: TurnDeps, ctx: ToolContext, call: AdmittedCall, decision: Decision) -> bool:
+    """Ask the approver about a call whose input a hook rewrote into one that needs approval."""
+    request = ToolCallRequest(call.tool_call_id, call.name, orjson.dumps(dict(call.args)).decode())
+    reply = await deps.approver.ask(Classified(request, call.tool, dict(call.args), decision), ctx)
+    return reply.allow and reply.updated_input is None
 
 
 def _denial(call: ToolCallRequest, reason: str) -> ApprovalResult:

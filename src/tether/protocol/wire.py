@@ -6,7 +6,7 @@ Pure builders from runtime values to dicts; writers (cli/output.py) add nothing 
 from __future__ import annotations
 
 import uuid as _uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tether.protocol.chunks import Chunk, RetryNotice, iso_now
@@ -47,6 +47,7 @@ def system_init(
     skill_sources: Sequence[str] = (),
     reflection_trigger: str = "off",
     reflection_step_count: int = 25,
+    mcp_servers: Sequence[Mapping[str, Any]] = (),  # {"name", "status", "error"?, "tools"?}
 ) -> dict[str, Any]:
     return env.wrap(
         {
@@ -57,7 +58,7 @@ def system_init(
             "model": model,
             "tools": list(tools),
             "cwd": cwd,
-            "mcp_servers": [],
+            "mcp_servers": [dict(m) for m in mcp_servers],
             "permission_mode": permission_mode,
             "slash_commands": [],
             "memfs_enabled": memfs_enabled,

@@ -57,6 +57,8 @@ class Settings:
     sandbox: dict[str, Any] = field(default_factory=dict)
     ignored: tuple[str, ...] = ()  # what untrusted project files asked for and did not get
     trust: TrustState | None = None  # None: no project files
+    # (scope, file, raw "mcpServers") in file order; validated and trust-filtered by tether.mcp
+    mcp_sources: tuple[tuple[Scope, str, Any], ...] = ()
 
     @property
     def user(self) -> SettingsFile | None:
@@ -110,6 +112,7 @@ def load_settings(home: Path, cwd: Path, trust: TrustState | None = None) -> Set
     sandbox: dict[str, Any] = {}
     hooks_user: Any = None
     hooks_project: list[tuple[str, Any]] = []
+    mcp_sources: list[tuple[Scope, str, Any]] = []
     for f in files:
         widening: list[str] = []
         perms = f.data.get("permissions", {})
@@ -179,6 +182,8 @@ def load_settings(home: Path, cwd: Path, trust: TrustState | None = None) -> Set
                 widening.append("sandbox")
             else:
                 sandbox.update(box)
+        if f.data.get("mcpServers") is not None:
+            mcp_sources.append((f.scope, str(f.path), f.data["mcpServers"]))
         if f.data.get("mods") is not None and f.scope != "user" and not trusted:
             widening.append("mods")
         if widening:
@@ -207,4 +212,5 @@ def load_settings(home: Path, cwd: Path, trust: TrustState | None = None) -> Set
         sandbox,
         tuple(ignored),
         trust if project_files else None,
+        tuple(mcp_sources),
     )

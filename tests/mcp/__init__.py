@@ -1,0 +1,1 @@
+"""MCP configuration, clients and tools."""

@@ -1,0 +1,1 @@
+"""Small MCP servers the tests start as real processes."""
