@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.support import Run, run_tether, transcript_lines
+from tests.e2e.support import TETHER, Run, run_tether, transcript_lines
 from tether.testing.fake_more import FakeMoreProviders
 
 AKID, SECRET = "AKIDTETHERTEST", "tether/test/secret/key"
@@ -290,3 +293,66 @@ def test_models_lists_configured_providers_with_windows(
             "context_window": None,
         },
     ]
+
+
+@pytest.mark.parametrize("model", ["google/gemini-2.5-pro", f"bedrock/{BEDROCK_MODEL}"])
+def test_sigint_while_waiting_for_the_model_cancels(
+    model: str, workdir: Path, tether_home: Path
+) -> None:
+    with fake_for([{"fault": {"hang": True}}]) as fake:
+        proc = subprocess.Popen(
+            [TETHER, "-p", "hi", "--model", model, "--output-format", "stream-json"],
+            env=env_for(fake.url, model, tether_home), cwd=workdir, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 20
+        while not fake.of(PROVIDERS[model][1]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert fake.of(PROVIDERS[model][1]), "the request never arrived"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, err
+    last = json.loads(out.splitlines()[-1])
+    assert last["type"] == "error" and last["stop_reason"] == "cancelled"
+
+
+@pytest.mark.parametrize("model", ["google/gemini-2.5-pro", f"bedrock/{BEDROCK_MODEL}"])
+def test_compaction_summary_goes_to_the_same_provider(
+    model: str, workdir: Path, tether_home: Path
+) -> None:
+    lean = ["--system-custom", "You are terse.", "--tools", "", "--reflection-trigger", "off"]
+    kind = PROVIDERS[model][1]
+    conversation: list[str] = []
+    script = [
+        {"text": "noted 0"},
+        {"text": "noted 1"},
+        {"text": "SUMMARY: two long parts."},
+        {"text": "third"},
+    ]
+    with fake_for(script) as fake:
+        env = env_for(fake.url, model, tether_home, TETHER_CONTEXT_WINDOW="2048")
+        for n, words in enumerate(["lorem ipsum " * 150, "lorem ipsum " * 150, "dolor sit " * 300]):
+            args = [
+                "-p",
+                f"part {n}: {words}",
+                "--model",
+                model,
+                "--output-format",
+                "stream-json",
+                *lean,
+            ]
+            run = run_tether(
+                args + (["--conversation", conversation[0]] if conversation else []),
+                env=env,
+                cwd=workdir,
+            )
+            assert run.code == 0, run.stderr
+            conversation = conversation or [run.events[-1]["conversation_id"]]
+        requests = fake.of(kind)
+        assert fake.violations == []
+    assert run.events[-1]["result"] == "third"
+    assert len(requests) == 4  # two turns, the summary call, the third turn: one provider
+    summary = json.dumps(requests[2]["body"])
+    assert "You are summarising" in summary and "lorem ipsum" in summary
+    assert "SUMMARY: two long parts." in json.dumps(requests[3]["body"])
+    assert "part 0" not in json.dumps(requests[3]["body"])

@@ -66,6 +66,7 @@ class FakeMoreProviders:
         self.violations: list[dict[str, Any]] = []
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()  # releases handlers held by a `hang` fault
 
     def __enter__(self) -> FakeMoreProviders:
         server = _Server(("127.0.0.1", 0), _Handler)
@@ -79,6 +80,7 @@ class FakeMoreProviders:
 
     def __exit__(self, *exc: object) -> None:
         server, self._server = self._server, None
+        self._stopping.set()
         if server is not None:
             server.shutdown()
             server.server_close()
@@ -190,6 +192,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(500, EXHAUSTED)
             return
         fault = turn.get("fault") or {}
+        if fault.get("hang"):  # the request arrived; the answer never starts
+            fake._stopping.wait(600)
+            self.close_connection = True
+            return
         if "status" in fault:
             extra = {"Retry-After": str(fault["retry_after"])} if "retry_after" in fault else {}
             self._send(int(fault["status"]), self._error(kind, "fake fault"), extra)
