@@ -1,22 +1,25 @@
 """One-shot headless runs (`tether -p`): resolve the session, run one user turn, render, exit.
 
-Exit codes: 0 success, 1 error, 130 interrupted (SIGINT; the running tool's process group is
-killed and the transcript keeps an answer for every tool call), 143 on SIGTERM.
+Exit codes: 0 success, 1 error, 130 / 143 / 129 after SIGINT / SIGTERM / SIGHUP (the running
+tool's process group is killed and the transcript keeps an answer for every tool call; see
+`cli/stopping.py`). tether's own state failing (a full disk, a read-only TETHER_HOME, the effect
+store) is an error naming the path and the cause, with a `result` line for stream-json.
 """
 
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 import time
+from typing import Any
 
 from tether.cli.flags import RunFlags
-from tether.cli.output import Renderer, StdoutGone
+from tether.cli.output import Renderer, StdoutGone, report_failure
+from tether.cli.stopping import RunStop, state_failure
 from tether.core.approvals import Classified
 from tether.core.permissions import headless_denial
 from tether.core.tools import Effect, ToolContext
-from tether.core.turn import ApprovalAnswer, TurnOutcome, run_turn
+from tether.core.turn import ApprovalAnswer, Event, TurnOutcome, run_turn
 from tether.errors import TetherError
 from tether.protocol import wire
 from tether.protocol.chunks import now_ms
@@ -47,9 +50,15 @@ def run_headless(flags: RunFlags) -> int:
             return run_bidirectional(prepare(flags))
         prompt = read_prompt(flags)
         prepared = prepare(flags)
-    except TetherError as exc:
-        sys.stderr.write(f"Error: {exc}\n")
-        return 1
+    except (TetherError, OSError) as exc:
+        message = state_failure(exc)
+        if message is None:
+            if not isinstance(exc, TetherError):
+                raise
+            sys.stderr.write(f"Error: {exc}\n")
+            return 1
+        return report_failure(flags.output_format, wire.Envelope(None, None), message,
+                              duration_ms=int((time.monotonic() - started) * 1000))
 
     session = prepared.session
     envelope = wire.Envelope(session.agent.id, session.conversation_id)
@@ -59,24 +68,26 @@ def run_headless(flags: RunFlags) -> int:
         from tether.cli.output import write_line
 
         subagents.progress = lambda event: write_line(envelope.wrap(event))
+    stops: list[RunStop] = []
 
     async def main() -> int:
         abort = asyncio.Event()
-        signals: list[int] = []
+        stop = RunStop(abort)
+        stops.append(stop)
+        stop.install(asyncio.get_running_loop())
 
-        def on_signal(signum: int) -> None:
-            signals.append(signum)
-            abort.set()
+        def emit(event: Event) -> None:
+            renderer.on_event(stop.retitle(event))
 
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, on_signal, sig)
         deps = prepared.turn_deps(
-            emit=renderer.on_event,
+            emit=emit,
             approver=HeadlessApprover(flags.permission_mode),
             abort=abort,
             max_turns=flags.max_turns,
         )
+        checkpoint_hooks: Any = deps.tool_hooks
+        if hasattr(checkpoint_hooks, "on_unavailable"):  # the effect store's (CheckpointHooks)
+            checkpoint_hooks.on_unavailable = stop.on_store_unavailable
         try:
             renderer.emit_init(
                 model=session.model,
@@ -85,30 +96,42 @@ def run_headless(flags: RunFlags) -> int:
                 permission_mode=flags.permission_mode,
             )
             user = UserMessage(f"ui-msg-{now_ms()}", (TextPart(prompt),), now_ms())
+            state_failed = False
             try:
                 with prepared.store.turn_lock(session.agent.id, session.conversation_id):
-                    user = prepared.begin_turn(user, renderer.on_event)
+                    user = prepared.begin_turn(user, emit)
                     outcome = await run_turn(deps, prepared.conversation, user)
-            except TetherError as exc:  # e.g. a busy conversation, a damaged transcript
-                failure = TurnError(str(exc), "error")
+            except (TetherError, OSError) as exc:  # a busy conversation, a damaged transcript, a full disk
+                message = state_failure(exc)
+                if message is None and not isinstance(exc, TetherError):
+                    raise
+                state_failed = message is not None
+                failure = TurnError(message or str(exc), "error")
                 outcome = TurnOutcome(stop_reason="error", error=failure)
-                renderer.on_event(failure)
+                emit(failure)
+            if outcome.error is not None:
+                outcome.error = stop.retitle(outcome.error)
+                outcome.stop_reason = outcome.error.stop_reason
             code = renderer.finish(
                 outcome,
                 duration_ms=int((time.monotonic() - started) * 1000),
                 api_ms=prepared.backend.api_ms,
+                result_on_error=state_failed or stop.failure is not None,
             )
             if code == 0 and "reflection" in prepared.services:
                 await prepared.services["reflection"].after_turn(abort)
-            return 143 if code == 130 and signals[:1] == [signal.SIGTERM] else code
+            return stop.exit_code(code)
         finally:
-            await prepared.shutdown()
+            try:
+                await prepared.shutdown()
+            except (TetherError, OSError) as exc:  # the run's answer stands; say what was left
+                sys.stderr.write(f"tether: while shutting down: {exc}\n")
 
     try:
         return asyncio.run(main())
     except StdoutGone as exc:
         sys.stderr.write(f"Error: could not write the result to stdout ({exc})\n")
-        return 1
+        return stops[0].exit_code(1) if stops else 1
     except TetherError as exc:
         sys.stderr.write(f"Error: {exc}\n")
         return 1

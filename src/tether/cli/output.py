@@ -90,12 +90,32 @@ class Renderer:
         self._pending.clear()
         write_line(wire.chunk_event(self.env, merged, partial=False))
 
-    def finish(self, outcome: TurnOutcome, *, duration_ms: int, api_ms: int) -> int:
-        """Write the turn's end; returns the exit code (0, 1 or 130)."""
+    def finish(
+        self, outcome: TurnOutcome, *, duration_ms: int, api_ms: int, result_on_error: bool = False
+    ) -> int:
+        """Write the turn's end; returns the exit code (0, 1 or 130).
+
+        One-shot errors are an `error` event only, as in the reference; with `result_on_error`
+        (tether's own state failed: a full disk, the effect store) stream-json also gets a
+        `result` line with subtype `error`, and stderr the message, whatever the format."""
         self.flush()
         if outcome.error is not None:
-            if self.fmt != "stream-json":
+            if self.fmt != "stream-json" or result_on_error:
                 sys.stderr.write(f"Error: {outcome.error.message}\n")
+            if result_on_error and self.fmt == "stream-json":
+                write_line(
+                    wire.result_event(
+                        self.env,
+                        subtype="error",
+                        duration_ms=duration_ms,
+                        duration_api_ms=api_ms,
+                        num_turns=outcome.steps,
+                        result=outcome.error.message,
+                        run_ids=outcome.run_ids,
+                        usage=None,
+                        stop_reason=outcome.error.stop_reason,
+                    )
+                )
             return 130 if outcome.interrupted else 1
         text = outcome.result_text or "No assistant response found"
         usage = wire.usage_dict(outcome.usage, outcome.steps)
@@ -133,3 +153,30 @@ class Renderer:
             if not outcome.result_text:
                 return 1
         return 0
+
+
+def report_failure(fmt: str, envelope: wire.Envelope, message: str, *, duration_ms: int = 0) -> int:
+    """A run that failed outside any turn (tether's own state could not be read or written):
+    `Error: …` on stderr, and for stream-json an `error` line and a `result` line with subtype
+    `error`. Returns the exit code, 1. A reader that went away is not an extra failure."""
+    sys.stderr.write(f"Error: {message}\n")
+    if fmt == "stream-json":
+        error = TurnError(message, "error")
+        result = wire.result_event(
+            envelope,
+            subtype="error",
+            duration_ms=duration_ms,
+            duration_api_ms=0,
+            num_turns=0,
+            result=message,
+            run_ids=(),
+            usage=None,
+            stop_reason="error",
+        )
+        result["uuid"] = f"result-{envelope.session_id}"  # no agent yet at start-up: "startup"
+        try:
+            write_line(wire.error_event(envelope, error))
+            write_line(result)
+        except StdoutGone:
+            pass
+    return 1

@@ -12,20 +12,23 @@ which the kernel frees when its holder dies: whoever holds it knows no other wri
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import os
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from tether.backends.local.locks import StoreUnwritable
 from tether.core.execution import AdmittedCall, PreToolVerdict, ToolHooks
-from tether.core.tools import Effect
+from tether.core.tools import Effect, ToolResult
 from tether.errors import StoreError
 from tether.protocol.messages import AssistantMessage, TextPart, ToolResultMessage
 from tether.protocol.turns import ApprovalResult
@@ -53,6 +56,34 @@ CREATE TABLE IF NOT EXISTS effect_checkpoints (
     PRIMARY KEY (conversation, tool_call_id)
 )
 """
+
+
+class EffectStoreUnavailable(StoreUnwritable):
+    """The checkpoint database cannot be opened or written (full disk, read-only home, I/O
+    error): effectful calls cannot be recorded, so they are not run, and the run fails."""
+
+    def __init__(self, path: Path, exc: BaseException) -> None:
+        why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        super().__init__(
+            f"the effect store is unavailable: checkpoint database {path} cannot be written "
+            f"({why}); effectful tool calls cannot be recorded, so they are not run",
+            getattr(exc, "errno", None) or errno.EIO,
+            str(path),
+        )
+        self.path = path
+
+
+@contextlib.contextmanager
+def _store_errors(path: Path) -> Iterator[None]:
+    """sqlite and OS failures of the database become EffectStoreUnavailable naming it."""
+    import sqlite3
+
+    try:
+        yield
+    except sqlite3.IntegrityError:
+        raise  # a constraint (an existing row), not an unavailable store
+    except (sqlite3.Error, OSError) as exc:
+        raise EffectStoreUnavailable(path, exc) from exc
 
 
 class CheckpointConflict(StoreError):
@@ -131,7 +162,7 @@ class CheckpointStore:
         now = time.time()
         args = dict(arguments)
         try:
-            with self._lock:
+            with self._lock, _store_errors(self.path):
                 self._db.execute(
                     "INSERT INTO effect_checkpoints (conversation, tool_call_id, tool_name, arguments,"
                     " phase, result, owner, revision, created_at, updated_at)"
@@ -158,7 +189,7 @@ class CheckpointStore:
         return self._swap(cp, "unknown", {"output": UNKNOWN_OUTCOME, "is_error": True}, owner)
 
     def _swap(self, cp: Checkpoint, phase: str, result: dict[str, Any], owner: str) -> Checkpoint:
-        with self._lock:
+        with self._lock, _store_errors(self.path):
             cur = self._db.execute(
                 "UPDATE effect_checkpoints SET phase = ?, result = ?, owner = ?,"
                 " revision = revision + 1, updated_at = ?"
@@ -204,7 +235,7 @@ class CheckpointStore:
         }
 
     def _select(self, where: str, params: tuple[Any, ...]) -> list[Checkpoint]:
-        with self._lock:
+        with self._lock, _store_errors(self.path):
             rows = self._db.execute(
                 "SELECT conversation, tool_call_id, tool_name, arguments, phase, result, owner,"
                 f" revision FROM effect_checkpoints {where} ORDER BY created_at",
@@ -232,7 +263,8 @@ class CheckpointHooks:
     """ToolHooks that checkpoint effectful calls around the (optional) settings hooks.
 
     `before` runs the inner hooks first (a blocked call has no effect to checkpoint), then
-    writes the durable `before`; if that write fails, the call is blocked: no record, no run.
+    writes the durable `before`; if that write fails, the call is answered with what happened
+    (the effect store is unavailable) without running, and `on_unavailable` is told.
     `after` records the exact result before the inner hooks add their feedback."""
 
     def __init__(
@@ -251,13 +283,18 @@ class CheckpointHooks:
         self.on_start = on_start
         self.on_end = on_end
         self._open: dict[str, Checkpoint] = {}
+        # Set on the first failure of the store; a frontend's `on_unavailable` ends the turn and
+        # fails the run, and every later effectful call in this turn is refused without running.
+        self.unavailable: str | None = None
+        self.on_unavailable: Callable[[str], None] | None = None
 
     async def before(self, call: AdmittedCall) -> PreToolVerdict:
-        import sqlite3
         verdict = await self.inner.before(call) if self.inner is not None else PreToolVerdict()
         if verdict.blocked is not None or verdict.result is not None or call.tool is None:
             return verdict  # nothing will run, so there is no effect to checkpoint
         if call.tool.effect is not Effect.READ:
+            if self.unavailable is not None:  # refused once: nothing effectful runs after
+                return PreToolVerdict(result=ToolResult(f"Error: {self.unavailable}.", True))
             args = {**call.args, **(verdict.updated_args or {})}
             try:
                 cp = await asyncio.to_thread(
@@ -270,7 +307,10 @@ class CheckpointHooks:
                 )
             except AlreadyCheckpointed:
                 return PreToolVerdict(blocked=f"{UNKNOWN_OUTCOME}; it is not run again.")
-            except (sqlite3.Error, OSError, StoreError) as exc:
+            except (EffectStoreUnavailable, OSError) as exc:
+                why = self._fail(exc)
+                return PreToolVerdict(result=ToolResult(f"Error: {why}.", True))
+            except StoreError as exc:
                 return PreToolVerdict(
                     blocked=f"could not record the effect checkpoint ({exc}); not run."
                 )
@@ -284,12 +324,26 @@ class CheckpointHooks:
     ) -> str | ApprovalResult | None:
         cp = self._open.pop(call.tool_call_id, None)
         if cp is not None:
-            await asyncio.to_thread(self.store.record_after, cp, result)
+            try:
+                await asyncio.to_thread(self.store.record_after, cp, result)
+            except (EffectStoreUnavailable, OSError) as exc:
+                self._fail(exc)  # the model keeps the result; the run fails
         if self.on_end is not None:
             self.on_end(call.tool_call_id)
         if self.inner is None:
             return None
         return await self.inner.after(call, result)
+
+    def _fail(self, exc: BaseException) -> str:
+        """Remember the first store failure and tell the frontend (which ends the run failed)."""
+        if self.unavailable is None:
+            self.unavailable = (
+                str(exc) if isinstance(exc, EffectStoreUnavailable)
+                else str(EffectStoreUnavailable(self.store.path, exc))
+            )
+            if self.on_unavailable is not None:
+                self.on_unavailable(self.unavailable)
+        return self.unavailable
 
     async def settle_leftovers(self, results: Mapping[str, ApprovalResult]) -> None:
         """Close checkpoints whose call was answered without running after all (the engine's

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from tether.backends.local.locks import writing
 from tether.backends.local.records import AgentRecord
 from tether.backends.local.store import LocalStore
 from tether.errors import UsageError
@@ -127,7 +128,8 @@ def _remember_agent(store: LocalStore, cwd: Path, agent_id: str) -> None:
     projects[str(cwd)] = agent_id
     state = {"global": agent_id, "projects": projects}
     path = _state_file(store)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(orjson.dumps(state, option=orjson.OPT_INDENT_2))
-    os.replace(tmp, path)
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+        tmp.write_bytes(orjson.dumps(state, option=orjson.OPT_INDENT_2))
+        os.replace(tmp, path)

@@ -1,5 +1,5 @@
 """How the local store touches shared files safely across processes: exclusive flocks and
-atomic, fsynced writes.
+atomic, fsynced writes, and what a write that the disk refuses becomes (`StoreUnwritable`).
 
 Locks are `fcntl.flock` on a dedicated lock file. flock belongs to the open file description,
 so two opens in one process exclude each other just as two processes do, and the kernel drops
@@ -11,6 +11,7 @@ tether never does while holding one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import time
@@ -20,10 +21,62 @@ from typing import Any
 
 import orjson
 
+from tether.errors import StoreError
+
 # Polling starts fast (a counter lock is held for microseconds) and backs off so a long wait
 # for a turn lock does not spin.
 _FIRST_POLL_S = 0.005
 _MAX_POLL_S = 0.05
+
+
+_HINTS = {
+    errno.ENOSPC: "the disk is full: free some space, or point TETHER_HOME at another disk",
+    errno.EDQUOT: "the disk quota is used up: free some space, or point TETHER_HOME elsewhere",
+    errno.EFBIG: "the file is too large for its file system",
+    errno.EROFS: "the file system is read-only: TETHER_HOME must be writable, or point it elsewhere",
+    errno.EACCES: "permission denied: TETHER_HOME must be writable by this user",
+    errno.EPERM: "permission denied: TETHER_HOME must be writable by this user",
+    errno.EIO: "the disk reported an I/O error; what was being written may not be on disk",
+}
+
+
+class StoreUnwritable(StoreError, OSError):
+    """tether's own files cannot be written (a full disk, a read-only TETHER_HOME, an I/O
+    error). The message names the path and the cause. It is an OSError too, so code that
+    already tolerates a failed write keeps tolerating it."""
+
+    def __init__(self, message: str, code: int, path: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.errno = code
+        self.filename = path
+
+    def __str__(self) -> str:  # not OSError's "[Errno N] …" rendering
+        return self.message
+
+
+def unwritable(path: Path | str, exc: OSError, doing: str = "write") -> StoreUnwritable | None:
+    """The StoreUnwritable for `exc` when it is a disk-side refusal; None for other errors."""
+    if isinstance(exc, StoreUnwritable):
+        return exc
+    hint = _HINTS.get(exc.errno or 0)
+    if hint is None:
+        return None
+    where = os.fspath(exc.filename) if exc.filename else os.fspath(path)
+    why = exc.strerror or os.strerror(exc.errno or 0)
+    return StoreUnwritable(f"cannot {doing} {where}: {why}; {hint}", exc.errno or 0, where)
+
+
+@contextlib.contextmanager
+def writing(path: Path | str, doing: str = "write") -> Iterator[None]:
+    """Turn a disk-side OSError in the body into StoreUnwritable naming `path` and the cause."""
+    try:
+        yield
+    except OSError as exc:
+        converted = unwritable(path, exc, doing)
+        if converted is None or converted is exc:
+            raise
+        raise converted from exc
 
 
 @contextlib.contextmanager
@@ -32,8 +85,9 @@ def exclusive_flock(path: Path, *, wait: float, busy: Callable[[], Exception]) -
 
     If someone else holds it, poll for up to `wait` seconds, then raise `busy()`.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    with writing(path, "create the lock file"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         deadline = time.monotonic() + max(0.0, wait)
         pause = _FIRST_POLL_S
@@ -70,6 +124,11 @@ def _tmp_path(path: Path) -> Path:
 
 
 def _write_tmp(path: Path, data: bytes) -> Path:
+    with writing(path):
+        return _write_tmp_unchecked(path, data)
+
+
+def _write_tmp_unchecked(path: Path, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_path(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -87,7 +146,8 @@ def _write_tmp(path: Path, data: bytes) -> Path:
 
 def write_json_atomic(path: Path, obj: Any) -> None:
     """`obj` as indented JSON in place of `path` (`write_atomic`), its directory made if needed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
 
 
@@ -95,13 +155,14 @@ def write_atomic(path: Path, data: bytes) -> None:
     """Replace `path` with `data` so a reader (or a crash) sees the old bytes or the new, never
     a mix: temp file, fsync, rename, fsync the directory."""
     tmp = _write_tmp(path, data)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(path.parent)
+    with writing(path):
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        fsync_dir(path.parent)
 
 
 def create_exclusive(path: Path, data: bytes) -> bool:
@@ -111,6 +172,11 @@ def create_exclusive(path: Path, data: bytes) -> bool:
     processes racing to create the same record or transcript header cannot leave half of one.
     """
     tmp = _write_tmp(path, data)
+    with writing(path):
+        return _link_into_place(tmp, path, data)
+
+
+def _link_into_place(tmp: Path, path: Path, data: bytes) -> bool:
     try:
         try:
             os.link(tmp, path)

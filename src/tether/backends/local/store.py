@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from tether.backends.local.locks import create_exclusive, exclusive_flock, write_atomic
+from tether.backends.local.locks import create_exclusive, exclusive_flock, write_atomic, writing
 from tether.backends.local.records import AgentRecord, ConversationRecord, utc_now_iso
 from tether.backends.local.transcript import Transcript
 from tether.errors import ConversationBusy, NotFound, ProtocolError, StoreError
@@ -113,7 +113,8 @@ class LocalStore:
                 try:
                     # Claiming the folder under the counter lock keeps ids unique even if
                     # counters.json was lost or rolled back.
-                    directory.mkdir(parents=True)
+                    with writing(directory, "create"):
+                        directory.mkdir(parents=True)
                     break
                 except FileExistsError:
                     continue

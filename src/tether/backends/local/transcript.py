@@ -42,7 +42,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from tether.backends.local.locks import create_exclusive, write_all
+from tether.backends.local.locks import create_exclusive, write_all, writing
 from tether.errors import ProtocolError, TranscriptCorrupt
 from tether.protocol.messages import (
     AssistantMessage,
@@ -383,15 +383,25 @@ class Transcript:
 
     def _write(self, lines: list[bytes]) -> None:
         payload = b"".join(lines)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-        try:
-            if self._disk_size > self._good_size:
-                os.ftruncate(fd, self._good_size)  # repair: cut the torn last line
-            write_all(fd, payload)
-            os.fsync(fd)
-            st = os.fstat(fd)
-        finally:
-            os.close(fd)
+        with writing(self.path, "append to"):
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            try:
+                if self._disk_size > self._good_size:
+                    os.ftruncate(fd, self._good_size)  # repair: cut the torn last line
+                try:
+                    write_all(fd, payload)
+                    os.fsync(fd)
+                except OSError:
+                    # A full disk or a failed fsync: nothing of this write counts, so none of
+                    # it may stay (a part could hold whole lines a later read would believe).
+                    # The fsync is never retried and assumed to have worked.
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, self._good_size)
+                    self._key = None
+                    raise
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
         self._good_size += len(payload)
         self._good_lines += len(lines)
         self._disk_size = self._good_size
