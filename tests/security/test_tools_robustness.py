@@ -138,7 +138,8 @@ class Peer:
 def test_stream_json_session_survives_a_bad_argument(
     world: World, env: dict[str, str], name: str, call: dict[str, Any], argument: str
 ) -> None:
-    script = [{"tool_calls": [call]}, {"text": "first done"}, {"text": "second answer"}]
+    script: list[dict[str, Any]] = [{"tool_calls": [call]}, {"text": "first done"},
+                                    {"text": "second answer"}]
     with FakeProvider(script) as fake:
         peer = Peer(fake.url, world, env)
         peer.user("go")
