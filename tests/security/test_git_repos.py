@@ -158,6 +158,14 @@ def _linked_worktree(w: World, evil: Path) -> str:
     return "wt"
 
 
+def _gitdir_file(w: World, evil: Path) -> str:
+    """The workspace's `.git` is a file naming a git dir outside it (GIT_DIR-style)."""
+    elsewhere = benign_repo(w, w.root / "elsewhere")
+    git(elsewhere, "config", "core.fsmonitor", str(evil), home=w.home)
+    (w.project / ".git").write_text(f"gitdir: {elsewhere / '.git'}\n")
+    return "."
+
+
 def _bare_subfolder(w: World, evil: Path) -> str:
     benign_repo(w)
     sub = w.project / "sub"
@@ -195,6 +203,21 @@ def _submodule(w: World, evil: Path) -> str:
     return "."
 
 
+def _promisor(url: str, **settings: str) -> Callable[[World, Path], str]:
+    """A partial clone missing README.md's blob: showing it fetches from the promisor remote,
+    through whatever transport the repository names."""
+    def build(w: World, evil: Path) -> str:
+        benign_repo(w)
+        blob = git(w.project, "rev-parse", "HEAD:README.md", home=w.home)
+        (w.project / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+        for key, value in {"core.repositoryformatversion": "1",
+                           "extensions.partialClone": "origin", "remote.origin.promisor": "true",
+                           "remote.origin.url": url.format(evil=evil), **settings}.items():
+            git(w.project, "config", key.replace("__", "."), value.format(evil=evil), home=w.home)
+        return "."
+    return build
+
+
 def _hook(hooks_path: str | None) -> Callable[[World, Path], str]:
     def build(w: World, evil: Path) -> str:
         benign_repo(w)
@@ -229,6 +252,7 @@ LAYOUTS = [
            "gpg.ssh.program", ("git log -1 --show-signature", "git log --format=%G? -1"), True),
     Layout("config-worktree", _config_worktree, "core.fsmonitor", ("git status",), True),
     Layout("linked-worktree", _linked_worktree, "core.fsmonitor", ("git status",), True),
+    Layout("gitdir-file", _gitdir_file, "elsewhere/.git/config", ("git status",), True),
     Layout("bare-subfolder", _bare_subfolder, "core.fsmonitor", ("git status",), True),
     Layout("bare-root", _bare_root, "gpg.program", ("git log -1",), True),
     Layout("include-path", _include_path, "tools/git.cfg", ("git status",), True),
@@ -236,6 +260,10 @@ LAYOUTS = [
     Layout("core-pager", _config(core__pager="{evil}"), "core.pager", ("git log -1",), True, tty=True),
     Layout("pager-per-command", _config(pager__log="{evil}"), "pager.log", ("git log -1",), True,
            tty=True),
+    Layout("promisor-ext-remote", _promisor("ext::{evil} %S", protocol__ext__allow="always"),
+           "protocol.ext.allow", ("git show HEAD:README.md", "git log -p"), True),
+    Layout("promisor-ssh-command", _promisor("ssh://h.example/r", core__sshCommand="{evil}"),
+           "core.sshcommand", ("git show HEAD:README.md", "git blame README.md"), True),
     Layout("alias", _config(alias__st="!{evil}"), "alias.st", ("git st",), False),
     Layout("post-index-change-hook", _hook(None), "post-index-change", ("git status", "git diff"),
            True),

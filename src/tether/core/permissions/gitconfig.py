@@ -51,11 +51,19 @@ _SUBSECTION_PROGRAMS = {
     "mergetool": {"cmd", "path"}, "browser": {"cmd", "path"}, "man": {"cmd", "path"},
 }
 _BOOLEAN = frozenset({"", "true", "false", "yes", "no", "on", "off", "1", "0"})
+# Values that name a program the user installed, not one the repository ships: git's own
+# credential helpers (`git credential-<name>`) and git-lfs as `git lfs install --local` writes it.
+_KNOWN_PROGRAMS = frozenset({
+    "store", "cache", "manager", "manager-core", "osxkeychain", "libsecret", "wincred",
+    "git-lfs clean -- %f", "git-lfs smudge -- %f", "git-lfs filter-process",
+})
 
 
 def program_key(key: str, value: str) -> bool:
     """Whether config `key = value` makes some git command run a program the repository chose."""
     key = key.lower()
+    if value.strip() in _KNOWN_PROGRAMS and key.endswith(("helper", "clean", "smudge", "process")):
+        return False
     section, _, rest = key.partition(".")
     sub, _, name = rest.rpartition(".")
     if key in ("core.fsmonitor",) or section == "pager":
