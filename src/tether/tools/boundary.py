@@ -19,18 +19,39 @@ from __future__ import annotations
 
 import base64
 import os
-import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from tether.core.tools import ToolRunContext
 
-# Files and trees no file tool opens whatever the roots say: what another process keeps in
-# memory or its environment, and device nodes (reading one can block, rewind a tape, or never end).
-_PROCESS_SECRETS = re.compile(r"\A/proc/[^/]+/(?:task/[^/]+/)?(?:environ|mem)\Z|\A/proc/kcore\Z")
-# Per-process trees a walk must not wander into: the same secrets, once per process.
-_PROCESS_DIR = re.compile(r"\A/proc/(?:\d+|self|thread-self)(?:/|\Z)")
+# What no file tool opens whatever the roots say: what another process keeps in memory or its
+# environment (`/proc/<pid>/environ|mem`, per thread too, `/proc/kcore`), and device nodes
+# (reading one can block, rewind a tape, or never end).
+_PROCESS_SECRET_NAMES = frozenset({"environ", "mem"})
+_PROCESS_DIR_NAMES = frozenset({"self", "thread-self"})
+
+
+def _process_secret(real: str) -> bool:
+    parts = real.split("/")  # ["", "proc", pid, ...]
+    if len(parts) < 3 or parts[0] or parts[1] != "proc":
+        return False
+    if parts[2:] == ["kcore"]:
+        return True
+    rest = parts[3:]
+    if len(rest) == 3 and rest[0] == "task":
+        rest = rest[2:]
+    return len(rest) == 1 and rest[0] in _PROCESS_SECRET_NAMES
+
+
+def _process_dir(real: str) -> bool:
+    """A per-process tree under /proc: walks skip it whole (its secrets, once per process)."""
+    parts = real.split("/")
+    return (
+        len(parts) >= 3 and not parts[0] and parts[1] == "proc"
+        and (parts[2].isdigit() or parts[2] in _PROCESS_DIR_NAMES)
+    )
+
 
 _HIDDEN, _ALLOWED, _FORCED = 0, 1, 2
 
@@ -45,24 +66,26 @@ def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root if root.endswith("/") else root + "/")
 
 
-@dataclass(frozen=True, slots=True)
-class Root:
+class Root(NamedTuple):
     path: str  # real path (symlinks of existing parts resolved)
     kind: int  # _HIDDEN, _ALLOWED or _FORCED
     why: str  # what it is, for the error message
 
 
-@dataclass(frozen=True, slots=True)
 class ReadBoundary:
     """The roots that decide, for a real path, whether a file tool may show or change it."""
 
-    roots: tuple[Root, ...]
+    # A plain class, not a dataclass: it is imported on every run's start-up path.
+    __slots__ = ("roots",)
+
+    def __init__(self, roots: tuple[Root, ...]) -> None:
+        self.roots = roots
 
     def why_hidden(self, real: str) -> str | None:
         """None when `real` may be read; else what it belongs to (e.g. "tether's provider keys")."""
         if real == "/dev" or real.startswith("/dev/"):
             return "the device tree (/dev)"
-        if _PROCESS_SECRETS.match(real):
+        if _process_secret(real):
             return "another process's memory or environment"
         best: Root | None = None
         for root in self.roots:
@@ -80,7 +103,7 @@ class ReadBoundary:
 
     def prune(self, real_dir: str) -> bool:
         """Whether a walk can skip `real_dir` whole: it is hidden and nothing below it is not."""
-        if real_dir == "/dev" or _PROCESS_DIR.match(real_dir):
+        if real_dir == "/dev" or _process_dir(real_dir):
             return True
         if self.why_hidden(real_dir) is None:
             return False

@@ -18,9 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 
 from tether.core.tools import ToolRunContext
@@ -177,12 +175,14 @@ def _split(real: str) -> tuple[str, str]:
     return parent or "/", name
 
 
-@dataclass(frozen=True, slots=True)
 class FileAccess:
     """One tool call's file access: what it may reach and where the workspace is."""
 
-    boundary: ReadBoundary
-    workspace: tuple[str, ...]  # the cwd and the sandbox's writable roots, spelled and real
+    __slots__ = ("boundary", "workspace")  # a plain class: no dataclass cost at start-up
+
+    def __init__(self, boundary: ReadBoundary, workspace: tuple[str, ...]) -> None:
+        self.boundary = boundary
+        self.workspace = workspace  # the cwd and the sandbox's writable roots, spelled and real
 
     @staticmethod
     def of(ctx: ToolRunContext) -> FileAccess:
@@ -283,7 +283,7 @@ class FileAccess:
 def _replace_in(dir_fd: int, name: str, data: bytes, mode: int) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
     while True:
-        temp = f".{name[:200]}.{secrets.token_hex(4)}.tmp"
+        temp = f".{name[:200]}.{os.urandom(4).hex()}.tmp"
         try:
             fd = os.open(temp, flags, 0o600, dir_fd=dir_fd)
             break

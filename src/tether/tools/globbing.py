@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from tether.tools.boundary import ReadBoundary
@@ -142,8 +142,7 @@ def split_literal_root(pattern: str, base: Path) -> tuple[Path, str]:
     return root, rest
 
 
-@dataclass(frozen=True, slots=True)
-class WalkedFile:
+class WalkedFile(NamedTuple):
     """A regular file a walk found: its path as spelled from the root, and its real path."""
 
     relative: str  # from the walk's root, `/`-separated
