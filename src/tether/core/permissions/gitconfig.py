@@ -81,6 +81,7 @@ def program_key(key: str, value: str) -> bool:
 class _Verdict:
     hazard: str | None
     watched: tuple[Path, ...]  # files whose change could change the verdict
+    final: bool = True  # False: git failed (a timeout on a busy machine); ask git again next time
 
 
 # (directory, discovery fingerprint, env) -> (watched files, their stats, hazard)
@@ -107,7 +108,8 @@ def git_hazard(directory: Path) -> str | None:
     watched = tuple(sorted(set(verdict.watched)))
     if len(_CACHE) > 512:
         _CACHE.clear()
-    _CACHE[key] = (watched, _stats(watched), verdict.hazard)
+    if verdict.final:
+        _CACHE[key] = (watched, _stats(watched), verdict.hazard)
     return verdict.hazard
 
 
@@ -144,7 +146,7 @@ def _probe(git: str, directory: Path, depth: int) -> _Verdict:
     try:
         return _probe_repo(git, directory, depth, watched)
     except _ProbeFailed as exc:
-        return _Verdict(f"a repository tether could not inspect: {exc}", tuple(watched))
+        return _Verdict(f"a repository tether could not inspect: {exc}", tuple(watched), False)
 
 
 def _probe_repo(git: str, directory: Path, depth: int, watched: list[Path]) -> _Verdict:
@@ -204,7 +206,7 @@ def _probe_repo(git: str, directory: Path, depth: int, watched: list[Path]) -> _
             inner = _probe(git, path, depth + 1)
             watched += inner.watched
             if inner.hazard:
-                return _Verdict(f"{inner.hazard} in submodule {sub}", tuple(watched))
+                return _Verdict(f"{inner.hazard} in submodule {sub}", tuple(watched), inner.final)
     return _Verdict(None, tuple(watched))
 
 
