@@ -10,7 +10,6 @@ ends the session with exit 0. Wire shapes follow the reference §2.6 and §3.4 f
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -20,6 +19,7 @@ import orjson
 
 from tether.cli.output import Renderer, StdoutGone, write_line
 from tether.cli.runner import Prepared
+from tether.cli.stopping import STOP_SIGNALS, RunStop, state_failure
 from tether.core.approvals import Classified
 from tether.core.tools import Effect, ToolContext, ToolResult, ToolRunContext
 from tether.core.turn import ApprovalAnswer, TurnOutcome, run_turn
@@ -40,6 +40,8 @@ class Session:
         self.user_lines: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self.pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.abort: asyncio.Event | None = None  # set while a turn runs
+        self.turn_stop: RunStop | None = None  # why the running turn was stopped, if it was
+        self.signum: int | None = None  # the signal that ends the session (SIGINT/TERM/HUP)
         self.eof = False
         self.reflection: asyncio.Future[Any] | None = None  # a pass started after a turn
 
@@ -382,13 +384,15 @@ async def serve(prepared: Prepared) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
-    def on_signal() -> None:
+    def on_signal(signum: int) -> None:
+        if session.signum is None:
+            session.signum = signum
         stop.set()
-        if session.abort is not None:
-            session.abort.set()
+        if session.turn_stop is not None:
+            session.turn_stop.on_signal(signum)  # stops the turn's tools, names the signal
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal)
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, on_signal, sig)
     subagents = prepared.services.get("subagents")
     if subagents is not None:  # a finished background subagent starts the parent's next turn
 
@@ -421,7 +425,7 @@ async def serve(prepared: Prepared) -> int:
                     break
                 batch.append(nxt)
             await run_one_turn(session, renderer, batch)
-        return 0
+        return 128 + session.signum if session.signum is not None else 0
     finally:
         reader.cancel()
         if session.reflection is not None and not session.reflection.done():
@@ -438,18 +442,35 @@ async def run_one_turn(session: Session, renderer: Renderer, batch: list[dict[st
         return
     p = session.p
     session.abort = asyncio.Event()
+    session.turn_stop = turn_stop = RunStop(session.abort)
+    if session.signum is not None:
+        turn_stop.on_signal(session.signum)
     renderer.errors.clear()
-    deps = p.turn_deps(emit=renderer.on_event, approver=SdkApprover(session, p.add_session_rule), abort=session.abort, max_turns=None)
+
+    def emit(event: Any) -> None:
+        renderer.on_event(turn_stop.retitle(event))
+
+    deps = p.turn_deps(emit=emit, approver=SdkApprover(session, p.add_session_rule), abort=session.abort, max_turns=None)
+    checkpoint_hooks: Any = deps.tool_hooks
+    if hasattr(checkpoint_hooks, "on_unavailable"):  # the effect store failing ends the turn
+        checkpoint_hooks.on_unavailable = turn_stop.on_store_unavailable
     api_before = p.backend.api_ms
     try:
         with p.store.turn_lock(p.session.agent.id, p.session.conversation_id):
-            p.recover_effects(renderer.on_event)
+            p.recover_effects(emit)
             outcome = await run_turn(deps, p.conversation, UserMessage(f"ui-msg-{now_ms()}", parts, now_ms()))
-    except TetherError as exc:
-        session.error(str(exc))
+    except (TetherError, OSError) as exc:
+        message = state_failure(exc)
+        if message is None and not isinstance(exc, TetherError):
+            raise
+        session.error(message or str(exc))
         outcome = TurnOutcome(stop_reason="error")
     finally:
         session.abort = None
+        session.turn_stop = None
+    if outcome.error is not None:
+        outcome.error = turn_stop.retitle(outcome.error)
+        outcome.stop_reason = outcome.error.stop_reason
     renderer.flush()
     subtype = "interrupted" if outcome.interrupted else (
         "error" if outcome.error is not None or outcome.stop_reason not in ("end_turn", "requires_approval")
@@ -460,7 +481,7 @@ async def run_one_turn(session: Session, renderer: Renderer, batch: list[dict[st
         duration_ms=int((time.monotonic() - started) * 1000),
         duration_api_ms=0 if subtype != "success" else p.backend.api_ms - api_before,
         num_turns=outcome.steps,
-        result=outcome.result_text,
+        result=turn_stop.message if turn_stop.failure is not None else outcome.result_text,
         run_ids=outcome.run_ids,
         usage=wire.usage_dict(outcome.usage, outcome.steps) if subtype == "success" else None,
         stop_reason=None if subtype == "success" else outcome.stop_reason,
