@@ -48,11 +48,11 @@ TREE = {
 LINKS = {"/home/u/link"}
 
 
-def _entries(p: Path) -> Sequence[tuple[Path, bool]]:
-    return [(Path(c), c not in LINKS) for c in TREE.get(str(p), [])]
+def _entries(p: str) -> Sequence[tuple[str, bool]]:
+    return [(c, c not in LINKS) for c in TREE.get(p, [])]
 
 
-def _exists(p: Path) -> bool:
+def _exists(p: str) -> bool:
     return str(p) in TREE or any(str(p) in v for v in TREE.values())
 
 

@@ -36,38 +36,51 @@ DEVICES: tuple[Path, ...] = tuple(Path(p) for p in ("/dev/null", "/dev/zero", "/
 _FLAG: dict[Grant, str] = {"list": "--list", "read": "--ro", "write": "--rw"}
 
 
-def _entries_on_disk(directory: Path) -> list[tuple[Path, bool]]:
-    """(entry, is a real directory-or-file and not a symlink) for each entry of `directory`."""
-    out: list[tuple[Path, bool]] = []
+def _entries_on_disk(directory: str) -> list[tuple[str, bool]]:
+    """(entry path, is not a symlink) for each entry of `directory`."""
     try:
         with os.scandir(directory) as it:
-            for entry in it:
-                out.append((Path(entry.path), not entry.is_symlink()))
+            return [(entry.path, not entry.is_symlink()) for entry in it]
     except OSError:
         return []
-    return out
 
 
 def landlock_grants(
     policy: SandboxPolicy,
-    entries: Callable[[Path], Sequence[tuple[Path, bool]]] = _entries_on_disk,
-    exists: Callable[[Path], bool] = os.path.lexists,
+    entries: Callable[[str], Sequence[tuple[str, bool]]] = _entries_on_disk,
+    exists: Callable[[str], bool] = os.path.lexists,
 ) -> list[tuple[Path, Grant]]:
     """The (path, grant) rules that enforce `policy` with Landlock alone (see module doc)."""
-    rules: dict[Path, str] = dict(ordered_rules(policy))
-    tmp = policy.tmp_dir
+    rules: dict[str, str] = {str(p): a for p, a in ordered_rules(policy)}
+    tmp = str(policy.tmp_dir) if policy.tmp_dir is not None else None
     if tmp is not None:  # writable whole: drop the protected names beneath it
-        rules = {p: a for p, a in rules.items() if p == tmp or not p.is_relative_to(tmp)}
+        rules = {p: a for p, a in rules.items() if not p.startswith(tmp + "/")}
     # A hidden path that is not there has nothing to hide (and nothing in a read-only sandbox
     # can create it); a read-only name that is missing stays, since a writable parent could.
     rules = {p: a for p, a in rules.items() if a != "deny" or exists(p)}
     for device in DEVICES:
-        rules.setdefault(device, "write")
+        rules.setdefault(str(device), "write")
+    # Every proper ancestor of a rule path: only those directories need a closer look.
+    ancestors: set[str] = set()
+    for path in rules:
+        parent = os.path.dirname(path)
+        while parent not in ancestors:
+            ancestors.add(parent)
+            if parent == "/":
+                break
+            parent = os.path.dirname(parent)
     default = "read" if policy.restrict_writes else "write"
-    out: list[tuple[Path, Grant]] = []
+    out: list[tuple[str, str]] = []
 
-    def visit(p: Path, access: str) -> None:
-        below = [(q, a) for q, a in rules.items() if q != p and q.is_relative_to(p)]
+    def under(p: str, q: str) -> bool:
+        return q != p and (p == "/" or q.startswith(p + "/"))
+
+    def visit(p: str, access: str) -> None:
+        if p not in ancestors:  # no rule beneath: one grant covers it all
+            if access != "deny":
+                out.append((p, access))
+            return
+        below = [(q, a) for q, a in rules.items() if under(p, q)]
         if any(_RANK[a] < _RANK[access] for _, a in below):
             # Split: `p` may only be listed; each entry gets what applies to it.
             if access != "deny":
@@ -77,16 +90,16 @@ def landlock_grants(
                     visit(child, rules.get(child, access))
             return
         if access != "deny":
-            out.append((p, access))  # type: ignore[arg-type]
+            out.append((p, access))
         # Broader rules beneath (a writable root in a readable tree, a tmp dir in a hidden one)
         # get their own grants; only the topmost, since each visit handles what lies beneath.
         broader = [(q, a) for q, a in below if _RANK[a] > _RANK[access]]
         for q, a in broader:
-            if not any(r != q and q.is_relative_to(r) for r, _ in broader):
+            if not any(under(r, q) for r, _ in broader):
                 visit(q, a)
 
-    visit(Path("/"), rules.get(Path("/"), default))
-    return _dedupe(out)
+    visit("/", rules.get("/", default))
+    return _dedupe((Path(p), g) for p, g in out)  # type: ignore[misc]
 
 
 def _dedupe(grants: Iterable[tuple[Path, Grant]]) -> list[tuple[Path, Grant]]:

@@ -1,7 +1,8 @@
 /* landlock-exec: confine with Landlock (and optionally seccomp), then exec a command.
  *
  *   landlock-exec [--rw PATH]... [--ro PATH]... [--list DIR]... [--restrict-reads]
- *                 [--no-net] [--scope] [--drop-caps] [--seccomp-fd N] -- PROGRAM [ARG]...
+ *                 [--no-net] [--scope] [--drop-caps] [--seccomp-fd N]
+ *                 [--cgroup PROCS_FILE | --nproc N] -- PROGRAM [ARG]...
  *
  * Two uses. Inside bubblewrap, after its mounts (a Landlock-restricted process may not change
  * mounts), with only --rw: writes are denied except beneath the --rw paths, reads stay as
@@ -15,8 +16,10 @@
  * --drop-caps empties every capability set and the bounding set and locks the securebits so a
  * root-owned command cannot regain them on exec: Landlock lets CAP_SYS_PTRACE read another
  * process's /proc/<pid>/environ, and the Landlock-only sandbox has no user namespace to shed
- * root's capabilities for it.
- * Any failure exits 126 before the command runs: nothing runs half-confined. */
+ * root's capabilities for it. --cgroup joins a pids cgroup (writes our pid into its
+ * cgroup.procs) and --nproc sets RLIMIT_NPROC, so the Landlock-only backend needs no shell in
+ * front of it to bound the number of processes. Any failure exits 126 (125 for the cgroup)
+ * before the command runs: nothing runs half-confined. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -132,6 +136,8 @@ static int load_seccomp(int fd) {
 
 int main(int argc, char **argv) {
     int i = 1, no_net = 0, scope = 0, restrict_reads = 0, seccomp = -1, caps = 0;
+    const char *cgroup = NULL;
+    long nproc = -1;
     for (; i < argc; i++) {
         if (strcmp(argv[i], "--") == 0) { i++; break; }
         if ((strcmp(argv[i], "--rw") == 0 || strcmp(argv[i], "--ro") == 0 ||
@@ -139,12 +145,25 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--no-net") == 0) { no_net = 1; continue; }
         if (strcmp(argv[i], "--scope") == 0) { scope = 1; continue; }
         if (strcmp(argv[i], "--drop-caps") == 0) { caps = 1; continue; }
+        if (strcmp(argv[i], "--cgroup") == 0 && i + 1 < argc) { cgroup = argv[++i]; continue; }
+        if (strcmp(argv[i], "--nproc") == 0 && i + 1 < argc) { nproc = atol(argv[++i]); continue; }
         if (strcmp(argv[i], "--restrict-reads") == 0) { restrict_reads = 1; continue; }
         if (strcmp(argv[i], "--seccomp-fd") == 0 && i + 1 < argc) { seccomp = atoi(argv[++i]); continue; }
         fprintf(stderr, "landlock-exec: unknown argument %s\n", argv[i]);
         return 126;
     }
     if (i >= argc) { fprintf(stderr, "landlock-exec: no command\n"); return 126; }
+    if (cgroup != NULL) {
+        FILE *procs = fopen(cgroup, "w");
+        if (procs == NULL || fprintf(procs, "%d\n", (int)getpid()) < 0 || fclose(procs) != 0) {
+            fprintf(stderr, "tether sandbox: cannot join pids cgroup %s\n", cgroup);
+            return 125;
+        }
+    }
+    if (nproc > 0) {
+        struct rlimit limit = { (rlim_t)nproc, (rlim_t)nproc };
+        if (setrlimit(RLIMIT_NPROC, &limit) != 0) return die("RLIMIT_NPROC");
+    }
 
     long abi = create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
     if (abi < 1) return die("Landlock is not available");
@@ -174,6 +193,8 @@ int main(int argc, char **argv) {
         if (strcmp(argv[k], "--rw") == 0) access = writes | reads;
         else if (strcmp(argv[k], "--ro") == 0) access = reads;
         else if (strcmp(argv[k], "--list") == 0) access = FS_READ_DIR;
+        else if (strcmp(argv[k], "--cgroup") == 0 || strcmp(argv[k], "--nproc") == 0 ||
+                 strcmp(argv[k], "--seccomp-fd") == 0) { k++; continue; }
         else continue;
         /* Inside bwrap (no --restrict-reads) reads are not handled, so they cannot be granted. */
         access &= attr.fs;

@@ -262,9 +262,9 @@ def wrap_command(
     if chosen == "seatbelt":
         child_env[SANDBOX_ENV] = "seatbelt"
         return WrappedCommand(render_seatbelt(policy, argv), (), child_env, "seatbelt")
-    prefix = _pids_prefix(policy.pids_limit, status)
     if chosen == "landlock":
-        return _wrap_landlock(policy, argv, status, child_env, home, prefix)
+        return _wrap_landlock(policy, argv, status, child_env, home)
+    prefix = _pids_prefix(policy.pids_limit, status)
     if not status.seccomp and policy.kind in _FAIL_CLOSED:
         raise SandboxError(
             f"cannot run the command in the {policy.kind} sandbox: the seccomp filter cannot be "
@@ -301,7 +301,6 @@ def _wrap_landlock(
     status: SandboxStatus,
     child_env: dict[str, str],
     home: Path,
-    prefix: list[str],
 ) -> WrappedCommand:
     from tether.sandbox.landlock import helper_path
     from tether.sandbox.landlock_backend import render_landlock
@@ -322,7 +321,15 @@ def _wrap_landlock(
         os.close(fd)
         raise
     child_env[SANDBOX_ENV] = "landlock"
-    return WrappedCommand([*prefix, *wrapped], (fd,), child_env, "landlock")
+    # The helper bounds the process count itself (no shell in front: one exec less).
+    pids: list[str] = []
+    if policy.pids_limit is not None:
+        group = pids_cgroup(policy.pids_limit, status)
+        if group is not None:
+            pids = ["--cgroup", str(group / "cgroup.procs")]
+        elif status.pids == "rlimit":
+            pids = ["--nproc", str(policy.pids_limit + _running_processes())]
+    return WrappedCommand([wrapped[0], *pids, *wrapped[1:]], (fd,), child_env, "landlock")
 
 
 @functools.cache
