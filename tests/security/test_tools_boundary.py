@@ -148,3 +148,41 @@ def test_a_fifo_is_never_read_and_never_hangs_the_run(
         assert "README.md" in output, outcome.explain()  # the rest of the tree was searched
     else:
         assert "FIFO" in output, outcome.explain()
+
+
+WRITE_CASES = [
+    ("write-via-preplaced-link", _link("link", lambda w: w.outside / "target.txt"),
+     lambda w: tool("Write", file_path="link", content="PWNED\n")),
+    ("write-via-dangling-link-to-bashrc", _link("rc", lambda w: w.home / ".bashrc"),
+     lambda w: tool("Write", file_path="rc", content="PWNED\n")),
+    ("write-via-symlinked-parent", _link("d", lambda w: w.outside),
+     lambda w: tool("Write", file_path="d/target.txt", content="PWNED\n")),
+    ("edit-via-preplaced-link", _link("link", lambda w: w.outside / "target.txt"),
+     lambda w: tool("Edit", file_path="link", old_string="original", new_string="PWNED")),
+    ("multiedit-via-symlinked-parent", _link("d", lambda w: w.outside),
+     lambda w: tool("MultiEdit", file_path="d/target.txt",
+                    edits=[{"old_string": "original", "new_string": "PWNED"}])),
+    ("write-provider-keys", _nothing,
+     lambda w: tool("Write", file_path=str(w.tether_home / "providers" / "anthropic.json"),
+                    content="PWNED\n")),
+    ("edit-provider-keys-via-link", _link("p", lambda w: w.tether_home / "providers" /
+                                          "anthropic.json"),
+     lambda w: tool("Edit", file_path="p", old_string="api_key", new_string="PWNED")),
+]
+
+
+@pytest.mark.parametrize("env", [SANDBOX, NO_SANDBOX], ids=["sandbox", "no-sandbox"])
+@pytest.mark.parametrize("mode", ["unrestricted", "acceptEdits"])
+@pytest.mark.parametrize(("name", "setup", "call"), WRITE_CASES, ids=[c[0] for c in WRITE_CASES])
+def test_writes_do_not_follow_links_out_of_the_workspace(
+    world: World, env: dict[str, str], mode: str, name: str,
+    setup: Callable[[World], None], call: Callable[[World], dict[str, Any]],
+) -> None:
+    target = world.outside / "target.txt"
+    target.write_text("outside original\n")
+    case = Case(name, setup, call)
+    outcome = _outcome(world, case, env, ("--permission-mode", mode))
+    assert outcome.statuses == ["error"], outcome.explain()
+    assert not (world.home / ".bashrc").exists()  # a dangling link's target is never created
+    assert sorted(p.name for p in world.outside.iterdir()) == ["target.txt"]
+    assert target.read_text() == "outside original\n"
