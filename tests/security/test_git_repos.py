@@ -271,6 +271,8 @@ LAYOUTS = [
 ]
 CASES = [pytest.param(layout, command, id=f"{layout.name}:{command}")
          for layout in LAYOUTS for command in layout.commands]
+ENV_CLOSED = [pytest.param(layout, command, id=f"{layout.name}:{command}")
+              for layout in LAYOUTS if layout.env_closes for command in layout.commands]
 
 
 def build(root: Path, layout: Layout) -> tuple[World, Path]:
@@ -322,7 +324,7 @@ def test_git_hazard_names_the_layout(tmp_path: Path, layout: Layout) -> None:
     assert not world.effects(), "inspecting the repository ran its program"
 
 
-@pytest.mark.parametrize(("layout", "command"), [c for c in CASES if c.values[0].env_closes])
+@pytest.mark.parametrize(("layout", "command"), ENV_CLOSED)
 def test_git_safe_env_runs_no_repository_program(tmp_path: Path, layout: Layout, command: str) -> None:
     world, run_in = build(tmp_path, layout)
     run_git(command, run_in, git_safe_env(plain_env(world)), tty=layout.tty)
