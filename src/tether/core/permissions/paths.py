@@ -12,6 +12,9 @@ Pattern forms (gitignore semantics, anchored to the working directory unless abs
     ./x  a/b              relative to the working directory (a slash anchors it)
     name  *.env           a bare name matches at any depth (and, for denies, anywhere on disk)
     dir  dir/**           a directory covers everything below it, and `dir/**` covers `dir`
+
+Also here: what a shell glob expands to on disk (`expand_glob`), and which paths land in a
+directory whose contents run later (`.git`, `.tether` at any depth: `arms_later`).
 """
 
 from __future__ import annotations
@@ -173,3 +176,40 @@ def within(path: Path, roots: Sequence[Path]) -> bool:
 def magic_link(ref: PathRef) -> bool:
     """True when the path goes through /proc/<pid>/{root,cwd,fd,environ,mem} or /dev/fd."""
     return any(_MAGIC.match(str(p)) for p in ref.forms)
+
+
+# Directories whose contents run later without asking: git hooks and config, tether's settings.
+ARMING_NAMES = (".git", ".tether")
+
+
+def arms_later(ref: PathRef, roots: Sequence[Path]) -> str | None:
+    """The `.git` or `.tether` directory (at any depth below a workspace root) a write to `ref`
+    would land in, or None. Outside the roots a write asks anyway."""
+    for form in ref.forms:
+        for root in roots:
+            rel = _relative(form, root)
+            if not rel:
+                continue
+            parts = rel.split("/")
+            for index, part in enumerate(parts):
+                if fold(part) in ARMING_NAMES:
+                    return str(root.joinpath(*parts[: index + 1]))
+    return None
+
+
+def names_arming_dir(pattern: PathPattern) -> bool:
+    """Whether an allow rule's pattern spells out a `.git` or `.tether` directory."""
+    return any(fold(part) in ARMING_NAMES for part in pattern.body.split("/"))
+
+
+def expand_glob(pattern: str, cwd: Path, limit: int = 5000) -> list[str] | None:
+    """What bash's pathname expansion of `pattern` yields in `cwd` (dotfiles only for a pattern
+    starting with a dot, as bash without `dotglob`); None past `limit` matches."""
+    import glob
+
+    out: list[str] = []
+    for match in glob.iglob(pattern, root_dir=cwd):
+        out.append(match)
+        if len(out) > limit:
+            return None
+    return sorted(out)

@@ -20,6 +20,20 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+from tether.core.permissions.readonly import (
+    ARITHMETIC_TESTS,
+    NAME_TESTS,
+    is_plain_name,
+    test_problem,
+)
+from tether.core.permissions.words import (
+    brace_words,
+    code_hazard,
+    literal_assignment,
+    literal_number,
+    splits,
+    static,
+)
 from tether.core.permissions.wrappers import Argv, cd_target, find_exec, peel
 
 MAX_NESTING = 5  # `bash -c` inside `bash -c` …; deeper is opaque
@@ -33,6 +47,8 @@ class SimpleCommand:
     source: str
     role: Literal["command", "wrapper"] = "command"  # wrappers count for deny only
     blocked: str | None = None  # why no allow rule may admit it (sudo, LD_PRELOAD=…, setsid)
+    splits: bool = False  # an unquoted expansion: its words' number and positions are unknown
+    maybe_forms: tuple[Argv, ...] = ()  # what a runner of unknown grammar might run: deny → ask
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +194,42 @@ class _Walker:
                 self.statement(child)
 
     def test(self, node: Any) -> None:
+        """`[[ … ]]` and `[ … ]`: they run nothing, but bash evaluates the operands of `-eq` and
+        friends as arithmetic and the name after `-v` as a subscripted name — code, if data."""
         self.substitutions(node)
+        opener = node.children[0].type if node.children else ""
+        if opener == "[[":
+            stack = list(node.named_children)
+            while stack:
+                current = stack.pop()
+                operator = next((c.text.decode() for c in current.children
+                                 if c.type == "test_operator"), None)
+                operands = [c for c in current.named_children if c.type != "test_operator"]
+                if current.type == "binary_expression" and operator in ARITHMETIC_TESTS:
+                    for operand in operands:
+                        if not literal_number(operand, self.home):
+                            raise _Opaque(f"compares `{_clip(operand)}` arithmetically, which "
+                                          "evaluates names and subscripts in it as code")
+                elif current.type == "unary_expression" and operator in NAME_TESTS:
+                    name = static(operands[0], self.home) if operands else None
+                    if not is_plain_name(name):
+                        raise _Opaque(f"tests the variable named by `{_clip(node)}`, whose "
+                                      "subscript bash evaluates as code")
+                if current.type in ("binary_expression", "unary_expression",
+                                    "parenthesized_expression"):
+                    stack.extend(current.named_children)
+            return
+        args: list[str | None] = []
+        split = False
+        for leaf in _test_leaves(node):
+            if leaf.type in _WORDLIKE:
+                split = split or splits(leaf)
+                args.append(static(leaf, self.home))
+            else:
+                args.append(leaf.text.decode())
+        problem = test_problem(args, split)
+        if problem:
+            raise _Opaque(problem)
 
     def assignment(self, node: Any) -> None:
         self.substitutions(node)
@@ -201,7 +252,7 @@ class _Walker:
                 argv.append(child.type)
             elif child.type == "variable_assignment":
                 self.substitutions(child)
-                argv.append(_literal_assignment(child, self))
+                argv.append(literal_assignment(child, self.home))
             elif child.is_named:
                 argv.append(self.word(child))
         self.add(tuple(argv), node)
@@ -222,11 +273,14 @@ class _Walker:
                 continue
             if current.type == "expansion" and _hides_substitution(current):
                 raise _Opaque(f"hides a command inside the expansion `{_clip(current)}`")
+            hazard = code_hazard(current)
+            if hazard:
+                raise _Opaque(hazard)
             stack.extend(current.children)
 
     def word(self, node: Any) -> str | None:
         self.substitutions(node)
-        return _static(node, self.home)
+        return static(node, self.home)
 
     # -- commands --------------------------------------------------------------------------
 
@@ -234,6 +288,7 @@ class _Walker:
         assignments: list[tuple[str, str | None]] = []
         argv: list[str | None] = []
         spelled: str | None = None
+        split = False
         for index, child in enumerate([*node.children, *trailing]):
             if index >= len(node.children):
                 argv.extend(self.redirect(child))
@@ -244,7 +299,7 @@ class _Walker:
                 name = child.child_by_field_name("name")
                 value = child.child_by_field_name("value")
                 assignments.append(
-                    (name.text.decode() if name else "?", _static(value, self.home) if value else "")
+                    (name.text.decode() if name else "?", static(value, self.home) if value else "")
                 )
             elif field_name == "redirect" or child.type.endswith("_redirect"):
                 argv.extend(self.redirect(child))
@@ -262,10 +317,12 @@ class _Walker:
                 argv.append(name)
                 spelled = f"spells the command name as `{_clip(word)}`"
             elif child.is_named:
-                argv.append(self.word(child))
+                self.substitutions(child)
+                split = split or splits(child)
+                argv.extend(brace_words(child, self.home))
         if not argv:
             return
-        self.add(tuple(argv), node, assignments, blocked=spelled)
+        self.add(tuple(argv), node, assignments, blocked=spelled, split=split)
 
     def add(
         self,
@@ -273,6 +330,7 @@ class _Walker:
         node: Any,
         assignments: list[tuple[str, str | None]] | None = None,
         blocked: str | None = None,
+        split: bool = False,
     ) -> None:
         source = node.text.decode()
         peeled = peel(argv, self.cwd, self.home, assignments or [])
@@ -296,7 +354,8 @@ class _Walker:
             )
             raise _Opaque(peeled.opaque)
         self.commands.append(
-            SimpleCommand(peeled.argv, peeled.forms, peeled.cwd, source, blocked=peeled.blocked)
+            SimpleCommand(peeled.argv, peeled.forms, peeled.cwd, source, blocked=peeled.blocked,
+                          splits=split, maybe_forms=peeled.maybe_forms)
         )
         for inner_argv in find_exec(peeled.argv):
             self.add_argv(inner_argv, source)
@@ -311,7 +370,8 @@ class _Walker:
         if peeled.nested_script is not None:
             raise _Opaque("runs a shell from `find -exec`")
         self.commands.append(
-            SimpleCommand(peeled.argv, peeled.forms, peeled.cwd, source, blocked=peeled.blocked)
+            SimpleCommand(peeled.argv, peeled.forms, peeled.cwd, source, blocked=peeled.blocked,
+                          maybe_forms=peeled.maybe_forms)
         )
 
     def redirect(self, node: Any) -> list[str | None]:
@@ -325,6 +385,9 @@ class _Walker:
             for child in node.children:
                 if child.type == "heredoc_body":
                     body = child.text.decode()
+                    if not quoted and _BODY_HAZARD.search(body):
+                        raise _Opaque("has an unquoted heredoc whose body expands a name, a "
+                                      "transform or arithmetic that can run code")
                     if not quoted and any(m in body for m in ("`", "$(", "<(", ">(")):
                         # The grammar misses substitutions in some bodies (tab-led lines under
                         # `<<-`, backticks): an unquoted body that could run something is opaque.
@@ -393,6 +456,24 @@ _STATEMENTS: dict[str, Any] = {
 }
 
 
+# In an unquoted heredoc body: `${!x}`, `${x@P}`, `${x:$n}`, `${a[i]}`, `$[…]`, `$((…))`.
+_BODY_HAZARD = re.compile(r"\$\{[#!]?[^}]*[!@\[:]|\$\[|\$\(\(")
+
+
+def _test_leaves(node: Any) -> list[Any]:
+    """The words of `[ … ]` in order, as the `test` builtin receives them (brackets dropped)."""
+    out: list[Any] = []
+    stack = list(reversed(node.children))
+    while stack:
+        current = stack.pop()
+        if current.type in _WORDLIKE or not current.children:
+            if current.type not in ("[", "]"):
+                out.append(current)
+            continue
+        stack.extend(reversed(current.children))
+    return out
+
+
 def _hides_substitution(node: Any) -> bool:
     """`${x#$(cmd)}`: the grammar reads the pattern as text, but bash runs the command."""
     text: str = node.text.decode()
@@ -410,101 +491,3 @@ def _hides_substitution(node: Any) -> bool:
 def _clip(node: Any, limit: int = 40) -> str:
     text: str = node.text.decode()
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-# -- static word values ------------------------------------------------------------------------
-
-
-def _static(node: Any, home: Path) -> str | None:
-    kind = node.type
-    text = node.text.decode()
-    if kind == "word":
-        if _has_brace_expansion(text):
-            return None
-        if text == "~" or text.startswith("~/"):
-            text = str(home) + text[1:]
-        elif text.startswith("~"):
-            return None
-        return _unescape_unquoted(text)
-    if kind == "number":
-        return text
-    if kind == "raw_string":
-        return text[1:-1]
-    if kind == "string":
-        parts: list[str] = []
-        for child in node.named_children:
-            if child.type == "string_content":
-                parts.append(_unescape_double(child.text.decode()))
-            elif child.type in ("simple_expansion", "expansion"):
-                value = _expansion(child, home)
-                if value is None:
-                    return None
-                parts.append(value)
-            else:
-                return None
-        return "".join(parts)
-    if kind == "concatenation":
-        out: list[str] = []
-        for index, child in enumerate(node.children):
-            piece = _static(child, home) if index == 0 or child.type != "word" else _static_tail(child)
-            if piece is None:
-                return None
-            out.append(piece)
-        return "".join(out)
-    if kind in ("simple_expansion", "expansion"):
-        return _expansion(node, home)
-    return None
-
-
-def _static_tail(node: Any) -> str | None:
-    text = node.text.decode()
-    if _has_brace_expansion(text):
-        return None
-    return _unescape_unquoted(text)
-
-
-def _expansion(node: Any, home: Path) -> str | None:
-    names = [c for c in node.named_children]
-    if len(names) == 1 and names[0].type == "variable_name" and names[0].text == b"HOME":
-        return str(home)
-    return None
-
-
-def _has_brace_expansion(text: str) -> bool:
-    depth = 0
-    for index, ch in enumerate(text):
-        if ch == "\\":
-            continue
-        if ch == "{" and (index == 0 or text[index - 1] != "$"):
-            depth += 1
-        elif ch == "}" and depth or ch in ",." and depth:
-            return True
-    return False
-
-
-def _unescape_unquoted(text: str) -> str:
-    if "\\" not in text:
-        return text
-    out: list[str] = []
-    chars = iter(text)
-    for ch in chars:
-        if ch == "\\":
-            nxt = next(chars, "")
-            if nxt != "\n":
-                out.append(nxt)
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-def _unescape_double(text: str) -> str:
-    return re.sub(r"\\([$`\"\\\n])", lambda m: "" if m.group(1) == "\n" else m.group(1), text)
-
-
-def _literal_assignment(node: Any, walker: _Walker) -> str | None:
-    name = node.child_by_field_name("name")
-    value = node.child_by_field_name("value")
-    static = _static(value, walker.home) if value is not None else ""
-    if name is None or static is None:
-        return None
-    return f"{name.text.decode()}={static}"

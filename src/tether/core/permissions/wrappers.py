@@ -2,9 +2,12 @@
 `xargs rm`, `bash -c 'rm x'`, `git -C dir …` and `find -exec rm {} ;` really run.
 
 `peel(argv, …)` returns the command allow rules are matched against (transparent wrappers
-removed), every spelling seen on the way (what deny rules are matched against), the directory
-it runs in, why no allow rule may admit it (`sudo`, `setsid`, a risky environment variable or
-git option), or why it is opaque (`eval`, a shell reading a script file or stdin).
+removed, each read with its real option grammar — see `launchers`), every spelling seen on the
+way (what deny rules are matched against), the directory it runs in, why no allow rule may admit
+it (`sudo`, `setsid`, a risky environment variable or git option), or why it is opaque (`eval`, a
+shell reading a script file or stdin, a wrapper option tether does not know, a `git` alias).
+A launcher whose grammar is not modelled (`strace`, `watch` …) yields `maybe_forms`: every tail of
+its argv, which deny rules are matched against as "maybe" (ask).
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-Argv = tuple[str | None, ...]  # None: a word whose value is only known at run time
+from tether.core.permissions.launchers import RUNNERS, STEPS, Argv, _Wrapper, options
+from tether.core.permissions.options import Grammar
 
 SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
 OPAQUE_COMMANDS = {
@@ -33,6 +37,14 @@ _HARMLESS_ENV = re.compile(r"^(?:LANG|LANGUAGE|LC_[A-Z]+|TZ|NO_COLOR|FORCE_COLOR
 _GIT_SAFE_GLOBALS = frozenset(
     {"--no-pager", "-P", "--no-optional-locks", "--literal-pathspecs", "--no-replace-objects"}
 )
+# `git -c KEY=…` with these keys runs a program (or defines an alias): what runs is unknowable.
+_GIT_PROGRAM_KEYS = re.compile(
+    r"^(?:alias\.|core\.(?:fsmonitor|pager|editor|sshcommand|hookspath|askpass|gitproxy)|"
+    r".*\.(?:command|textconv|process|clean|smudge|program|helper|external|cmd|tool|path)$|"
+    r"include|sequence\.editor|pager\.|credential|uploadpack|receivepack|remote\..*\.(?:"
+    r"uploadpack|receivepack|vcs))",
+    re.I,
+)
 
 
 @dataclass
@@ -43,6 +55,7 @@ class Peeled:
     blocked: str | None = None
     opaque: str | None = None
     nested_script: str | None = None
+    maybe_forms: tuple[Argv, ...] = ()
 
 
 def peel(
@@ -61,6 +74,9 @@ def peel(
         base = os.path.basename(head)
         if base != head:
             forms.append((base, *current[1:]))
+        if base in RUNNERS:
+            tails = tuple(current[k:] for k in range(1, len(current)) if current[k] is not None)
+            return Peeled(current, tuple(forms), cwd, blocked, maybe_forms=tails)
         step = _WRAPPERS.get(base)
         if step is None:
             break
@@ -100,7 +116,10 @@ def peel(
             return Peeled(current, tuple(forms), cwd, blocked, f"`{base} -c` is given a script that is not static")
         return Peeled(current, tuple(forms), cwd, blocked, nested_script=str(script))
     if base == "git":
-        current, forms, cwd, blocked = _normalise_git(current, forms, cwd, home, blocked)
+        git = _normalise_git(current, forms, cwd, home, blocked)
+        if isinstance(git, str):
+            return Peeled(current, tuple(forms), cwd, blocked, git)
+        current, forms, cwd, blocked = git
     return Peeled(current, tuple(forms), cwd, blocked)
 
 
@@ -111,82 +130,7 @@ class _EnvAssignments:
 
 
 _NO_SCRIPT = object()
-_Step = tuple[Argv | _EnvAssignments, str | None, str | None]
-
-
-def _skip_options(
-    argv: Argv, with_value: frozenset[str], start: int = 1, *, optional_value: bool = False
-) -> int | None:
-    """Index of the first operand after the options; None when an option is not static."""
-    i = start
-    while i < len(argv):
-        word = argv[i]
-        if word is None:
-            return None
-        if word == "--":
-            return i + 1
-        if not word.startswith("-") or word == "-":
-            return i
-        if word in with_value:
-            i += 2
-            continue
-        i += 1
-    return i
-
-
-def _timeout(argv: Argv) -> _Step | None:
-    i = _skip_options(argv, frozenset({"-s", "--signal", "-k", "--kill-after"}))
-    if i is None or i >= len(argv):
-        return None
-    return argv[i + 1 :], None, None
-
-
-def _nice(argv: Argv) -> _Step | None:
-    i = 1
-    if i < len(argv) and argv[i] == "-n":
-        i += 2
-    elif i < len(argv) and argv[i] is not None and re.match(r"^-(?:-adjustment=)?-?\d+$", argv[i] or ""):
-        i += 1
-    return (argv[i:], None, None) if i < len(argv) else None
-
-
-def _plain(argv: Argv) -> _Step | None:
-    i = _skip_options(argv, frozenset())
-    return (argv[i:], None, None) if i is not None and i < len(argv) else None
-
-
-def _stdbuf(argv: Argv) -> _Step | None:
-    i = _skip_options(argv, frozenset({"-i", "-o", "-e"}))
-    return (argv[i:], None, None) if i is not None and i < len(argv) else None
-
-
-def _command(argv: Argv) -> _Step | None:
-    if any(w in ("-v", "-V") for w in argv[1:2]):
-        return None  # `command -v x` looks a name up; it runs nothing
-    return _plain(argv)
-
-
-def _exec(argv: Argv) -> _Step | None:
-    i = _skip_options(argv, frozenset({"-a"}))
-    return (argv[i:], None, None) if i is not None and i < len(argv) else None
-
-
-def _sudo(argv: Argv) -> _Step | None:
-    values = frozenset({"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-T", "-R"})
-    i = _skip_options(argv, values)
-    if i is None:
-        return (), "opaque:`sudo` is given options that are not static", None
-    inner = argv[i:]
-    while inner and inner[0] is not None and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", inner[0] or ""):
-        inner = inner[1:]
-    return inner, f"runs as another user through `{argv[0]}`", None
-
-
-def _setsid(argv: Argv) -> _Step | None:
-    i = _skip_options(argv, frozenset())
-    if i is None or i >= len(argv):
-        return None
-    return argv[i:], "runs outside the session's process group (setsid)", None
+_Step = tuple[Any, str | None, str | None]
 
 
 def _env(argv: Argv) -> _Step | None:
@@ -232,32 +176,19 @@ def _env(argv: Argv) -> _Step | None:
     return _EnvAssignments(argv[i:], tuple(pairs)), note, moves_to
 
 
+
+_XARGS = _Wrapper("xargs", Grammar("0a@d:E:e?I:i?l?L:n:oprs:txP:",
+                                   "null arg-file=@ delimiter= eof[=] replace[=] max-lines[=] "
+                                   "max-args= open-tty interactive no-run-if-empty max-chars= "
+                                   "show-limits verbose exit max-procs= process-slot-var="))
+
+
 def _xargs(argv: Argv) -> _Step | None:
-    values = frozenset(
-        {"-n", "-L", "-P", "-d", "-E", "-s", "-a", "--max-args", "--max-procs", "--delimiter",
-         "--arg-file", "--max-chars", "--max-lines"}
-    )
-    i = 1
-    replace = False
-    while i < len(argv):
-        word = argv[i]
-        if word is None:
-            return (), "opaque:`xargs` is given options that are not static", None
-        if word == "--":
-            i += 1
-            break
-        if not word.startswith("-"):
-            break
-        if word in ("-I", "-J"):
-            replace = True
-            i += 2
-            continue
-        if word.startswith(("-I", "--replace")):
-            replace = True
-        elif word in values:
-            i += 2
-            continue
-        i += 1
+    parsed = options(_XARGS, argv)
+    if isinstance(parsed, str):
+        return (), "opaque:" + parsed, None
+    i, seen = parsed
+    replace = any(name in ("-I", "-i", "--replace") for name, _ in seen)
     inner: Argv = argv[i:] if i < len(argv) else ("echo",)
     if replace:
         inner = (inner[0], *(None for _ in inner[1:]))
@@ -265,27 +196,20 @@ def _xargs(argv: Argv) -> _Step | None:
     return (*inner, None), None, None
 
 
-_WRAPPERS: dict[str, Any] = {
-    "timeout": _timeout,
-    "nice": _nice,
-    "nohup": _plain,
-    "time": _plain,
-    "builtin": _plain,
-    "stdbuf": _stdbuf,
-    "ionice": lambda argv: _skip_then(argv, frozenset({"-c", "-n", "-p", "-P", "-u"})),
-    "command": _command,
-    "exec": _exec,
-    "sudo": _sudo,
-    "doas": _sudo,
-    "setsid": _setsid,
-    "env": _env,
-    "xargs": _xargs,
-}
+def _sudo(argv: Argv) -> _Step | None:
+    result = STEPS[os.path.basename(argv[0] or "")](argv)
+    if result is None:
+        return (), "opaque:`sudo` without a command runs a shell", None
+    inner, note, moves_to = result
+    pairs = []
+    while inner and inner[0] is not None and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", inner[0]):
+        name, _, value = inner[0].partition("=")
+        pairs.append((name, value))
+        inner = inner[1:]
+    return _EnvAssignments(tuple(inner), tuple(pairs)), note, moves_to
 
 
-def _skip_then(argv: Argv, values: frozenset[str]) -> _Step | None:
-    i = _skip_options(argv, values)
-    return (argv[i:], None, None) if i is not None and i < len(argv) else None
+_WRAPPERS: dict[str, Any] = {**STEPS, "env": _env, "xargs": _xargs, "sudo": _sudo, "doas": _sudo}
 
 
 def _shell_script(argv: Argv) -> object:
@@ -309,7 +233,8 @@ def _shell_script(argv: Argv) -> object:
 
 def _normalise_git(
     argv: Argv, forms: list[Argv], cwd: Path | None, home: Path, blocked: str | None
-) -> tuple[Argv, list[Argv], Path | None, str | None]:
+) -> tuple[Argv, list[Argv], Path | None, str | None] | str:
+    """git's global options peeled (`-C dir` moves it); a string says why it is opaque."""
     i = 1
     moved = cwd
     risky: str | None = None
@@ -328,17 +253,38 @@ def _normalise_git(
             continue
         risky = risky or f"passes git the option {word}, which can change what git runs"
         kept.append(word)
+        value: str | None = None
         if word in ("-c", "--exec-path", "--git-dir", "--work-tree", "--namespace", "--config-env"):
-            kept.append(argv[i + 1] if i + 1 < len(argv) else None)
+            value = argv[i + 1] if i + 1 < len(argv) else None
+            kept.append(value)
             i += 2
         else:
+            if word.startswith(("-c", "--config-env=")):
+                value = word[2:] if word.startswith("-c") else word.split("=", 1)[1]
             i += 1
+        if word.startswith(("-c", "--config-env")) and (
+            value is None or _GIT_PROGRAM_KEYS.match(value.split("=", 1)[0].strip())
+        ):
+            return f"sets git config `{value or '…'}`, which can make git run any program"
+        if word.startswith("--exec-path"):
+            return "points git at another directory of programs (--exec-path)"
+    sub = argv[i] if i < len(argv) else None
+    if sub is None and i < len(argv):
+        return "the git subcommand is not static"
+    if sub is not None and sub not in _git_commands():
+        return f"`git {sub}` is not a git command: it may be an alias or a git-{sub} program"
     normal: Argv = ("git", *argv[i:])
     if normal != argv:
         forms.append(normal)
     if risky:
         return (*kept, *argv[i:]), forms, moved, blocked or risky
     return normal, forms, moved, blocked
+
+
+def _git_commands() -> frozenset[str]:
+    from tether.core.permissions.readonly_git import GIT_COMMANDS
+
+    return GIT_COMMANDS
 
 
 def find_exec(argv: Argv) -> list[Argv]:
