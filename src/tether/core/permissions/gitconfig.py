@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # subprocess and shutil load on the first git command judged, not at start-up
+    import subprocess
 
 PROBE_TIMEOUT = 3.0
 _MAX_SUBMODULE_DEPTH = 4
@@ -77,11 +78,13 @@ def program_key(key: str, value: str) -> bool:
     return bool(sub) and name in _SUBSECTION_PROGRAMS.get(section, ())
 
 
-@dataclass(frozen=True, slots=True)
 class _Verdict:
-    hazard: str | None
-    watched: tuple[Path, ...]  # files whose change could change the verdict
-    final: bool = True  # False: git failed (a timeout on a busy machine); ask git again next time
+    __slots__ = ("hazard", "watched", "final")
+
+    def __init__(self, hazard: str | None, watched: Iterable[Path], final: bool = True) -> None:
+        self.hazard = hazard
+        self.watched = tuple(watched)  # files whose change could change the verdict
+        self.final = final  # False: git failed (a timeout on a busy machine); ask again next time
 
 
 # (directory, discovery fingerprint, env) -> (watched files, their stats, hazard)
@@ -103,6 +106,8 @@ def git_hazard(directory: Path) -> str | None:
     cached = _CACHE.get(key)
     if cached is not None and cached[1] == _stats(cached[0]):
         return cached[2]
+    import shutil
+
     git = shutil.which("git")
     verdict = _probe(git, directory, 0) if git else _scan_files(directory)
     watched = tuple(sorted(set(verdict.watched)))
@@ -129,6 +134,8 @@ class _ProbeFailed(Exception):
 
 
 def _run_git(git: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    import subprocess
+
     argv = [git, "--no-pager"]
     for setting in _PROBE_CONFIG:
         argv += ["-c", setting]
@@ -276,8 +283,9 @@ def _discovery_fingerprint(directory: Path) -> tuple[object, ...]:
 
 # without git -------------------------------------------------------------------------------
 
-_SCAN_SECTION = re.compile(r'^\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\](.*)$')
-_SCAN_PAIR = re.compile(r"^\s*([A-Za-z][A-Za-z0-9-]*)\s*(?:=\s*(.*))?$")
+# patterns, not compiled regexes: compiled on the first scan (re caches them), not at import
+_SCAN_SECTION = r'^\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\](.*)$'
+_SCAN_PAIR = r"^\s*([A-Za-z][A-Za-z0-9-]*)\s*(?:=\s*(.*))?$"
 
 
 def _scan_files(directory: Path) -> _Verdict:
@@ -300,11 +308,11 @@ def _scan_files(directory: Path) -> _Verdict:
         section = ""
         for line in text.splitlines():
             line = re.sub(r"\s[;#].*$", "", line)
-            head = _SCAN_SECTION.match(line)
+            head = re.match(_SCAN_SECTION, line)
             if head:
                 section = head.group(1).lower() + (f".{head.group(2)}" if head.group(2) else "")
                 line = head.group(3)
-            pair = _SCAN_PAIR.match(line)
+            pair = re.match(_SCAN_PAIR, line)
             if pair is None or not section:
                 continue
             key = f"{section}.{pair.group(1).lower()}"
