@@ -118,7 +118,7 @@ class _PresetTable(dict[str, ProviderPreset]):
             raise KeyError(prefix)
         return preset
 
-    def get(self, prefix: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, prefix: str, default: Any = None) -> Any:
         try:
             return self[prefix]
         except KeyError:
@@ -162,7 +162,9 @@ def custom_preset(name: str, home: Path) -> ProviderPreset | None:
         return None  # a damaged file is reported where credentials are used, not here
     if record is None:
         return None
-    return ProviderPreset(name, "openai_chat", record["base_url"], "", "", True, "default", custom=True)
+    return ProviderPreset(
+        name, "openai_chat", record["base_url"], "", "", True, "default", custom=True
+    )
 
 
 def valid_prefixes() -> str:
@@ -205,7 +207,9 @@ def provider_record(preset: ProviderPreset, home: Path) -> dict[str, Any] | None
 
 
 def env_key(preset: ProviderPreset, env: Mapping[str, str]) -> str | None:
-    return next((env[n] for n in (preset.key_env, *preset.other_key_envs) if n and env.get(n)), None)
+    return next(
+        (env[n] for n in (preset.key_env, *preset.other_key_envs) if n and env.get(n)), None
+    )
 
 
 def resolve_endpoint(prefix: str, home: Path, env: Mapping[str, str]) -> Endpoint:
