@@ -263,3 +263,24 @@ def test_mcp_subcommands_add_list_get_remove(workdir: Path, tether_home: Path) -
     assert missing.code == 1 and "no MCP server named 'web'" in missing.stderr
     bad = tether("mcp", "add", "x", "-e", "NOEQUALS", "--", "cmd")
     assert bad.code == 1 and "KEY=VALUE" in bad.stderr
+
+
+def test_subagents_inherit_the_parents_servers_and_deny_rules(workdir: Path, tether_home: Path) -> None:
+    write_settings(tether_home, {"permissions": {"deny": ["mcp__toy__shout"]}})
+    config = json.dumps({"mcpServers": {"toy": toybox()}})
+    agent = {"name": "Agent", "arguments": {"description": "delegate", "prompt": "use the toybox",
+                                            "subagent_type": "general-purpose"}}
+    script = [
+        {"tool_calls": [agent]},  # parent
+        {"tool_calls": [call("mcp__toy__echo", text="from the child"),  # child
+                        call("mcp__toy__shout", text="denied")]},
+        {"text": "child done"},  # child
+        {"text": "parent done"},  # parent
+    ]
+    run, bodies = run_turns(workdir, script, "--yolo", "--mcp-config", config)
+    assert run.code == 0, run.stderr
+    child_tools = {t["name"] for t in bodies[1]["tools"]}
+    assert "mcp__toy__echo" in child_tools
+    child_results = json.dumps(bodies[2]["messages"][-1])
+    assert "from the child" in child_results
+    assert "Permission denied by rule: mcp__toy__shout" in child_results

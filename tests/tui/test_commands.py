@@ -159,3 +159,27 @@ def test_information_commands(workdir: Path, tether_home: Path, monkeypatch: pyt
                 assert "/agents" not in app.transcript.plain_text()
         run(scenario())
         assert fake.requests == []
+
+
+def test_mcp_command_and_server_prompts(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    config = json.dumps({"mcpServers": {"toy": {
+        "command": sys.executable, "args": ["-m", "tests.mcp.servers.toybox"], "cwd": str(repo)}}})
+    with FakeProvider([{"text": "reviewed"}]) as fake:
+        point_at(fake.url, monkeypatch)
+
+        async def scenario() -> None:
+            app = make_app("--mcp-config", config)
+            async with app.run_test(size=SIZE) as pilot:
+                await wait_for(pilot, lambda: app.ready, what="the session")
+                await submit(pilot, "/mcp")
+                await wait_for(pilot, lambda: "mcp__toy__echo" in app.transcript.plain_text(),
+                               timeout=60, what="the MCP listing")
+                text = app.transcript.plain_text()
+                assert "toy  connected" in text and "/mcp__toy__review  (prompt)" in text
+                await submit(pilot, "/mcp__toy__review topic=the-tests")
+                await settle(pilot, app, timeout=60)
+        run(scenario())
+        assert "Please review the-tests carefully." in json.dumps(fake.requests[0]["body"])

@@ -512,6 +512,8 @@ def _add_subagents(prepared: Prepared) -> None:
         max_turns=flags.max_turns,
         trusted=trusted,
         tether_home=prepared.store.home,
+        mcp_config=tuple(flags.mcp_config),
+        strict_mcp_config=flags.strict_mcp_config,
     )
     hooks = prepared.hooks
 

@@ -114,6 +114,15 @@ class McpServers:
     async def read_resource(self, server: str, uri: str) -> Any:
         return await self._session(server).read_resource(uri)
 
+    async def get_prompt(self, server: str, prompt: str, arguments: Mapping[str, str]) -> str:
+        """A server prompt's messages as one text (what the TUI sends as the user's turn)."""
+        result = await self._session(server).get_prompt(prompt, dict(arguments))
+        parts = []
+        for message in result.messages:
+            content = message.content
+            parts.append(getattr(content, "text", None) or f"[{getattr(content, 'type', 'content')}]")
+        return "\n\n".join(parts)
+
     async def close(self) -> None:
         self._stop.set()
         for task in self._tasks:

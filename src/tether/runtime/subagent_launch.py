@@ -109,6 +109,8 @@ class ParentScope:
     max_turns: int | None = None
     trusted: bool = False  # the parent applied this folder's project settings
     tether_home: Path | None = None  # None: $TETHER_HOME (or ~/.tether) at spawn time
+    mcp_config: tuple[str, ...] = ()  # the parent's --mcp-config values: children start their own
+    strict_mcp_config: bool = False
 
 
 def child_command() -> list[str]:
@@ -143,6 +145,10 @@ def child_argv(
         argv += ["--max-turns", str(scope.max_turns)]
     if scope.trusted:
         argv.append("--trust")
+    for value in scope.mcp_config:  # settings and .mcp.json servers the child reads itself
+        argv += ["--mcp-config", value]
+    if scope.strict_mcp_config:
+        argv.append("--strict-mcp-config")
     return argv
 
 

@@ -76,6 +76,8 @@ def parse_command(text: str) -> tuple[str, str] | None:
 
 async def run_command(app: TetherApp, name: str, arg: str) -> None:
     command = COMMANDS.get(ALIASES.get(name, name))
+    if command is None and name.startswith("mcp__") and await _mcp_prompt(app, name, arg):
+        return
     if command is None:
         app.notice(f"Unknown command /{name}; /help lists them", "error")
         return
@@ -283,6 +285,49 @@ async def _skills(app: TetherApp, arg: str) -> None:
     app.notice("\n".join(lines))
 
 
+async def _mcp(app: TetherApp, arg: str) -> None:
+    servers = app.prepared.services.get("mcp")
+    if servers is None:
+        app.notice("No MCP servers configured (mcpServers in settings, .mcp.json, --mcp-config; "
+                   "`tether mcp add`)")
+        return
+    await app.prepared.start_tool_sources()
+    lines = ["MCP servers:"]
+    for state in servers.states.values():
+        name = state.config.name
+        line = f"  {name}  {state.status}"
+        if state.error:
+            line += f": {state.error}"
+        lines.append(line)
+        lines.extend(f"    mcp__{name}__{t.name}  {t.description[:70]}" for t in state.tools)
+        lines.extend(f"    /mcp__{name}__{p}  (prompt)" for p in state.prompts)
+    app.notice("\n".join(lines))
+
+
+async def _mcp_prompt(app: TetherApp, name: str, arg: str) -> bool:
+    """`/mcp__<server>__<prompt> [key=value ...]`: the server's prompt sent as this turn's
+    message; False when no connected server offers it."""
+    servers = app.prepared.services.get("mcp")
+    server, _, prompt = name[len("mcp__"):].partition("__")
+    if servers is None or not prompt:
+        return False
+    await app.prepared.start_tool_sources()
+    state = servers.states.get(server)
+    if state is None or prompt not in state.prompts:
+        return False
+    arguments = dict(item.partition("=")[::2] for item in arg.split() if "=" in item)
+    try:
+        text = await servers.get_prompt(server, prompt, arguments)
+    except Exception as exc:
+        app.notice(f"/{name}: {exc}", "error")
+        return True
+    if app.busy:
+        app.queue.append(text)
+    else:
+        app.start_turn([text])
+    return True
+
+
 async def _clear(app: TetherApp, arg: str) -> None:
     app.transcript.clear()
     app.notice("Screen cleared; the conversation continues (/new starts a fresh one)", "dim")
@@ -306,6 +351,7 @@ COMMANDS: dict[str, SlashCommand] = {
         SlashCommand("hooks", "list the configured hooks", _hooks),
         SlashCommand("mods", "list loaded mods", _mods),
         SlashCommand("skills", "list available skills", _skills),
+        SlashCommand("mcp", "MCP servers: status, tools and prompts", _mcp),
         SlashCommand("clear", "clear the screen", _clear),
         SlashCommand("exit", "leave tether", _exit),
     )

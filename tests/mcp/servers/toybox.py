@@ -2,7 +2,7 @@
 
 `python -m tests.mcp.servers.toybox [stdio | http PORT | sse PORT]`. Tools: `echo`, `whoami`
 (its own pid and process group, so tests can find it), `crash` (the process dies mid-call),
-`shout` (an isError result); one resource `toy://readme`.
+`shout` (an isError result); one resource `toy://readme`; one prompt `review(topic)`.
 """
 
 from __future__ import annotations
@@ -37,6 +37,12 @@ def crash() -> str:
 def shout(text: str) -> str:
     """Fail with `text`."""
     raise ValueError(text.upper())
+
+
+@server.prompt()
+def review(topic: str) -> str:
+    """Ask for a review of `topic`."""
+    return f"Please review {topic} carefully."
 
 
 @server.resource("toy://readme")
