@@ -285,3 +285,15 @@ def test_walks_do_not_leave_the_tree_through_a_file_link(layout: Layout) -> None
         assert "in.txt" in output and "out.txt" not in output, output
     # Named directly, the link is the permission layer's to judge, and Read follows it.
     assert SECRET in layout.run(ReadTool(), {"file_path": "out.txt"}, sandbox=False)
+
+
+@pytest.mark.parametrize("tool", [GrepTool(), GlobTool(), LSTool()], ids=lambda t: t.name)
+def test_a_search_rooted_in_a_hidden_tree_is_refused_not_empty(layout: Layout, tool: Tool) -> None:
+    args: dict[str, Any] = {"path": str(layout.tether / "providers")}
+    if tool.name != "LS":
+        args["pattern"] = "*" if tool.name == "Glob" else "."
+    output = layout.run(tool, args, sandbox=False)
+    assert f"{tool.name} refused" in output and "anthropic" not in output, output
+    args["path"] = str(layout.home / ".ssh")
+    output = layout.run(tool, args, sandbox=True)
+    assert f"{tool.name} refused" in output and "id_rsa" not in output, output

@@ -112,6 +112,15 @@ class ReadBoundary:
             for r in self.roots
         )
 
+    def refuse_walk(self, tool: str, root: Path | str) -> None:
+        """Raise the refusal for a search rooted wholly inside a hidden tree (else it would
+        quietly find nothing, which reads like "there is nothing there")."""
+        real = os.path.realpath(root)
+        if self.prune(real):
+            from tether.errors import ToolFailure
+
+            raise ToolFailure(self.refusal(tool, root, real) or f"{tool} refused: {root}")
+
     def refusal(self, tool: str, shown: Path | str, real: str) -> str | None:
         """The error a tool returns for `shown` (whose real path is `real`), or None if allowed."""
         why = self.why_hidden(real)

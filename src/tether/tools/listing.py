@@ -74,9 +74,7 @@ class LSTool:
                     f"{root} is not a directory. Use Read to read a file, or give a directory."
                 )
             boundary = boundary_for(ctx)
-            refusal = boundary.refusal("LS", root, os.path.realpath(root))
-            if refusal is not None and boundary.prune(os.path.realpath(root)):
-                raise ToolFailure(refusal)
+            boundary.refuse_walk("LS", root)
         except ToolFailure as exc:
             return error_result(str(exc))
         return ToolResult(await asyncio.to_thread(list_tree, root, ignore, boundary))

@@ -116,6 +116,8 @@ class GlobTool:
             root, rest = split_literal_root(pattern, base)
             matcher = GlobMatcher.compile(rest)
             boundary = boundary_for(ctx)
+            if root.is_dir():
+                boundary.refuse_walk("Glob", root)
         except ToolFailure as exc:
             return error_result(str(exc))
         except re.error as exc:
@@ -238,7 +240,10 @@ class GrepTool:
         try:
             query = parse_grep_args(args, ctx.cwd)
             denied = ctx.services.get("read_denied")
-            query = replace(query, boundary=boundary_for(ctx))
+            boundary = boundary_for(ctx)
+            query = replace(query, boundary=boundary)
+            if query.root.is_dir():
+                boundary.refuse_walk("Grep", query.root)
             if callable(denied):
                 query = replace(query, skip=denied)
             if not query.root.exists():
