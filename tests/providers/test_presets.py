@@ -95,6 +95,8 @@ def test_custom_provider_by_name(tether_home: Path) -> None:
         chunks = collect(provider, replace(request(user("hi")), model="default"))
         (sent,) = fake.of("chat")
     assert text_of(chunks) == "via gateway"
+    assert default_handle(tether_home, {}) == "gateway/default"
+    assert default_handle(tether_home, {"GROQ_API_KEY": "k"}).startswith("groq/")
     assert sent["body"]["model"] == "served-model"
     assert sent["headers"]["authorization"] == "Bearer gw-key"
 

@@ -275,7 +275,8 @@ def default_handle(home: Path, env: Mapping[str, str]) -> str | None:
 
     Hosted providers count when they have a key; openai-compatible and local servers only when
     a record or their base-URL variable says one exists (a preset URL alone proves nothing);
-    Bedrock only with a record (AWS keys in the environment are not a wish to use Bedrock).
+    Bedrock only with a record (AWS keys in the environment are not a wish to use Bedrock);
+    custom OpenAI-compatible providers last, in the order they were added.
     """
     records = load_credentials(home)
     for prefix in DEFAULT_ORDER:
@@ -289,4 +290,7 @@ def default_handle(home: Path, env: Mapping[str, str]) -> str | None:
             configured = record is not None or env_key(preset, env) is not None
         if configured:
             return f"{prefix}/{preset.default_model}"
-    return None
+    custom = next(
+        (r["name"] for r in records if find_custom(records, str(r.get("name"))) is r), None
+    )
+    return f"{custom}/default" if custom else None  # its server's first model
