@@ -356,3 +356,24 @@ def test_compaction_summary_goes_to_the_same_provider(
     assert "You are summarising" in summary and "lorem ipsum" in summary
     assert "SUMMARY: two long parts." in json.dumps(requests[3]["body"])
     assert "part 0" not in json.dumps(requests[3]["body"])
+
+
+def test_models_for_google_uses_its_listing(
+    tether_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tether.cli.commands import run_subcommand
+
+    listing = [
+        {"id": "gemini-2.5-pro", "context_length": 1048576},
+        {"id": "text-embedding-004", "methods": ["embedContent"]},
+    ]
+    with FakeMoreProviders([], models=listing) as fake:
+        monkeypatch.setenv("GEMINI_API_KEY", "g-list")
+        monkeypatch.setenv("GEMINI_BASE_URL", f"{fake.url}/v1beta")
+        assert run_subcommand("models", ["--provider", "google"]) == 0
+        (asked,) = fake.of("list")
+    assert json.loads(capsys.readouterr().out) == [
+        {"handle": "google/gemini-2.5-pro", "provider": "google", "model": "gemini-2.5-pro",
+         "context_window": 1048576}
+    ]  # fmt: skip
+    assert asked["headers"]["x-goog-api-key"] == "g-list"

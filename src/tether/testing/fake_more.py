@@ -10,7 +10,7 @@ would (`violations`). Routes:
 - `POST …/models/{model}:streamGenerateContent?alt=sse`: Gemini
 - `POST /model/{id}/invoke-with-response-stream`: Bedrock (403 on a bad signature)
 - `POST …/chat/completions` (any prefix: OpenRouter, Groq, z.ai paths): Chat Completions
-- `GET …/models`: `{"data": [...]}` from `models`; `GET /api/tags`, `/api/ps`: Ollama's listings
+- `GET …/models`: `{"data": [...]}` from `models` (Gemini's `{"models": [...]}` under /v1beta/); `GET /api/tags`, `/api/ps`: Ollama's listings
   when `ollama` (the first of `models` counts as loaded)
 
 Standard library only, but the Bedrock signature check imports botocore.
@@ -136,6 +136,13 @@ class _Handler(BaseHTTPRequestHandler):
             names = [m if isinstance(m, str) else m["id"] for m in fake.models]
             names = names[:1] if path == "/api/ps" else names
             self._send(200, {"models": [{"name": n, "model": n, "size": 1} for n in names]})
+        elif path.endswith("/models") and "/v1beta/" in path:  # Gemini's own listing shape
+            rows = [m if isinstance(m, dict) else {"id": m} for m in fake.models]
+            self._send(200, {"models": [
+                {"name": f"models/{m['id']}", "inputTokenLimit": m.get("context_length"),
+                 "supportedGenerationMethods": m.get("methods", ["generateContent"])}
+                for m in rows
+            ]})  # fmt: skip
         elif path.endswith("/models"):
             data = [
                 {"id": m, "object": "model", "owned_by": "fake"} if isinstance(m, str) else m
