@@ -8,7 +8,13 @@ import pytest
 
 from tests.providers.support import collect, request, text_of, user
 from tether.errors import UsageError
-from tether.providers.catalog import PRESETS, default_handle, parse_handle, resolve_provider
+from tether.providers.catalog import (
+    PRESETS,
+    default_handle,
+    parse_handle,
+    preset_window,
+    resolve_provider,
+)
 from tether.providers.credentials import load_credentials, save_credential, save_custom_provider
 from tether.providers.discovery import DiscoveringChatProvider
 from tether.providers.openai_chat import OpenAIChatProvider
@@ -37,6 +43,7 @@ def test_each_preset_has_its_base_url_and_key_variable(prefix: str, tmp_path: Pa
     with pytest.raises(UsageError, match=f"{key_env}.*tether connect {prefix} --api-key"):
         resolve_provider(f"{prefix}/m", tmp_path, {})
     assert default_handle(tmp_path, {key_env: "k"}) == f"{prefix}/{PRESETS[prefix].default_model}"
+    assert (preset_window(prefix) or 0) >= 128_000
 
 
 def test_openrouter_headers_and_mistral_body_on_the_wire(tmp_path: Path) -> None:

@@ -167,6 +167,25 @@ def custom_preset(name: str, home: Path) -> ProviderPreset | None:
     )
 
 
+# Context windows of the hosted providers' default models, for runs that name no window
+# (the runner's own table covers anthropic / openai; a local server's comes from its listing).
+PRESET_WINDOWS = {
+    "google": 1_048_576,
+    "bedrock": 200_000,
+    "openrouter": 200_000,
+    "groq": 131_072,
+    "deepseek": 128_000,
+    "together": 131_072,
+    "zai": 200_000,
+    "mistral": 128_000,
+}
+
+
+def preset_window(prefix: str) -> int | None:
+    """The context window tether assumes for `prefix`'s models, None when it cannot know."""
+    return PRESET_WINDOWS.get(ALIASES.get(prefix, prefix))
+
+
 def valid_prefixes() -> str:
     return ", ".join(f"{p}/" for p in [*PRESETS, *ALIASES])
 
