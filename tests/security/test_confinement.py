@@ -26,11 +26,14 @@ def _bwrap() -> None:
 
 
 def test_auto_allowed_command_runs_without_credential_variables(world: World) -> None:
-    confined = attempt(world, bash("printenv"), env=CREDENTIAL_ENV)
+    show = 'echo "token=$GITHUB_TOKEN db=$DATABASE_URL"'
+    confined = attempt(world, bash(show), env=CREDENTIAL_ENV)
     assert confined.statuses == ["success"], confined.explain()
-    assert CANARY_SECRET not in confined.outputs[0], confined.explain()
-    ruled = attempt(world, bash("printenv"), env=CREDENTIAL_ENV, args=["--allowedTools", "Bash(printenv)"])
-    assert CANARY_SECRET in ruled.outputs[0], "an explicit rule runs the command as the user would"
+    assert confined.outputs[0].strip() == "token= db=", confined.explain()  # not even set inside
+    ruled = attempt(world, bash(show), env=CREDENTIAL_ENV, args=["--allowedTools", "Bash(echo:*)"])
+    # an explicit rule runs it as the user would: the variables are there (their values are
+    # still kept out of what the model reads)
+    assert ruled.outputs[0].strip() == "token=[redacted] db=[redacted]", ruled.explain()
 
 
 def test_auto_allowed_command_sees_no_credential_files(world: World) -> None:
@@ -79,7 +82,8 @@ def test_hook_rewrite_into_a_denied_read_is_denied(world: World) -> None:
 
 
 def test_hook_rewrite_of_a_read_stays_confined(world: World) -> None:
-    out = attempt(world, bash("cat README.md"), settings=rewrite_to("printenv"), env=CREDENTIAL_ENV)
+    out = attempt(world, bash("cat README.md"), settings=rewrite_to('echo "$GITHUB_TOKEN"'),
+                  env=CREDENTIAL_ENV)
     assert out.statuses == ["success"], out.explain()
     assert CANARY_SECRET not in out.outputs[0], out.explain()
 

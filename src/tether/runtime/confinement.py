@@ -49,9 +49,16 @@ class Confinement:
         sandbox = self._build()
         if sandbox is None:
             raise SandboxError(f"no kernel sandbox here can confine the command ({self._why_not})")
+        from dataclasses import replace
+
         from tether.tools.git_safety import git_safe_env
 
-        return sandbox.wrap(argv, cwd, git_safe_env(env))
+        # The caller's own command-line config (it may carry a token) stays out; git's safe mode
+        # goes in, and its GIT_CONFIG_KEY_n names must survive the credential-name scrub.
+        plain = {k: v for k, v in env.items() if not k.startswith("GIT_CONFIG_")}
+        safe = git_safe_env(plain)
+        ours = frozenset(k for k in safe if k.startswith("GIT_CONFIG_"))
+        return replace(sandbox, keep_env=sandbox.keep_env | ours).wrap(argv, cwd, safe)
 
     def _build(self) -> ShellSandbox | None:
         if not self._built:
