@@ -10,10 +10,11 @@ only here; `providers/aws_auth.py` finds the credentials the way the AWS tools d
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 from urllib.parse import quote
 
@@ -30,6 +31,7 @@ from tether.providers.sse import SSEEvent
 from tether.providers.timeouts import resolve_timeout_s, timeout_env_name
 
 BEDROCK_VERSION = "bedrock-2023-05-31"
+_TRAILING_S = 0.25  # how long the end of a body may trail its last event
 # Exceptions Bedrock sends inside the stream that a later attempt may not meet.
 _RETRYABLE_EXCEPTIONS = frozenset(
     {
@@ -104,6 +106,7 @@ class BedrockProvider:
                     for chunk in events.feed(event):
                         yield chunk
                     if events.done:
+                        await _drain(response.iter_bytes())
                         return
         raise cut(name, "message_stop")
 
@@ -166,6 +169,17 @@ class EventStreamDecoder:
             detail=payload[:2000].decode("utf-8", errors="replace"),
             retryable=kind in _RETRYABLE_EXCEPTIONS,
         )
+
+
+async def _drain(body: AsyncIterator[bytes]) -> None:
+    """Read the few bytes after `message_stop` (the body's end), so a transport that keeps
+    connections can reuse this one; a server that keeps talking only costs the connection."""
+    from tether.providers import transport
+
+    with suppress(TimeoutError, transport.TransportError):
+        async with asyncio.timeout(_TRAILING_S):
+            async for _ in body:
+                pass
 
 
 @asynccontextmanager
