@@ -377,3 +377,19 @@ def test_models_for_google_uses_its_listing(
          "context_window": 1048576}
     ]  # fmt: skip
     assert asked["headers"]["x-goog-api-key"] == "g-list"
+
+
+def test_gemini_thought_signature_survives_the_transcript(workdir: Path, tether_home: Path) -> None:
+    """The signature Gemini put on a thinking turn's function call goes back on that call."""
+    write = {"name": "Write", "arguments": {"file_path": str(workdir / "x.txt"), "content": "x"}}
+    with fake_for([{"thinking": "plan it", "tool_calls": [write]}, {"text": "done"}]) as fake:
+        run = tether("google/gemini-2.5-pro", fake, tether_home, workdir, "--yolo")
+        first, second = fake.of("gemini")
+        assert fake.violations == []
+    assert run.code == 0, run.stderr
+    assert "".join(e["reasoning"] for e in run.of_type("message", "reasoning_message")) == "plan it"
+    model_turn = second["body"]["contents"][-2]
+    assert model_turn["role"] == "model"
+    (call,) = model_turn["parts"]
+    assert call["functionCall"]["name"] == "Write" and call["thoughtSignature"].startswith("sig-")
+    assert "plan it" not in json.dumps(second["body"])  # thought text is not replayed
