@@ -162,3 +162,48 @@ def test_arguments_with_nul_in_file_content_are_data(world: World, tmp_path: Pat
                       args=("--permission-mode", "acceptEdits"))
     assert outcome.statuses == ["success"], outcome.explain()
     assert (world.project / "data.txt").read_bytes() == b"a\0b"
+
+
+@pytest.mark.parametrize(("name", "call", "argument"),
+                         [c for c in BAD_CALLS if c[0] in ("read-nul", "grep-path-nul", "bash-nul")],
+                         ids=["read", "grep", "bash"])
+def test_app_server_conversation_survives_a_bad_argument(
+    world: World, name: str, call: dict[str, Any], argument: str
+) -> None:
+    """The real `tether server`: the bad call gets an error result, the turn ends, and the same
+    conversation answers its next message (it used to wedge)."""
+    import asyncio
+    import signal
+
+    from websockets.asyncio.client import connect
+
+    from tests.server.support import Client as ServerClient
+    from tests.server.support import ServerProcess, server_env
+
+    script: list[dict[str, Any]] = [{"tool_calls": [call]}, {"text": "first done"},
+                                    {"text": "second answer"}]
+    with FakeProvider(script) as fake:
+        env = server_env(fake.url, world.tether_home, world.root)
+        env["HOME"] = str(world.home)
+        server = ServerProcess(env, world.project)
+        try:
+            async def scenario() -> list[Any]:
+                async with connect(server.url) as ws:
+                    c = ServerClient(ws)
+                    runtime = (await c.start(world.project, mode="bypassPermissions"))["runtime"]
+                    await c.say(runtime, "go")
+                    first = await c.of_type("turn_finished", timeout=30)
+                    returns = c.deltas("tool_return_message")
+                    await c.say(runtime, "again", request_id="in-2")
+                    second = await c.of_type("turn_finished", timeout=30)
+                    text = "".join(d["content"] for d in c.deltas("assistant_message"))
+                    return [first["stop_reason"], second["stop_reason"], returns, text]
+
+            first, second, returns, text = asyncio.run(scenario())
+        finally:
+            code = server.stop(signal.SIGTERM)
+    assert first == second == "end_turn"
+    assert len(returns) == 1 and returns[0]["status"] == "error", returns
+    assert f"`{argument}`" in str(returns[0]["tool_return"]), returns
+    assert text.endswith("second answer"), text
+    assert code == 0 and not world.effects()
