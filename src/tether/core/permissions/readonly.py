@@ -346,6 +346,22 @@ for _name in ("sha1sum", "sha224sum", "sha256sum", "sha384sum", "sha512sum", "md
                                      "strict warn length= help version"), _simple(_PLAIN))
 COMMANDS["egrep"] = COMMANDS["fgrep"] = COMMANDS["grep"]
 
+# Toolchains asked only for their version: nothing else in their argv is read-only.
+_VERSION_ONLY = frozenset(
+    {"python", "python3", "node", "rustc", "cargo", "go", "java", "ruby", "gcc", "cc", "make",
+     "pip", "pip3", "uv", "deno", "bun", "npm", "perl"}
+)
+
+
+def _version(parsed: Parsed, args: Sequence[str | None]) -> ReadOnly | None:
+    # Not `-v` (`python3 -v` reads a program from stdin), not `make version` (a target).
+    return _STRINGS if list(args) in (["--version"], ["-V"]) else None
+
+
+for _name in _VERSION_ONLY:
+    COMMANDS[_name] = (_G(), _version)
+COMMANDS["go"] = (_G(), lambda parsed, args: _STRINGS if list(args) == ["version"] else None)
+
 # Commands none of whose options write, run a program or evaluate data: a word only known at
 # run time may be any option of theirs and still only reads.
 WILD_SAFE = frozenset(

@@ -300,7 +300,7 @@ class ShellCheck:
                 matches = self._glob(word, command)
                 if matches is None and read_denies:
                     return f"`{shown}` globs `{word}` over more files than tether checks"
-                if any(os_name.rsplit("/", 1)[-1].startswith("-") for os_name in matches or ()):
+                if any(match.startswith("-") for match in matches or ()):
                     return (f"`{shown}`: the glob `{word}` matches a file whose name starts with "
                             "`-`, which the command would read as an option")
         refs = self._path_words(command) if kind.paths else []
