@@ -76,19 +76,30 @@ class ReadBoundary:
     """The roots that decide, for a real path, whether a file tool may show or change it."""
 
     # A plain class, not a dataclass: it is imported on every run's start-up path.
-    __slots__ = ("roots",)
+    __slots__ = ("roots", "_top", "_all")
 
     def __init__(self, roots: tuple[Root, ...]) -> None:
         self.roots = roots
+        self._top: str | None = None  # see `narrowed`
+        self._all = roots
+
+    def narrowed(self, top: str) -> ReadBoundary:
+        """The same boundary, faster for paths under the real directory `top` (a walk's root):
+        only roots above or below it can decide there; other paths still see every root."""
+        keep = tuple(r for r in self.roots if _within(r.path, top) or _within(top, r.path))
+        narrow = ReadBoundary(keep)
+        narrow._top, narrow._all = top, self._all
+        return narrow
 
     def why_hidden(self, real: str) -> str | None:
         """None when `real` may be read; else what it belongs to (e.g. "tether's provider keys")."""
-        if real == "/dev" or real.startswith("/dev/"):
+        if real.startswith("/dev/") or real == "/dev":
             return "the device tree (/dev)"
-        if _process_secret(real):
+        if real.startswith("/proc/") and _process_secret(real):
             return "another process's memory or environment"
+        roots = self.roots if self._top is None or _within(real, self._top) else self._all
         best: Root | None = None
-        for root in self.roots:
+        for root in roots:
             if not _within(real, root.path):
                 continue
             if root.kind == _FORCED:
@@ -109,7 +120,7 @@ class ReadBoundary:
             return False
         return not any(
             r.kind == _ALLOWED and r.path != real_dir and _within(r.path, real_dir)
-            for r in self.roots
+            for r in self._all
         )
 
     def refuse_walk(self, tool: str, root: Path | str) -> None:

@@ -67,24 +67,29 @@ def _not_regular(path: Path | str, kind: str, tool: str) -> ToolFailure:
     )
 
 
-def open_regular(path: Path | str, *, tool: str, boundary: ReadBoundary | None) -> int:
+def open_regular(
+    path: Path | str, *, tool: str, boundary: ReadBoundary | None, known_regular: bool = False
+) -> int:
     """A read-only descriptor of the regular file at `path` (symlinks followed), checked.
 
     Raises FileNotFoundError / IsADirectoryError for the caller to word, and ToolFailure for a
-    FIFO, socket or device, an unreadable file, or one the boundary hides.
+    FIFO, socket or device, an unreadable file, or one the boundary hides. `known_regular`
+    (a walk just saw a regular file) skips the stat before the open; the checks on the open
+    descriptor still run.
     """
     spelled = os.fspath(path)
-    try:
-        info = os.stat(spelled)  # before opening: opening some devices already does something
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise ToolFailure(f"Could not read {spelled}: {exc.strerror or exc}") from exc
-    if stat.S_ISDIR(info.st_mode):
-        raise IsADirectoryError(errno.EISDIR, "Is a directory", spelled)
-    kind = describe_kind(info.st_mode)
-    if kind is not None:
-        raise _not_regular(spelled, kind, tool)
+    if not known_regular:
+        try:
+            info = os.stat(spelled)  # before opening: opening some devices already does something
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise ToolFailure(f"Could not read {spelled}: {exc.strerror or exc}") from exc
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", spelled)
+        kind = describe_kind(info.st_mode)
+        if kind is not None:
+            raise _not_regular(spelled, kind, tool)
     try:
         fd = os.open(spelled, _READ_FLAGS)
     except FileNotFoundError:
@@ -93,9 +98,9 @@ def open_regular(path: Path | str, *, tool: str, boundary: ReadBoundary | None) 
         raise ToolFailure(f"Could not read {spelled}: {exc.strerror or exc}") from exc
     try:
         # The name may have been swapped since the stat: judge what was opened.
-        kind = describe_kind(os.fstat(fd).st_mode)
-        if kind is not None or stat.S_ISDIR(os.fstat(fd).st_mode):
-            raise _not_regular(spelled, kind or "a directory", tool)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(spelled, describe_kind(mode) or "a directory", tool)
         if boundary is not None:
             real = fd_real_path(fd) or os.path.realpath(spelled)
             refusal = boundary.refusal(tool, spelled, real)

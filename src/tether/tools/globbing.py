@@ -176,8 +176,10 @@ def walk_files(
     for a symlink mid-walk is skipped, not followed.
     """
     top = os.path.realpath(root)
-    if boundary is not None and boundary.prune(top):
-        return
+    if boundary is not None:
+        if boundary.prune(top):
+            return
+        boundary = boundary.narrowed(top)
     stack: list[tuple[str, str, str]] = [(os.fspath(root), top, "")]
     while stack:
         if should_stop is not None and should_stop():

@@ -241,7 +241,7 @@ class GrepTool:
             query = parse_grep_args(args, ctx.cwd)
             denied = ctx.services.get("read_denied")
             boundary = boundary_for(ctx)
-            query = replace(query, boundary=boundary)
+            query = replace(query, boundary=boundary.narrowed(os.path.realpath(query.root)))
             if query.root.is_dir():
                 boundary.refuse_walk("Grep", query.root)
             if callable(denied):
@@ -276,23 +276,21 @@ def _candidates(query: GrepQuery, should_stop: Callable[[], bool]) -> list[tuple
     return found
 
 
-def _open_candidate(path: Path, boundary: ReadBoundary | None) -> int:
+def _open_candidate(path: Path, boundary: ReadBoundary | None, walked: bool = False) -> int:
     try:
-        return open_regular(path, tool="Grep", boundary=boundary)
+        return open_regular(path, tool="Grep", boundary=boundary, known_regular=walked)
     except (FileNotFoundError, IsADirectoryError) as exc:
         raise ToolFailure(f"Could not search {path}: {exc.strerror or exc}") from None
 
 
-def _load(path: Path, boundary: ReadBoundary | None) -> list[str] | None:
+def _load(path: Path, boundary: ReadBoundary | None, walked: bool) -> list[str] | None:
     """The file's lines, or None for unreadable, binary, hidden and non-regular files."""
     try:
-        fd = _open_candidate(path, boundary)
+        fd = _open_candidate(path, boundary, walked)
     except ToolFailure:
         return None
     try:
-        # Checked on the open file: the walk's size may be stale, or the name swapped since.
-        if os.fstat(fd).st_size > GREP_MAX_FILE_BYTES:
-            return None
+        # Bounded on the open file: the walk's size may be stale, or the name swapped since.
         data = read_fd(fd, GREP_MAX_FILE_BYTES + 1)
     except OSError:
         return None
@@ -366,7 +364,7 @@ def grep(query: GrepQuery, should_stop: Callable[[], bool]) -> str:
     for path, mtime in _candidates(query, should_stop):
         if should_stop():
             break
-        lines = _load(path, query.boundary)
+        lines = _load(path, query.boundary, not single_file)
         if not lines:
             continue
         hits = matching_lines(query, lines, first_only=query.mode == "files_with_matches")
