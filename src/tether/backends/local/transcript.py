@@ -1,5 +1,6 @@
 """One conversation's append-only `messages.jsonl` (reference §4.3): its format, its active
-view, its crash repair, and the settlement of tool calls an interrupted turn left open (§4.4).
+view and its crash repair (the settlement of tool calls an interrupted turn left open, §4.4, is
+in `settlement.py`; resuming from the last compaction, in `resume_index.py`).
 
 Format: a `session` header line, then one LF-terminated JSON entry per line:
 
@@ -33,7 +34,6 @@ import contextlib
 import gc
 import json
 import os
-import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -42,17 +42,12 @@ from typing import Any, NoReturn
 
 import orjson
 
+from tether.backends.local import resume_index
 from tether.backends.local.locks import create_exclusive, write_all, writing
+from tether.backends.local.resume_index import Where
+from tether.backends.local.settlement import settle_orphaned_tool_calls
 from tether.errors import ProtocolError, TranscriptCorrupt
-from tether.protocol.messages import (
-    AssistantMessage,
-    Message,
-    TextPart,
-    ToolCallPart,
-    ToolResultMessage,
-    message_from_dict,
-    message_to_dict,
-)
+from tether.protocol.messages import Message, message_from_dict, message_to_dict
 
 SESSION_VERSION = 3
 
@@ -86,6 +81,12 @@ class Transcript:
         self._good_size = 0  # bytes up to and including the last good LF
         self._good_lines = 0  # lines in those bytes, header included
         self._disk_size = 0  # bytes on disk when last read (more than good: a torn tail)
+        # Where each message in view has its latest entry, and the last compaction entry (with
+        # its line number): what the resume index records (`resume_index`).
+        self._at: dict[str, Where] = {}
+        # (entry, line number, the kept messages' latest entries as they were at it)
+        self._compaction: tuple[Where, int, list[tuple[str, Where]] | None] | None = None
+        self._index_stale = False  # a compaction the index does not describe yet
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -137,10 +138,14 @@ class Transcript:
                 and st.st_ino == self._key[0]
                 and st.st_size >= self._good_size
             )
-            if grown:
-                f.seek(self._good_size)
-            else:
+            seeded: str | None = None
+            if not grown:
                 self._reset()
+                seed = resume_index.read(self.path, f, st.st_size, st.st_ino) if self._collect is None else None
+                if seed is not None:
+                    self._seed(seed)
+                    seeded = seed.compaction[0]
+            f.seek(self._good_size)
             start = self._good_size
             data = f.read()
         try:
@@ -152,6 +157,24 @@ class Transcript:
             raise
         self._disk_size = start + len(data)
         self._key = key
+        if not grown and self._compaction is not None and self._compaction[0][0] != seeded:
+            self._index_stale = True  # written with the next append
+
+    def _seed(self, seed: resume_index.Seed) -> None:
+        """Start from the view right after the last compaction, as the resume index says."""
+        self._read_header(seed.header_line, True)
+        summary, ceid = seed.summary, seed.compaction[0]
+        self._view[summary.id] = summary
+        self._latest_entry[summary.id] = ceid
+        self._entry_message[ceid] = summary.id
+        for where, message in seed.kept:
+            if message.id != summary.id:
+                self._add_message(where, message)
+        self._last_entry_id = ceid
+        kept = [(m.id, where) for where, m in seed.kept if m.id != summary.id]
+        self._compaction = (seed.compaction, seed.compaction_line, kept)
+        self._good_size = seed.end
+        self._good_lines = seed.compaction_line
 
     def _ingest(self, data: bytes) -> None:
         """Apply the complete lines in `data` (which runs to end of file) to the view."""
@@ -166,10 +189,13 @@ class Transcript:
         base = self._good_lines  # line number of lines[0], minus one
         last = len(lines) - 1
         loads, from_dict = orjson.loads, message_from_dict
-        view, latest, carried = self._view, self._latest_entry, self._entry_message
+        view, latest, carried, at = self._view, self._latest_entry, self._entry_message, self._at
         fast = self._collect is None
         good = end
+        pos = self._good_size + (len(lines[0]) + 1 if first else 0)  # offset of lines[first]
         for i in range(first, len(lines)):
+            line_at = pos
+            pos += len(lines[i]) + 1
             try:
                 entry = loads(lines[i])
             except orjson.JSONDecodeError as exc:
@@ -195,9 +221,10 @@ class Transcript:
                     view[mid] = message
                     latest[mid] = eid
                     carried[eid] = mid
+                    at[mid] = (eid, line_at, len(lines[i]))
                     self._last_entry_id = eid
                     continue
-            self._apply(entry, base + i + 1)
+            self._apply(entry, base + i + 1, line_at, len(lines[i]))
         if torn_tail:
             # A cut-short write is a prefix of one entry; a whole entry inside it means a
             # committed record lost its newline: damage, never a tail to cut off.
@@ -220,7 +247,7 @@ class Transcript:
             raise TranscriptCorrupt(path, 1, 'the first line is not a {"type":"session"} header')
         self._header = header
 
-    def _apply(self, entry: Any, line: int) -> None:
+    def _apply(self, entry: Any, line: int, offset: int, length: int) -> None:
         if type(entry) is not dict:
             self._corrupt(line, "entry is not a JSON object")
         if self._collect is not None:
@@ -230,7 +257,7 @@ class Transcript:
         if not isinstance(eid, str):
             self._corrupt(line, f"{kind} entry lacks a string id")
         if kind == "message":
-            self._add_message(eid, self._message(entry, "message", line))
+            self._add_message((eid, offset, length), self._message(entry, "message", line))
         elif kind == "compaction":
             summary = self._message(entry, "compaction", line)
             first_kept = entry.get("firstKeptEntryId")
@@ -241,7 +268,7 @@ class Transcript:
                 self._corrupt(
                     line, f"compaction firstKeptEntryId {first_kept!r} names no message in view"
                 )
-            self._compact(eid, summary, kept_from)
+            self._compact((eid, offset, length), line, summary, kept_from)
         elif kind == "rollback":
             mid = entry.get("messageId")
             if not isinstance(mid, str):
@@ -265,33 +292,45 @@ class Transcript:
         self._entry_message[eid] = message_id
         self._last_entry_id = eid
 
-    def _add_message(self, eid: str, message: Message) -> None:
+    def _add_message(self, where: Where, message: Message) -> None:
+        eid = where[0]
         self._view[message.id] = message  # an existing key keeps its place: replaced in place
         self._latest_entry[message.id] = eid
+        self._at[message.id] = where
         self._note_entry(eid, message.id)
 
-    def _compact(self, eid: str, summary: Message, kept_from: str | None) -> None:
+    def _compact(self, where: Where, line: int, summary: Message, kept_from: str | None) -> None:
+        eid = where[0]
         kept: list[str] = []
         if kept_from is not None:
             ids = list(self._view)
             kept = ids[ids.index(kept_from) :]
         view = {summary.id: summary}
         latest = {summary.id: eid}
+        at: dict[str, Where] = {}
         for mid in kept:
             if mid != summary.id:
                 view[mid] = self._view[mid]
                 latest[mid] = self._latest_entry[mid]
+                if mid in self._at:
+                    at[mid] = self._at[mid]
         # In place: the parse loop holds references to these dicts.
         self._view.clear()
         self._view.update(view)
         self._latest_entry.clear()
         self._latest_entry.update(latest)
+        self._at.clear()
+        self._at.update(at)
+        snapshot = [(mid, at[mid]) for mid in view if mid != summary.id and mid in at]
+        complete = len(snapshot) == len(view) - 1 if summary.id in view else False
+        self._compaction = (where, line, snapshot if complete else None)
         self._note_entry(eid, summary.id)
 
     def _roll_back(self, eid: str, message_id: str) -> None:
         # A rollback of a message not in view (already compacted away) changes nothing.
         self._view.pop(message_id, None)
         self._latest_entry.pop(message_id, None)
+        self._at.pop(message_id, None)
         self._note_entry(eid, None)
 
     # --- writing ----------------------------------------------------------------------------
@@ -321,9 +360,11 @@ class Transcript:
             parent = eid
         if not lines:
             return
-        self._write(lines)
-        for eid, message in pending:
-            self._add_message(eid, message)
+        offset = self._write(lines)
+        for (eid, message), line in zip(pending, lines, strict=True):
+            self._add_message((eid, offset, len(line) - 1), message)
+            offset += len(line)
+        self._write_index_if_stale()
 
     def rollback(self, message_id: str) -> None:
         """Durably drop `message_id` from the active view (see the module docstring)."""
@@ -334,6 +375,7 @@ class Transcript:
         fields = b'"messageId":' + orjson.dumps(message_id)
         self._write([_entry_bytes("rollback", eid, self._last_entry_id, fields)])
         self._roll_back(eid, message_id)
+        self._write_index_if_stale()
 
     def append_compaction(
         self,
@@ -362,9 +404,21 @@ class Transcript:
             fields["details"] = dict(details)
         eid = self._new_entry_id(set())
         body = orjson.dumps(fields)[1:-1]  # the object's members, spliced after the common keys
-        self._write([_entry_bytes("compaction", eid, self._last_entry_id, body)])
-        self._compact(eid, summary_message, first_kept_message_id)
+        line = _entry_bytes("compaction", eid, self._last_entry_id, body)
+        offset = self._write([line])
+        self._compact((eid, offset, len(line) - 1), self._good_lines, summary_message, first_kept_message_id)
+        self._index_stale = True
+        self._write_index_if_stale()
         return eid
+
+    def _write_index_if_stale(self) -> None:
+        """Record the view after the last compaction for the next resume (`resume_index`)."""
+        if not self._index_stale or self._compaction is None or self._key is None:
+            return
+        where, line, kept = self._compaction
+        if kept is not None:  # None: a kept message whose entry this reader never saw
+            resume_index.write(self.path, self._key[0], where, line, kept)
+        self._index_stale = False
 
     def _new_entry_id(self, taken: set[str]) -> str:
         # 8 hex digits collide by the birthday bound in long files; ids must stay unique
@@ -381,7 +435,8 @@ class Transcript:
             self.ensure_created()
             self._sync()
 
-    def _write(self, lines: list[bytes]) -> None:
+    def _write(self, lines: list[bytes]) -> int:
+        """Append `lines` durably; returns the offset they start at."""
         payload = b"".join(lines)
         with writing(self.path, "append to"):
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
@@ -402,12 +457,14 @@ class Transcript:
                 st = os.fstat(fd)
             finally:
                 os.close(fd)
+        offset = self._good_size
         self._good_size += len(payload)
         self._good_lines += len(lines)
         self._disk_size = self._good_size
         # Anything but our own bytes on disk (a writer ignoring the turn lock) forces a re-read.
         expected = st.st_size == self._good_size
         self._key = (st.st_ino, st.st_size, st.st_mtime_ns) if expected else None
+        return offset
 
 
 _ENTRY_TYPES = ("session", "message", "compaction", "rollback")
@@ -461,44 +518,4 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-# --- settlement (§4.4 step 1) -----------------------------------------------------------------
-
-
-def settle_orphaned_tool_calls(
-    messages: Sequence[Message], reason: str = "Turn did not complete"
-) -> tuple[list[Message], list[Message]]:
-    """Close what an interrupted turn left open. Returns (messages to keep, results to append).
-
-    A trailing assistant message without a stop reason never finished: it is dropped (the
-    caller records that with `Transcript.rollback`). Then every tool call with no later tool
-    result gets an error result whose text is `reason` (`Interrupted by user` after an
-    interrupt), in call order, so every call has exactly one result.
-    """
-    kept = list(messages)
-    last = kept[-1] if kept else None
-    if isinstance(last, AssistantMessage) and last.stop_reason is None:
-        kept.pop()
-    answered: set[str] = set()
-    unanswered: list[ToolCallPart] = []
-    for message in reversed(kept):
-        if isinstance(message, ToolResultMessage):
-            answered.add(message.tool_call_id)
-        elif isinstance(message, AssistantMessage):
-            for call in reversed(message.tool_calls):
-                if call.id not in answered:
-                    answered.add(call.id)
-                    unanswered.append(call)
-    unanswered.reverse()
-    now = int(time.time() * 1000)
-    results: list[Message] = [
-        ToolResultMessage(
-            id=f"letta-msg-{uuid.uuid4().hex[:16]}",
-            tool_call_id=call.id,
-            tool_name=call.name,
-            content=(TextPart(reason),),
-            is_error=True,
-            timestamp=now,
-        )
-        for call in unanswered
-    ]
-    return kept, results
+__all__ = ["Transcript", "TranscriptCorrupt", "entry_timestamp", "settle_orphaned_tool_calls"]

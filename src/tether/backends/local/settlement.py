@@ -1,0 +1,56 @@
+"""The settlement of tool calls an interrupted turn left open (reference §4.4 step 1): what to
+drop from the view and which error results to append, so every call has exactly one result."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+
+from tether.protocol.messages import (
+    AssistantMessage,
+    Message,
+    TextPart,
+    ToolCallPart,
+    ToolResultMessage,
+)
+
+
+def settle_orphaned_tool_calls(
+    messages: Sequence[Message], reason: str = "Turn did not complete"
+) -> tuple[list[Message], list[Message]]:
+    """Close what an interrupted turn left open. Returns (messages to keep, results to append).
+
+    A trailing assistant message without a stop reason never finished: it is dropped (the
+    caller records that with `Transcript.rollback`). Then every tool call with no later tool
+    result gets an error result whose text is `reason` (`Interrupted by user` after an
+    interrupt), in call order, so every call has exactly one result.
+    """
+    kept = list(messages)
+    last = kept[-1] if kept else None
+    if isinstance(last, AssistantMessage) and last.stop_reason is None:
+        kept.pop()
+    answered: set[str] = set()
+    unanswered: list[ToolCallPart] = []
+    for message in reversed(kept):
+        if isinstance(message, ToolResultMessage):
+            answered.add(message.tool_call_id)
+        elif isinstance(message, AssistantMessage):
+            for call in reversed(message.tool_calls):
+                if call.id not in answered:
+                    answered.add(call.id)
+                    unanswered.append(call)
+    unanswered.reverse()
+    now = int(time.time() * 1000)
+    results: list[Message] = [
+        ToolResultMessage(
+            id=f"letta-msg-{uuid.uuid4().hex[:16]}",
+            tool_call_id=call.id,
+            tool_name=call.name,
+            content=(TextPart(reason),),
+            is_error=True,
+            timestamp=now,
+        )
+        for call in unanswered
+    ]
+    return kept, results
