@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import jwt
 import pytest
 from websockets.exceptions import InvalidStatus
 
+from tests.requirements import need_bwrap
 from tests.server.support import MODEL, Client, InProcess, point_at
 from tether.server import auth
 from tether.server.runtime_start import sandbox_available
@@ -167,7 +169,7 @@ def test_a_scoped_client_cannot_loosen_its_runtime_later(
         async def scenario() -> None:
             async with InProcess(project, policy=POLICY) as srv:
                 first = await start(srv, token(), create_agent={"body": {"model": MODEL}},
-                                    create_conversation={})
+                                    create_conversation={}, workspace_sandbox=True)
                 runtime = first["runtime"]
                 scoped = token(agents=[runtime["agent_id"]],
                                conversations=[runtime["conversation_id"]])
@@ -189,6 +191,35 @@ def test_a_scoped_client_cannot_loosen_its_runtime_later(
                     device = status["device_status"]
                     assert device["current_permission_mode"] == "default"
                     assert device["current_working_directory"] == str(project.resolve())
+
+        asyncio.run(scenario())
+
+
+def test_a_scoped_clients_conversations_always_run_sandboxed(
+    project: Path, tether_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need_bwrap()
+    with FakeProvider([{"text": "hi"}] * 3) as fake:
+        point_at(fake, monkeypatch)
+
+        async def scenario() -> None:
+            async with InProcess(project, policy=POLICY) as srv:
+                plain = await start(srv, token(), create_agent={"body": {"model": MODEL}},
+                                    create_conversation={})
+                assert plain["success"] and plain["workspace_sandbox"] is False
+                runtime = plain["runtime"]
+                scoped = token(agents=[runtime["agent_id"]],
+                               conversations=[runtime["conversation_id"]])
+                joined = await start(srv, scoped, **runtime)
+                assert joined["success"] is False
+                assert "without the workspace sandbox" in joined["error"], joined
+                assert srv.server is not None
+                other = srv.server.ctx.store.create_conversation(runtime["agent_id"]).id
+                mine = await start(srv, token(agents=[runtime["agent_id"]],
+                                              conversations=[other]),
+                                   agent_id=runtime["agent_id"], conversation_id=other)
+                assert mine["success"] and mine["workspace_sandbox"] is True, mine
+                assert "TETHER_FS_SANDBOX" not in os.environ  # the switch was lent, not left
 
         asyncio.run(scenario())
 

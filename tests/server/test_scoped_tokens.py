@@ -51,8 +51,9 @@ def test_conversation_scoped_token_reaches_only_its_conversation(
         async def scenario() -> None:
             async with InProcess(project, policy=POLICY) as srv:
                 admin = token()
-                first = await start(
-                    srv, admin, create_agent={"body": {"model": MODEL}}, create_conversation={}
+                first = await start(  # sandboxed: a scoped client may join only such a runtime
+                    srv, admin, create_agent={"body": {"model": MODEL}}, create_conversation={},
+                    workspace_sandbox=True,
                 )
                 agent, conv_a = first["runtime"]["agent_id"], first["runtime"]["conversation_id"]
                 second = await start(srv, admin, agent_id=agent, create_conversation={})

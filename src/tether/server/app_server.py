@@ -425,8 +425,15 @@ class AppServer:
         refusal = grant.mode_refusal(mode)
         if refusal is not None:
             raise UsageError(refusal if frame.mode else f"{refusal}; the settings for {cwd} ask for it")
-        if frame.workspace_sandbox and (why := sandbox_available()) is not None:
-            raise UsageError(f"workspace_sandbox cannot be enforced on this server: {why}")
+        # A scoped client answers its own approvals: only the kernel bounds what it runs.
+        sandboxed = frame.workspace_sandbox or grant.scoped
+        if sandboxed and (why := sandbox_available()) is not None:
+            if frame.workspace_sandbox:
+                raise UsageError(f"workspace_sandbox cannot be enforced on this server: {why}")
+            raise UsageError(
+                "this connection's token is scoped, so its conversations run in the workspace "
+                f"sandbox, which cannot be enforced on this server: {why}"
+            )
         resolved = resolve_runtime(self.ctx, frame)
         refusal = grant.refusal(resolved.scope.agent_id, resolved.scope.conversation_id)
         if refusal is not None:  # `default` named a conversation the token does not hold
@@ -434,7 +441,7 @@ class AppServer:
         rt = self.runtimes.get(resolved.scope)
         if rt is None:
             prepared = build_prepared(
-                self.ctx, resolved.scope, cwd, frame.mode, workspace_sandbox=frame.workspace_sandbox
+                self.ctx, resolved.scope, cwd, frame.mode, workspace_sandbox=sandboxed
             )
             rt = ConversationRuntime(self.ctx, prepared, EventStream(resolved.scope, self.instance))
             self.runtimes[resolved.scope] = rt
@@ -454,9 +461,10 @@ class AppServer:
                 f"this conversation's runtime already runs in mode {running}; change it with "
                 "change_device_state{mode}"
             )
-        if frame.workspace_sandbox and not rt.sandboxed:
+        if sandboxed and not rt.sandboxed:
+            why = "" if frame.workspace_sandbox else " (a scoped token's conversations need it)"
             raise UsageError(
-                "this conversation's runtime already runs without the workspace sandbox; "
+                f"this conversation's runtime already runs without the workspace sandbox{why}; "
                 "it cannot be added to a running runtime"
             )
         return rt, resolved

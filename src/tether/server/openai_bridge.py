@@ -310,7 +310,12 @@ class OpenAIBridge:
     def runtime_for(self, conn: HttpConnection, agent_id: str) -> ConversationRuntime:
         """The runtime of the agent's default conversation, shared with websocket clients."""
         from tether.server.runtime import ConversationRuntime
-        from tether.server.runtime_start import build_prepared, check_workspace, effective_mode
+        from tether.server.runtime_start import (
+            build_prepared,
+            check_workspace,
+            effective_mode,
+            sandbox_available,
+        )
 
         server = self.server
         self._agent(conn, agent_id)
@@ -325,12 +330,21 @@ class OpenAIBridge:
             refusal = conn.grant.mode_refusal(effective_mode(home, cwd, None))
             if refusal is not None:
                 raise ApiError(403, refusal, "model", "mode_not_granted")
-            prepared = build_prepared(server.ctx, scope, cwd, None)
+            if conn.grant.scoped and (why := sandbox_available()) is not None:
+                raise ApiError(403, f"a scoped token's conversations run in the workspace "
+                                    f"sandbox, which cannot be enforced here: {why}")
+            prepared = build_prepared(
+                server.ctx, scope, cwd, None, workspace_sandbox=conn.grant.scoped
+            )
             rt = ConversationRuntime(server.ctx, prepared, EventStream(scope, server.instance))
             server.runtimes[scope] = rt
         refusal = conn.grant.mode_refusal(rt.p.flags.permission_mode)
         if refusal is not None:
             raise ApiError(403, refusal, "model", "mode_not_granted")
+        if conn.grant.scoped and not rt.sandboxed:
+            raise ApiError(403, "this agent's conversation runs without the workspace sandbox, "
+                                "which a scoped token's conversations need", "model",
+                           "sandbox_required")
         return rt
 
     def _start_turn(

@@ -456,6 +456,11 @@ class RuntimeApprover:
 
         rt = self.rt
         call = item.call
+        guards = rt.p.policy.guards if rt.p.policy is not None else None
+        own = (rt.p.scratch, *(guards.own_agent_dirs if guards is not None else ()))
+        refusal = _state_refusal(item, ctx, rt.ctx.store.home, own)
+        if refusal is not None:  # never put to a client: whoever answers could say yes
+            return ApprovalAnswer(False, refusal)
         request_id = f"perm-{call.tool_call_id}"
         request = can_use_tool_request(item, ctx.cwd)
         previous = rt.status
@@ -488,3 +493,33 @@ class RuntimeApprover:
         if response.allow:
             return ApprovalAnswer(True, response.message, response.updated_input)
         return ApprovalAnswer(False, response.message)
+
+
+def _state_refusal(
+    item: Classified, ctx: ToolContext, home: Path, own: tuple[Path, ...]
+) -> str | None:
+    """A file-tool call that would reach tether's own state (`$TETHER_HOME`: credentials, other
+    conversations, checkpoints) other than the conversation's scratch directory and its agent's
+    own memory (`own`) is refused
+    before any client is asked: App Server clients answer their own approvals, and a scoped
+    one must not be able to approve its way into what its token does not grant. (Shell
+    commands are bounded by the sandbox, which hides `$TETHER_HOME`.)"""
+    if item.tool is None:
+        return None
+    try:
+        paths = item.tool.paths(item.args, ctx.cwd)
+    except Exception:  # arguments the tool cannot read: the tool reports them when it runs
+        return None
+    state = home.resolve()
+    mine = tuple(p.resolve() for p in own)
+    for path in paths:
+        try:
+            real = Path(path).resolve()
+        except (OSError, ValueError):
+            continue
+        if real.is_relative_to(state) and not any(real.is_relative_to(m) for m in mine):
+            return (
+                f"Permission denied: {path} is tether's own state (under {state}), which no "
+                "App Server conversation may read or write"
+            )
+    return None

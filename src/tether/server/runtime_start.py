@@ -6,7 +6,10 @@ A working directory is never inside `$TETHER_HOME` (symlinks resolved): that is 
 keeps credentials, every conversation and the checkpoints, and a runtime there would make them
 its workspace. A scoped client may not pick a folder that contains `$TETHER_HOME` either.
 `workspace_sandbox` is enforced (every shell command of the conversation runs in the workspace
-sandbox, as with `TETHER_FS_SANDBOX=1`) or refused when no kernel backend works here."""
+sandbox, as with `TETHER_FS_SANDBOX=1`) or refused when no kernel backend works here; a scoped
+client's conversations always run sandboxed (it answers its own approvals, so the kernel is
+the boundary). A sandboxed server conversation's shell sees nothing of `$TETHER_HOME` but its
+own scratch directory."""
 
 from __future__ import annotations
 
@@ -122,20 +125,44 @@ def build_prepared(
     _guard_state(prepared, ctx.store.home)
     if workspace_sandbox and prepared.services.get("sandbox") is None:  # cannot happen; be sure
         raise UsageError("workspace_sandbox was asked for but the run has no shell sandbox")
+    _hide_state_from_shell(prepared, ctx.store.home)
     return prepared
 
 
+def _hide_state_from_shell(prepared: Prepared, home: Path) -> None:
+    """A sandboxed server conversation's shell sees none of `$TETHER_HOME` (other
+    conversations, credentials, checkpoints, agents) but its own scratch directory, which the
+    sandbox binds back writable on top (deeper mounts are applied later)."""
+    from dataclasses import replace
+
+    sandbox = prepared.services.get("sandbox")
+    if sandbox is None:
+        return
+    from tether.sandbox.policy import check_layout
+
+    policy = sandbox.policy
+    hidden = tuple(dict.fromkeys((*policy.denied_roots, home.absolute(), home.resolve())))
+    policy = replace(policy, denied_roots=hidden)
+    check_layout(policy)
+    prepared.services["sandbox"] = replace(sandbox, policy=policy)
+
+
 def _guard_state(prepared: Prepared, home: Path) -> None:
-    """Hold the file guard to all of tether's state, not only `agents/`, where the permission
-    guard knows how (`Guards.state_root`, issue 14); runs built without it keep their guard."""
+    """Hold the file guard to all of tether's state, not only `agents/` (`Guards.state_root`,
+    issue 14), with the conversation's own scratch directory left reachable, where the run's
+    bootstrap did not already set it."""
     from dataclasses import fields, replace
 
     policy = prepared.policy
     if policy is None or policy.guards is None:
         return
     names = {f.name for f in fields(policy.guards)}
-    if "state_root" in names and getattr(policy.guards, "state_root", None) is None:
-        policy.guards = replace(policy.guards, state_root=home.resolve())  # type: ignore[call-arg]
+    if "state_root" not in names or getattr(policy.guards, "state_root", None) is not None:
+        return
+    changes: dict[str, object] = {"state_root": home.resolve()}
+    if "own_state_dirs" in names and not getattr(policy.guards, "own_state_dirs", ()):
+        changes["own_state_dirs"] = (prepared.scratch.resolve(),)
+    policy.guards = replace(policy.guards, **changes)  # type: ignore[arg-type]
 
 
 def check_cwd(value: str | None, default: Path) -> Path:
