@@ -36,7 +36,8 @@ def evil_program(world: World) -> Path:
     """The program a hostile repository names: it leaves MARKER outside the workspace."""
     path = world.project / ".evil" / "run.sh"
     path.parent.mkdir(exist_ok=True)
-    path.write_text(f"#!/bin/sh\ntouch '{world.outside / MARKER}'\nexit 0\n")
+    # inside tether's read-only confinement only $TMPDIR (the private tmp) is writable
+    path.write_text(f"#!/bin/sh\ntouch '{world.outside / MARKER}' \"$TMPDIR/{MARKER}\"\nexit 0\n")
     path.chmod(0o755)
     return path
 
@@ -212,6 +213,7 @@ def _promisor(url: str, **settings: str) -> Callable[[World, Path], str]:
         (w.project / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
         for key, value in {"core.repositoryformatversion": "1",
                            "extensions.partialClone": "origin", "remote.origin.promisor": "true",
+                           "remote.origin.partialCloneFilter": "blob:none",
                            "remote.origin.url": url.format(evil=evil), **settings}.items():
             git(w.project, "config", key.replace("__", "."), value.format(evil=evil), home=w.home)
         return "."
@@ -307,7 +309,10 @@ def run_git(command: str, cwd: Path, env: Mapping[str, str], *, tty: bool) -> No
 
 
 def plain_env(world: World) -> dict[str, str]:
-    return {**os.environ, "HOME": str(world.home), "GIT_CONFIG_NOSYSTEM": "1", "TERM": "xterm"}
+    tmp = world.root / "tmp"
+    tmp.mkdir(exist_ok=True)
+    return {**os.environ, "HOME": str(world.home), "GIT_CONFIG_NOSYSTEM": "1", "TERM": "xterm",
+            "TMPDIR": str(tmp)}
 
 
 @pytest.mark.parametrize(("layout", "command"), CASES)
@@ -332,3 +337,43 @@ def test_git_safe_env_runs_no_repository_program(tmp_path: Path, layout: Layout,
     world, run_in = build(tmp_path, layout)
     run_git(command, run_in, git_safe_env(plain_env(world)), tty=layout.tty)
     assert not world.effects(), f"{layout.name}: `{command}` ran the program under git_safe_env"
+
+
+# Live inside the read-only confinement too (hooks need a writable index; pagers a terminal).
+CONFINED = [pytest.param(layout, command, id=f"{layout.name}:{command}")
+            for layout in LAYOUTS if layout.env_closes and not layout.tty
+            and "hook" not in layout.name for command in layout.commands]
+
+
+def _confined(tmp_path: Path, layout: Layout, command: str, *, safe_mode: bool) -> World:
+    from tests.requirements import need_bwrap
+    from tether.runtime.confinement import Confinement
+    from tether.runtime.sandboxing import confinement_sandbox
+
+    need_bwrap()
+    world, run_in = build(tmp_path, layout)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = plain_env(world)
+    if safe_mode:  # as tether runs an auto-allowed command
+        wrapped = Confinement(env, None, world.project, world.tether_home, scratch).wrap(
+            command.split(), run_in, env)
+    else:
+        sandbox = confinement_sandbox(env, None, world.project, world.tether_home, scratch)
+        assert sandbox is not None
+        wrapped = sandbox.wrap(command.split(), run_in, env)
+    with wrapped:
+        subprocess.run(wrapped.argv, cwd=run_in, env=wrapped.env, pass_fds=wrapped.pass_fds,
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=30, check=False)
+    return world
+
+
+@pytest.mark.parametrize(("layout", "command"), CONFINED)
+def test_the_confinement_runs_no_repository_program(tmp_path: Path, layout: Layout, command: str) -> None:
+    """Defence in depth: were the admission check to miss one of these, the read-only
+    confinement with git safe mode still runs nothing. Control first: the same sandbox without
+    safe mode does run the program (it leaves its marker in the private tmp)."""
+    control = _confined(tmp_path / "control", layout, command, safe_mode=False)
+    assert control.effects(), f"{layout.name}: `{command}` is not live in the sandbox"
+    world = _confined(tmp_path / "safe", layout, command, safe_mode=True)
+    assert not world.effects(), f"{layout.name}: `{command}` ran the program when confined"
