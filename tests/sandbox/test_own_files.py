@@ -94,7 +94,9 @@ def test_sandboxed_commands_cannot_write_tethers_scratch(tmp_path: Path, backend
         done = subprocess.run(wrapped.argv, env=wrapped.env, pass_fds=wrapped.pass_fds, cwd=ws,
                               capture_output=True, text=True, timeout=30)
     assert done.stdout == "ok\n", done.stderr
-    assert sorted(p.name for p in scratch.iterdir()) == ["sandbox-tmp"]
+    assert sandbox.guard_state is not None
+    guard = sandbox.guard_state.name  # the armed-names guard's own state, written by tether
+    assert sorted(p.name for p in scratch.iterdir()) == sorted([guard, guard + ".lock", "sandbox-tmp"])
     tasks = BackgroundTasks(scratch)
     _start(tasks, "echo log", ws)
     assert target.read_text() == "keep\n"

@@ -21,6 +21,11 @@ not believed (`wrap_command` asks the kernel).
 sockets, the credential paths and all of `$TETHER_HOME` hidden, the environment scrubbed. It is
 None only when no kernel backend here can enforce that; then such commands must ask.
 
+The workspace sandbox runs every command inside the armed-names guard (`sandbox.armed`): a
+nested `.git`, a bare repository layout, `.envrc`, `.vscode`, `.idea` or `.tether` that appears
+in the workspace during the command is moved aside and reported, and those already there are
+mounted read-only.
+
 The private tmp dirs are `<scratch>/sandbox-tmp` (workspace) and `<scratch>/confined-tmp`
 (confinement): never the scratch dir itself, where tether keeps background logs, output overflow
 files and the shell-group ledger, which a sandboxed command must not be able to write or plant
@@ -56,19 +61,46 @@ class ShellSandbox:
     status: SandboxStatus | None = None  # None: this machine's cached probe()
     keep_env: frozenset[str] = frozenset()  # credential-looking names passed through anyway
     backend: str = "auto"  # "auto" | "bwrap" | "landlock"
+    # The armed-names guard's state file (`sandbox.armed`): set, every launch runs inside the
+    # guard and the armed names it knows in the writable roots are mounted read-only.
+    guard_state: Path | None = None
 
     def wrap(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> WrappedCommand:
         """What to spawn instead of `argv`; raises SandboxError (nothing may run) when it cannot."""
         from tether.sandbox import wrap_command
 
-        return wrap_command(
-            self.policy,
+        policy, roots = self.policy, self._guarded_roots()
+        if self.guard_state is not None and roots:
+            from tether.sandbox.armed import known_armed
+
+            # Existing nested .git/.envrc/.vscode … read-only (links excepted: a mount would
+            # protect the target; the guard sees a replaced link by its inode).
+            known = [Path(p) for p in known_armed(str(self.guard_state), roots)]
+            known = [p for p in known if not p.is_symlink()]
+            if known:
+                policy = replace(policy, readonly_roots=(*policy.readonly_roots, *known))
+        wrapped = wrap_command(
+            policy,
             argv,
             cwd=cwd,
             env=self.command_env(env),
             status=self.status,
             backend=self.backend,
         )
+        if self.guard_state is None or not roots or wrapped.backend is None:
+            return wrapped
+        import sys
+
+        from tether.sandbox import armed
+        from tether.sandbox.probe import WrappedCommand
+
+        guard = [sys.executable, "-I", "-S", armed.__file__, str(self.guard_state), *roots, "--"]
+        return WrappedCommand(
+            [*guard, *wrapped.argv], wrapped.pass_fds, wrapped.env, wrapped.backend
+        )
+
+    def _guarded_roots(self) -> list[str]:
+        return [str(r) for r in self.policy.writable_roots if r != self.policy.tmp_dir]
 
     def command_env(self, env: Mapping[str, str]) -> dict[str, str]:
         """`env` without its credentials (by name and by value shape): the sandbox keeps a
@@ -167,7 +199,15 @@ def shell_sandbox_from(
     keys = tether_home.expanduser().absolute() / "providers"
     if not policy.writable_roots[0].is_relative_to(keys):
         policy = replace(policy, denied_roots=(*policy.denied_roots, keys))
-    return ShellSandbox(policy, keep_env=switch.keep_env, backend=switch.backend)
+    import hashlib
+
+    digest = hashlib.sha256(str(policy.writable_roots[0]).encode()).hexdigest()[:12]
+    return ShellSandbox(
+        policy,
+        keep_env=switch.keep_env,
+        backend=switch.backend,
+        guard_state=scratch / f"armed-{digest}.json",
+    )
 
 
 def private_tmp(scratch: Path, name: str) -> Path:

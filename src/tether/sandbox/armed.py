@@ -1,0 +1,260 @@
+"""Names that arm later execution, and the guard that undoes their creation by a sandboxed command.
+
+A workspace-sandboxed command may write the workspace, but not plant what a later unsandboxed
+step runs or loads: a nested `.git` (its config names programs git runs: fsmonitor, hooks,
+filters), a bare repository layout (`HEAD` beside `objects/` and `refs/`), `.envrc` (direnv),
+`.vscode`/`.idea` (editor tasks), `.tether` (settings, hooks, skills). Mounts keep the existing
+ones read-only (`known_armed`, used when the policy is built); a name that does not exist yet
+cannot be mounted over without leaving junk in the user's tree, so instead this module, run as
+`python -I -S armed.py STATE ROOT... -- COMMAND...` around the sandbox, notes the time, runs the
+command, and afterwards moves aside every armed name that appeared under a root during it
+(renamed to `<name>.tether-quarantine-<n>`), saying so on stderr, where the model and the user
+see it.
+
+It is cheap after the first run: STATE (a JSON file in tether's scratch dir, which sandboxed
+commands cannot write) keeps every directory of the tree with its mtime and every armed path, so
+the sweep stats the known directories and lists only those that changed; a new entry always
+changes its directory's mtime, whether created or renamed in. A sweep cut short (the guard was
+SIGKILLed) leaves `pending` in STATE and the next guard sweeps since then first.
+
+Standard library only, runnable without tether on sys.path (`-I -S` keeps start-up near 10 ms).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import stat
+import sys
+import time
+from collections.abc import Iterable, Iterator, Sequence
+
+ARMED_NAMES = frozenset({".git", ".envrc", ".tether", ".vscode", ".idea"})
+BARE_MARKERS = ("objects", "refs")  # with a HEAD file: git would take the folder for a repository
+QUARANTINE = ".tether-quarantine"
+TOP_PROTECTED = (".git", ".tether")  # under each root: kept read-only by the sandbox's mounts
+_VERSION = 1
+
+
+def _is_armed(directory: str, name: str) -> bool:
+    if name in ARMED_NAMES:
+        return True
+    if name == "HEAD":
+        return all(os.path.isdir(os.path.join(directory, m)) for m in BARE_MARKERS)
+    return False
+
+
+def _scan_dir(path: str, dirs: dict[str, int], armed: dict[str, int]) -> list[str]:
+    """List `path`: record its armed entries; return its subdirectories (not followed links)."""
+    subdirs: list[str] = []
+    try:
+        with os.scandir(path) as it:
+            entries = list(it)
+    except OSError:
+        return subdirs
+    for entry in entries:
+        if _is_armed(path, entry.name):
+            with contextlib.suppress(OSError):
+                armed[entry.path] = entry.inode()
+            continue  # an armed directory is guarded as a whole, not walked
+        if QUARANTINE in entry.name:
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                subdirs.append(entry.path)
+        except OSError:
+            continue
+    return subdirs
+
+
+def _walk(root: str, dirs: dict[str, int], armed: dict[str, int]) -> None:
+    stack = [root]
+    while stack:
+        path = stack.pop()
+        try:
+            dirs[path] = os.lstat(path).st_mtime_ns
+        except OSError:
+            continue
+        stack.extend(_scan_dir(path, dirs, armed))
+
+
+def baseline(roots: Iterable[str]) -> dict[str, object]:
+    dirs: dict[str, int] = {}
+    armed: dict[str, int] = {}
+    for root in roots:
+        _walk(root, dirs, armed)
+    return {"version": _VERSION, "dirs": dirs, "armed": armed, "pending": None}
+
+
+def sweep(state: dict[str, object], roots: Sequence[str], since_ns: int) -> list[tuple[str, str]]:
+    """Move aside the armed names that appeared since `since_ns`; update `state` in place.
+
+    Returns (planted path, where it was moved). Directories whose mtime is older than
+    `since_ns` gained no entry since, so only changed or new directories are listed. A name is
+    planted when it was not there before or is another file now (replaced: a new inode). The
+    roots' own `.git`/`.tether` are skipped: mounts keep those (bwrap makes them if missing).
+    """
+    dirs: dict[str, int] = dict(state["dirs"])  # type: ignore[call-overload]
+    before: dict[str, int] = dict(state["armed"])  # type: ignore[call-overload]
+    armed: dict[str, int] = {}
+    for path in before:
+        with contextlib.suppress(OSError):
+            armed[path] = os.lstat(path).st_ino
+    new_dirs: dict[str, int] = {}
+    for root in roots:
+        if root not in dirs:
+            _walk(root, new_dirs, armed)
+    changed = []
+    for path in list(dirs):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue  # gone
+        if not stat.S_ISDIR(st.st_mode):
+            continue
+        new_dirs[path] = st.st_mtime_ns
+        if st.st_mtime_ns >= since_ns:
+            changed.append(path)
+    for path in changed:
+        for sub in _scan_dir(path, new_dirs, armed):
+            if sub not in dirs:
+                _walk(sub, new_dirs, armed)
+    mounted = {os.path.join(r, name) for r in roots for name in TOP_PROTECTED}
+    moved: list[tuple[str, str]] = []
+    for path in sorted(armed):
+        if before.get(path) == armed[path] or path in mounted:
+            continue
+        if not any(path.startswith(r.rstrip("/") + "/") for r in roots):
+            continue
+        target = _quarantine(path)
+        if target is not None:
+            moved.append((path, target))
+            del armed[path]
+    state.update(dirs=new_dirs, armed=armed)
+    return moved
+
+
+def _quarantine(path: str) -> str | None:
+    for n in range(1, 1000):
+        target = f"{path}{QUARANTINE}-{n}"
+        if os.path.lexists(target):
+            continue
+        try:
+            os.rename(path, target)
+        except OSError:
+            return None
+        return target
+    return None
+
+
+@contextlib.contextmanager
+def _locked_state(path: str) -> Iterator[None]:
+    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def load_state(path: str) -> dict[str, object] | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            data = json.loads(handle.read())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("version") != _VERSION:
+        return None
+    return data
+
+
+def save_state(path: str, state: dict[str, object]) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(state, handle)
+    os.replace(tmp, path)
+
+
+def known_armed(state_path: str, roots: Iterable[str]) -> list[str]:
+    """The armed paths under `roots` the last sweep saw (for read-only mounts at wrap time)."""
+    state = load_state(state_path)
+    if state is None:
+        return []
+    prefixes = [r.rstrip("/") + "/" for r in roots]
+    armed: dict[str, int] = state["armed"]  # type: ignore[assignment]
+    return [a for a in armed if any(a.startswith(p) for p in prefixes)]
+
+
+def _report(moved: list[tuple[str, str]]) -> None:
+    for path, target in moved:
+        sys.stderr.write(
+            f"tether sandbox: {path} appeared during this command and was moved aside to "
+            f"{target}: a later step outside the sandbox could run or load it (git config and "
+            "hooks, direnv, editor tasks, tether settings)\n"
+        )
+
+
+def guard(state_path: str, roots: list[str], argv: list[str]) -> int:
+    with _locked_state(state_path):
+        state = load_state(state_path)
+        if state is None:
+            state = baseline(roots)
+        elif state.get("pending") is not None:  # a guard before us was killed mid-way
+            _report(sweep(state, roots, int(state["pending"])))  # type: ignore[call-overload]
+        since = time.time_ns() - 1_000_000  # mtime granularity: a little early is safe
+        state["pending"] = since
+        save_state(state_path, state)
+    stopping: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stopping.append(signum)  # the command gets it too (same process group); sweep after
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    try:
+        # posix_spawn: no subprocess import (start-up); inheritable fds (bwrap's seccomp
+        # program) pass through; Python's ignored SIGPIPE is set back to default.
+        pid = os.posix_spawnp(
+            argv[0], argv, dict(os.environ), setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
+        )
+    except OSError as exc:
+        sys.stderr.write(f"tether sandbox: cannot start {argv[0]}: {exc}\n")
+        return 127
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    code = os.waitstatus_to_exitcode(status)
+    with _locked_state(state_path):
+        state = load_state(state_path) or state
+        moved = sweep(state, roots, since)
+        state["pending"] = None
+        save_state(state_path, state)
+    _report(moved)
+    return 128 - code if code < 0 else code
+
+
+def main(args: list[str]) -> int:
+    if "--" not in args or len(args) < 3:
+        sys.stderr.write("usage: armed.py STATE ROOT... -- COMMAND...\n")
+        return 126
+    split = args.index("--")
+    state_path, roots, argv = args[0], args[1:split], args[split + 1 :]
+    if not roots or not argv:
+        sys.stderr.write("armed.py: need at least one root and a command\n")
+        return 126
+    return guard(state_path, roots, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
