@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-SUBCOMMANDS = ("version", "agents", "messages", "connect", "sandbox")
+SUBCOMMANDS = ("version", "agents", "messages", "connect", "models", "sandbox")
 
 
 def entry() -> None:

@@ -123,7 +123,9 @@ def context_window(env: Mapping[str, str], model_settings: Mapping[str, Any], pr
     if raw is None and model_settings.get("context_window_limit") is not None:
         raw, where = str(model_settings["context_window_limit"]), "model_settings.context_window_limit"
     if raw is None:
-        return DEFAULT_WINDOWS.get(provider, LOCAL_WINDOW)
+        from tether.providers.catalog import preset_window
+
+        return DEFAULT_WINDOWS.get(provider) or preset_window(provider) or LOCAL_WINDOW
     try:
         value = int(raw)
     except ValueError:
