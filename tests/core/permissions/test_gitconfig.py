@@ -53,6 +53,10 @@ from tether.core.permissions.gitconfig import git_hazard, program_key
     ("user.name", "x", False),
     ("core.hookspath", ".husky", False),  # judged by the hooks it holds, not the setting
     ("CORE.FSMONITOR", "x", True),
+    ("core.editor", "vim", False),  # only for a person at a terminal
+    ("sequence.editor", "x", False),
+    ("difftool.x.cmd", "x", False),
+    ("merge.evil.driver", "x %O %A %B", True),  # a `git pull` a rule allows runs it
 ])
 def test_program_keys(key: str, value: str, runs: bool) -> None:
     assert program_key(key, value) is runs

@@ -36,20 +36,21 @@ _PROBE_CONFIG = ("core.fsmonitor=false", "core.hooksPath=/dev/null", "safe.direc
 # GIT_OPTIONAL_LOCKS=0 for diff), which runs `post-index-change`.
 INSPECT_HOOKS = ("post-index-change",)
 
-# Keys whose value is a program some git command runs (lower-cased as `git config --list` shows).
+# Keys whose value is a program that a command tether runs without a human at the terminal can
+# reach: inspect commands (fsmonitor, pagers, diff/textconv/filter drivers, signature programs,
+# the transports of a partial clone's lazy fetch) and the fetch/push/merge a rule may allow.
+# Editors, difftool/mergetool, browsers and send-email only run for a person at a terminal:
+# a repository that picks its own editor keeps its auto-allow.
 _PROGRAM_KEYS = frozenset({
-    "core.fsmonitor", "core.pager", "core.editor", "core.sshcommand", "core.gitproxy",
-    "core.askpass", "core.alternaterefscommand", "diff.external", "diff.guitool", "diff.tool",
-    "sequence.editor", "gpg.program", "gpg.ssh.defaultkeycommand", "credential.helper",
-    "uploadpack.packobjectshook", "interactive.difffilter", "merge.tool", "web.browser",
-    "sendemail.smtpserver", "sendemail.sendmailcmd", "receive.procreceiverefs",
+    "core.fsmonitor", "core.pager", "core.sshcommand", "core.gitproxy", "core.askpass",
+    "core.alternaterefscommand", "diff.external", "gpg.program", "gpg.ssh.defaultkeycommand",
+    "credential.helper", "uploadpack.packobjectshook",
 })
 # section.<name>.key forms: a driver or remote the repository names, each running a program.
 _SUBSECTION_PROGRAMS = {
     "diff": {"textconv", "command"}, "filter": {"clean", "smudge", "process"},
     "merge": {"driver"}, "gpg": {"program"}, "credential": {"helper"},
-    "remote": {"uploadpack", "receivepack", "proxy"}, "difftool": {"cmd", "path"},
-    "mergetool": {"cmd", "path"}, "browser": {"cmd", "path"}, "man": {"cmd", "path"},
+    "remote": {"uploadpack", "receivepack"},
 }
 _BOOLEAN = frozenset({"", "true", "false", "yes", "no", "on", "off", "1", "0"})
 # Values that name a program the user installed, not one the repository ships: git's own
