@@ -128,6 +128,8 @@ def test_with_the_sandbox_read_hides_what_the_shell_cannot_read(layout: Layout, 
 
 def test_boundary_deeper_root_wins(layout: Layout) -> None:
     boundary = boundary_for(layout.ctx(sandbox=True))
+    assert boundary.why_hidden(str(layout.tether / "agents" / AGENT / "memory" / "a.md")) is None
+    assert boundary.why_hidden(str(layout.tether / "agents" / "agent-other" / "memory"))
     assert boundary.why_hidden(str(layout.tether / "settings.json"))
     assert boundary.why_hidden(str(layout.scratch / "x")) is None
     assert boundary.why_hidden(str(layout.work / "x")) is None

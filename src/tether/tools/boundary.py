@@ -8,8 +8,9 @@ path of what they opened (never the spelled one, which a symlink can point anywh
   hold every conversation's tool results), other conversations' records and scratch dirs, and
   `/proc/<pid>/environ|mem`, `/proc/kcore`, `/dev` (secrets of other processes, or devices);
 - with the shell sandbox on, also the policy's denied roots (the user's credential dirs) and the
-  rest of `$TETHER_HOME`, except this conversation's own scratch dir and records and the
-  sandbox's writable roots (the workspace may itself live under tether's home).
+  rest of `$TETHER_HOME`, except this conversation's own scratch dir and records, this agent's
+  (and a subagent's parent's) own tree under `agents/`, and the sandbox's writable roots (the
+  workspace may itself live under tether's home).
 
 A deeper root wins over a shallower one (as mounts do), an allowed root wins a tie, and the
 "always" entries win over anything.
@@ -195,6 +196,12 @@ def boundary_for(ctx: ToolRunContext) -> ReadBoundary:
     policy = getattr(sandbox, "policy", None)
     if policy is not None:
         entries.append((home, _HIDDEN, state))
+        # The agent's own tree (its memory, reflection worktrees) and, in a subagent, its
+        # parent's: the agent's own context, which memory subagents work on with file tools.
+        parent = os.environ.get("TETHER_PARENT_AGENT_ID")
+        for owner in {a for a in (agent, parent) if a}:
+            for name in {owner, _b64url(owner)}:
+                entries.append((home / "agents" / name, _ALLOWED, "this agent's own tree"))
         for denied in getattr(policy, "denied_roots", ()):
             entries.append((denied, _HIDDEN, f"a path the sandbox hides ({denied})"))
         for writable in getattr(policy, "writable_roots", ()):
