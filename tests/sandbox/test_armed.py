@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.requirements import need_bwrap
+from tests.requirements import missing, need_bwrap
 from tether.runtime.sandboxing import ShellSandbox, shell_sandbox_from
 from tether.sandbox import armed
+from tether.sandbox.landlock import landlock_status
 
 PLANTS = {
     "nested .git config": ("mkdir -p sub/.git && printf '[core]\\nfsmonitor = touch PWN\\n' > sub/.git/config",
@@ -33,8 +34,16 @@ PLANTS = {
 }
 
 
-def _workspace(tmp_path: Path) -> tuple[Path, ShellSandbox, dict[str, str]]:
-    need_bwrap(seccomp=True)
+@pytest.fixture(params=["bwrap", "landlock"])
+def backend(request: pytest.FixtureRequest) -> str:
+    if request.param == "bwrap":
+        need_bwrap(seccomp=True)
+    elif landlock_status().abi is None:
+        missing("Landlock", landlock_status().reason)
+    return str(request.param)
+
+
+def _workspace(tmp_path: Path, backend: str) -> tuple[Path, ShellSandbox, dict[str, str]]:
     ws, th = tmp_path / "ws", tmp_path / "th"
     (ws / "src").mkdir(parents=True)
     (ws / "src" / "a.py").write_text("a\n")
@@ -43,7 +52,7 @@ def _workspace(tmp_path: Path) -> tuple[Path, ShellSandbox, dict[str, str]]:
     (ws / "tools").mkdir()
     (ws / "tools" / ".envrc").write_text("export A=1\n")
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "TETHER_HOME": str(th),
-           "TETHER_FS_SANDBOX": "1"}
+           "TETHER_FS_SANDBOX": "1", "TETHER_SANDBOX_BACKEND": backend}
     sandbox = shell_sandbox_from(env, None, ws, th, th / "tmp" / "conv")
     assert sandbox is not None and sandbox.guard_state is not None
     return ws, sandbox, env
@@ -56,8 +65,8 @@ def _run(sandbox: ShellSandbox, ws: Path, env: dict[str, str], script: str) -> s
 
 
 @pytest.mark.parametrize("name", sorted(PLANTS))
-def test_a_planted_name_is_moved_aside_and_reported(tmp_path: Path, name: str) -> None:
-    ws, sandbox, env = _workspace(tmp_path)
+def test_a_planted_name_is_moved_aside_and_reported(tmp_path: Path, backend: str, name: str) -> None:
+    ws, sandbox, env = _workspace(tmp_path, backend)
     script, planted = PLANTS[name]
     done = _run(sandbox, ws, env, f"{script}; echo work > src/b.py")
     assert not (ws / planted).exists(), done.stderr
@@ -66,8 +75,8 @@ def test_a_planted_name_is_moved_aside_and_reported(tmp_path: Path, name: str) -
     assert (ws / "src" / "b.py").read_text() == "work\n"  # ordinary writes are untouched
 
 
-def test_existing_armed_files_are_read_only(tmp_path: Path) -> None:
-    ws, sandbox, env = _workspace(tmp_path)
+def test_existing_armed_files_are_read_only(tmp_path: Path, backend: str) -> None:
+    ws, sandbox, env = _workspace(tmp_path, backend)
     _run(sandbox, ws, env, "true")  # the guard learns the tree
     done = _run(sandbox, ws, env, (
         "echo '[core] fsmonitor = touch PWN' >> vendor/lib/.git/config; "
@@ -77,14 +86,14 @@ def test_existing_armed_files_are_read_only(tmp_path: Path) -> None:
     assert (ws / "tools" / ".envrc").read_text() == "export A=1\n"
 
 
-def test_the_exit_code_and_output_pass_through(tmp_path: Path) -> None:
-    ws, sandbox, env = _workspace(tmp_path)
+def test_the_exit_code_and_output_pass_through(tmp_path: Path, backend: str) -> None:
+    ws, sandbox, env = _workspace(tmp_path, backend)
     done = _run(sandbox, ws, env, "echo out; echo err >&2; exit 7")
     assert (done.returncode, done.stdout, done.stderr) == (7, "out\n", "err\n")
 
 
-def test_a_guard_killed_mid_command_is_swept_by_the_next(tmp_path: Path) -> None:
-    ws, sandbox, env = _workspace(tmp_path)
+def test_a_guard_killed_mid_command_is_swept_by_the_next(tmp_path: Path, backend: str) -> None:
+    ws, sandbox, env = _workspace(tmp_path, backend)
     _run(sandbox, ws, env, "true")
     with sandbox.wrap(["bash", "-c", "mkdir -p deep/.git; sleep 30"], ws, env) as wrapped:
         proc = subprocess.Popen(wrapped.argv, env=wrapped.env, pass_fds=wrapped.pass_fds, cwd=ws,

@@ -111,3 +111,20 @@ def landlock_argv(
     if not network and abi >= 4:
         out.append("--no-net")
     return [*out, "--"]
+
+
+@functools.cache
+def userns_mounts_ok(helper: Path) -> bool:
+    """Whether `landlock-exec --protect` works here (an unprivileged user + mount namespace):
+    tried once per process on a throwaway directory."""
+    with tempfile.TemporaryDirectory(prefix="tether-userns-probe-") as tmp:
+        try:
+            done = subprocess.run(
+                [str(helper), "--protect", tmp, "--", "true"],
+                capture_output=True,
+                timeout=10,
+                stdin=subprocess.DEVNULL,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    return done.returncode == 0

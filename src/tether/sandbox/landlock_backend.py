@@ -7,8 +7,10 @@ from `/` and, wherever a narrower rule lies beneath, grants the directory itself
 to be listed and descends into its entries (the siblings along the way to each narrower path)
 instead; everything else gets one grant at the highest point it can. Enumeration happens at wrap
 time, so it sees the tree as it is now; an entry created later directly in a split directory
-(the home folder, the workspace root) gets no grant and cannot be read or, there, created: the
-price of protecting `.git`/`.tether` without mounts.
+(the home folder) gets no grant and cannot be read. Read-only names inside the workspace
+(`.git`, `.tether`) would split the workspace root too, so nothing could be created at its top;
+where unprivileged user namespaces work, `landlock-exec --protect` bind-mounts them read-only
+in a private mount namespace instead and the workspace stays writable whole.
 
 Symlinks among the entries get no grant of their own (a rule on a link would grant its target);
 what they point to is granted, or not, where it lives. The private tmp dir is writable whole
@@ -28,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from tether.sandbox.policy import SandboxError, SandboxPolicy, ordered_rules
+from tether.sandbox.policy import PROTECTED_NAMES, SandboxError, SandboxPolicy, ordered_rules
 
 Grant = Literal["list", "read", "write"]
 _RANK = {"deny": 0, "read": 1, "write": 2}
@@ -45,13 +47,25 @@ def _entries_on_disk(directory: str) -> list[tuple[str, bool]]:
         return []
 
 
+def mounted_read_only(policy: SandboxPolicy) -> list[Path]:
+    """The read-only roots inside writable ones (`.git`, `.tether`, known armed names): what
+    `--protect` mounts keep read-only when a user namespace is available."""
+    writable = [w for w in policy.writable_roots if w != policy.tmp_dir]
+    return [
+        r for r in policy.readonly_roots if any(r != w and r.is_relative_to(w) for w in writable)
+    ]
+
+
 def landlock_grants(
     policy: SandboxPolicy,
     entries: Callable[[str], Sequence[tuple[str, bool]]] = _entries_on_disk,
     exists: Callable[[str], bool] = os.path.lexists,
+    mounted: Sequence[Path] = (),
 ) -> list[tuple[Path, Grant]]:
-    """The (path, grant) rules that enforce `policy` with Landlock alone (see module doc)."""
-    rules: dict[str, str] = {str(p): a for p, a in ordered_rules(policy)}
+    """The (path, grant) rules that enforce `policy` with Landlock alone (see module doc);
+    `mounted` paths are kept read-only by mounts instead, so they split nothing."""
+    skip = {str(p) for p in mounted}
+    rules: dict[str, str] = {str(p): a for p, a in ordered_rules(policy) if str(p) not in skip}
     tmp = str(policy.tmp_dir) if policy.tmp_dir is not None else None
     if tmp is not None:  # writable whole: drop the protected names beneath it
         rules = {p: a for p, a in rules.items() if not p.startswith(tmp + "/")}
@@ -118,14 +132,23 @@ def render_landlock(
     helper: Path,
     abi: int,
     seccomp_fd: int | None,
+    mounts: bool = False,
 ) -> list[str]:
-    """The argv running `argv` under `landlock-exec` alone, enforcing all of `policy`."""
+    """The argv running `argv` under `landlock-exec` alone, enforcing all of `policy`; with
+    `mounts` (unprivileged user namespaces work here) read-only names inside writable roots are
+    bind-mounted read-only instead of splitting their parent."""
     if not argv:
         raise SandboxError("nothing to run: the sandboxed command line is empty")
     if abi < 1:
         raise SandboxError("the Landlock-only sandbox needs Landlock (ABI >= 1)")
     args = [str(helper), "--restrict-reads"]
-    for path, grant in landlock_grants(policy):
+    mounted = mounted_read_only(policy) if mounts else []
+    for path in mounted:
+        if os.path.lexists(path):
+            args += ["--protect", str(path)]
+        elif path.name in PROTECTED_NAMES:
+            args += ["--protect-dir", str(path)]  # occupy the name, as bwrap does
+    for path, grant in landlock_grants(policy, mounted=mounted):
         args += [_FLAG[grant], str(path)]
     if not policy.network:
         args.append("--no-net")

@@ -2,7 +2,8 @@
  *
  *   landlock-exec [--rw PATH]... [--ro PATH]... [--list DIR]... [--restrict-reads]
  *                 [--no-net] [--scope] [--drop-caps] [--seccomp-fd N]
- *                 [--cgroup PROCS_FILE | --nproc N] -- PROGRAM [ARG]...
+ *                 [--cgroup PROCS_FILE | --nproc N] [--protect PATH]... [--protect-dir DIR]...
+ *                 -- PROGRAM [ARG]...
  *
  * Two uses. Inside bubblewrap, after its mounts (a Landlock-restricted process may not change
  * mounts), with only --rw: writes are denied except beneath the --rw paths, reads stay as
@@ -18,7 +19,11 @@
  * process's /proc/<pid>/environ, and the Landlock-only sandbox has no user namespace to shed
  * root's capabilities for it. --cgroup joins a pids cgroup (writes our pid into its
  * cgroup.procs) and --nproc sets RLIMIT_NPROC, so the Landlock-only backend needs no shell in
- * front of it to bound the number of processes. Any failure exits 126 (125 for the cgroup)
+ * front of it to bound the number of processes. --protect makes PATH read-only with a bind
+ * mount in a private user + mount namespace (the Landlock-only backend's answer to Landlock's
+ * inability to take a right away beneath a writable directory: `.git` inside the workspace);
+ * --protect-dir first creates DIR empty if it is missing (like bwrap, it stays behind, inert),
+ * so it cannot be created later. Any failure exits 126 (125 for the cgroup)
  * before the command runs: nothing runs half-confined. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -27,11 +32,14 @@
 #include <linux/filter.h>
 #include <linux/landlock.h>
 #include <linux/seccomp.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/statvfs.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -104,6 +112,51 @@ static int drop_caps(void) {
     return 0;
 }
 
+static int write_file(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = write(fd, text, strlen(text));
+    close(fd);
+    return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/* A private user + mount namespace in which each --protect path is bind-mounted read-only. */
+static int protect_paths(int argc, char **argv, int end) {
+    char map[64];
+    uid_t uid = getuid();
+    gid_t gid = getgid();
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return die("unshare(user, mount) for --protect");
+    if (write_file("/proc/self/setgroups", "deny") != 0 && errno != ENOENT) return die("setgroups");
+    snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)uid, (unsigned)uid);
+    if (write_file("/proc/self/uid_map", map) != 0) return die("uid_map");
+    snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)gid, (unsigned)gid);
+    if (write_file("/proc/self/gid_map", map) != 0) return die("gid_map");
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return die("making mounts private");
+    for (int k = 1; k < end; k++) {
+        int make = strcmp(argv[k], "--protect-dir") == 0;
+        if (!make && strcmp(argv[k], "--protect") != 0) continue;
+        const char *path = argv[++k];
+        if (make && mkdir(path, 0755) != 0 && errno != EEXIST) return die(path);
+        struct statvfs sv;
+        if (statvfs(path, &sv) != 0) {
+            if (errno == ENOENT) continue; /* nothing there, nothing to protect */
+            return die(path);
+        }
+        if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) != 0) return die(path);
+        /* A remount in a user namespace must keep the flags the mount is locked with. */
+        unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY;
+        if (sv.f_flag & ST_NOSUID) flags |= MS_NOSUID;
+        if (sv.f_flag & ST_NODEV) flags |= MS_NODEV;
+        if (sv.f_flag & ST_NOEXEC) flags |= MS_NOEXEC;
+        if (sv.f_flag & ST_NOATIME) flags |= MS_NOATIME;
+        if (sv.f_flag & ST_NODIRATIME) flags |= MS_NODIRATIME;
+        if (sv.f_flag & ST_RELATIME) flags |= MS_RELATIME;
+        if (mount(NULL, path, NULL, flags, NULL) != 0) return die(path);
+    }
+    (void)argc;
+    return 0;
+}
+
 static int load_seccomp(int fd) {
     size_t cap = 4096, len = 0;
     unsigned char *buf = malloc(cap);
@@ -137,6 +190,7 @@ static int load_seccomp(int fd) {
 int main(int argc, char **argv) {
     int i = 1, no_net = 0, scope = 0, restrict_reads = 0, seccomp = -1, caps = 0;
     const char *cgroup = NULL;
+    int protect = 0;
     long nproc = -1;
     for (; i < argc; i++) {
         if (strcmp(argv[i], "--") == 0) { i++; break; }
@@ -147,6 +201,8 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--drop-caps") == 0) { caps = 1; continue; }
         if (strcmp(argv[i], "--cgroup") == 0 && i + 1 < argc) { cgroup = argv[++i]; continue; }
         if (strcmp(argv[i], "--nproc") == 0 && i + 1 < argc) { nproc = atol(argv[++i]); continue; }
+        if ((strcmp(argv[i], "--protect") == 0 || strcmp(argv[i], "--protect-dir") == 0) &&
+            i + 1 < argc) { protect = 1; i++; continue; }
         if (strcmp(argv[i], "--restrict-reads") == 0) { restrict_reads = 1; continue; }
         if (strcmp(argv[i], "--seccomp-fd") == 0 && i + 1 < argc) { seccomp = atoi(argv[++i]); continue; }
         fprintf(stderr, "landlock-exec: unknown argument %s\n", argv[i]);
@@ -164,6 +220,8 @@ int main(int argc, char **argv) {
         struct rlimit limit = { (rlim_t)nproc, (rlim_t)nproc };
         if (setrlimit(RLIMIT_NPROC, &limit) != 0) return die("RLIMIT_NPROC");
     }
+
+    if (protect && protect_paths(argc, argv, i - 1) != 0) return 126;
 
     long abi = create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
     if (abi < 1) return die("Landlock is not available");
@@ -194,7 +252,8 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[k], "--ro") == 0) access = reads;
         else if (strcmp(argv[k], "--list") == 0) access = FS_READ_DIR;
         else if (strcmp(argv[k], "--cgroup") == 0 || strcmp(argv[k], "--nproc") == 0 ||
-                 strcmp(argv[k], "--seccomp-fd") == 0) { k++; continue; }
+                 strcmp(argv[k], "--seccomp-fd") == 0 || strcmp(argv[k], "--protect") == 0 ||
+                 strcmp(argv[k], "--protect-dir") == 0) { k++; continue; }
         else continue;
         /* Inside bwrap (no --restrict-reads) reads are not handled, so they cannot be granted. */
         access &= attr.fs;

@@ -302,8 +302,8 @@ def _wrap_landlock(
     child_env: dict[str, str],
     home: Path,
 ) -> WrappedCommand:
-    from tether.sandbox.landlock import helper_path
-    from tether.sandbox.landlock_backend import render_landlock
+    from tether.sandbox.landlock import helper_path, userns_mounts_ok
+    from tether.sandbox.landlock_backend import mounted_read_only, render_landlock
 
     helper, why = helper_path(home)
     if helper is None or status.landlock_abi is None:
@@ -315,7 +315,12 @@ def _wrap_landlock(
     os.set_inheritable(fd, True)
     try:
         wrapped = render_landlock(
-            policy, argv, helper=helper, abi=status.landlock_abi, seccomp_fd=fd
+            policy,
+            argv,
+            helper=helper,
+            abi=status.landlock_abi,
+            seccomp_fd=fd,
+            mounts=bool(mounted_read_only(policy)) and userns_mounts_ok(helper),
         )
     except BaseException:
         os.close(fd)
