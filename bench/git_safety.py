@@ -4,8 +4,9 @@ status` with and without `git_safe_env`.
 Run: .venv/bin/python bench/git_safety.py [--files 2000] [--runs 30]
 
 Builds a repository of N committed files (plus a submodule-free benign config) in a temporary
-folder. "cold" clears the probe cache before each call (what the first git command in a folder
-pays: rev-parse, config --list, ls-files); "cached" is every later call while nothing git reads
+folder. "cold" clears the probe caches before each call (what the first git command in a repository
+pays: rev-parse, config --list, ls-files); "a new folder" is the first call from another folder
+of a repository already judged (rev-parse only); "cached" is every later call while nothing git reads
 has changed (a handful of stat calls). Prints medians in milliseconds.
 """
 
@@ -61,9 +62,16 @@ def main() -> None:
 
         def cold() -> object:
             gitconfig._CACHE.clear()
+            gitconfig._REPOS.clear()
+            return gitconfig.git_hazard(sub)
+
+        def new_folder() -> object:
+            gitconfig._CACHE.clear()  # the folder's entry, not the repository's
             return gitconfig.git_hazard(sub)
 
         cold_ms = median_ms(cold, args.runs)
+        gitconfig.git_hazard(sub)
+        folder_ms = median_ms(new_folder, args.runs)
         gitconfig.git_hazard(sub)
         cached_ms = median_ms(lambda: gitconfig.git_hazard(sub), args.runs * 10)
         safe = git_safe_env(env)
@@ -76,6 +84,7 @@ def main() -> None:
         safe_ms = median_ms(status(safe), args.runs)
         print(f"repository: {args.files} files, {args.runs} runs per figure (medians)")
         print(f"git_hazard cold (probe: rev-parse + config --list + ls-files): {cold_ms:7.2f} ms")
+        print(f"git_hazard, a new folder of a judged repository (rev-parse):  {folder_ms:7.2f} ms")
         print(f"git_hazard cached (stat checks only):                         {cached_ms:7.3f} ms")
         print(f"git status, plain environment:                                {plain_ms:7.2f} ms")
         print(f"git status, git_safe_env:                                     {safe_ms:7.2f} ms "

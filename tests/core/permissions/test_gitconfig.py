@@ -104,8 +104,11 @@ def test_the_cache_notices_changes_to_what_git_reads(tmp_path: Path) -> None:
     # an include whose target does not exist yet, then appears
     git(repo, "config", "include.path", "../later.cfg", home=world.home)
     assert git_hazard(repo) is None
+    (repo / "docs").mkdir()
+    assert git_hazard(repo / "docs") is None  # the repository's verdict, reused
     (repo / "later.cfg").write_text(f"[core]\n\tfsmonitor = {evil}\n")
     assert "later.cfg" in (git_hazard(repo) or "")
+    assert "later.cfg" in (git_hazard(repo / "docs") or "")
     (repo / "later.cfg").write_text("[user]\n\tname = x\n")
     assert git_hazard(repo) is None
 

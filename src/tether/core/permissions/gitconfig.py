@@ -90,6 +90,8 @@ class _Verdict:
 
 # (directory, discovery fingerprint, env) -> (watched files, their stats, hazard)
 _CACHE: dict[tuple[object, ...], tuple[tuple[Path, ...], tuple[object, ...], str | None]] = {}
+# (git dir, common dir, work tree, submodule depth) -> the same, once git has found the repository
+_REPOS: dict[tuple[object, ...], tuple[tuple[Path, ...], tuple[object, ...], str | None]] = {}
 
 
 def git_hazard(directory: Path) -> str | None:
@@ -170,8 +172,27 @@ def _probe_repo(git: str, directory: Path, depth: int, watched: list[Path]) -> _
     git_dir, common_dir = Path(lines[0]), Path(lines[1])
     bare = lines[2] == "true"
     top = Path(lines[3]) if len(lines) > 3 and not bare else None
-    watched += [git_dir, git_dir / "config.worktree", common_dir, common_dir / "config"]
-    where = f", the bare repository git finds at {git_dir}" if bare else ""
+    # Folders of one repository share its verdict: the rest of the probe runs once per repo.
+    repo_key = (git_dir, common_dir, top, depth)
+    known = _REPOS.get(repo_key)
+    if known is not None and known[1] == _stats(known[0]):
+        watched += known[0]
+        return _Verdict(known[2], known[0])
+    judged = _judge_repo(git, directory, git_dir, common_dir, top, depth)
+    watched += judged.watched
+    if judged.final:
+        if len(_REPOS) > 256:
+            _REPOS.clear()
+        _REPOS[repo_key] = (judged.watched, _stats(judged.watched), judged.hazard)
+    return judged
+
+
+def _judge_repo(git: str, directory: Path, git_dir: Path, common_dir: Path, top: Path | None,
+                depth: int) -> _Verdict:
+    # HEAD: `includeIf "onbranch:…"` follows the checked-out branch
+    watched = [git_dir, git_dir / "HEAD", git_dir / "config.worktree", common_dir,
+               common_dir / "config"]
+    where = f", the bare repository git finds at {git_dir}" if top is None else ""
 
     listed = _run_git(git, directory, "config", "--list", "--show-origin", "--show-scope", "-z")
     if listed.returncode != 0:  # a config git cannot parse stops every git command early
