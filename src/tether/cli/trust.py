@@ -2,7 +2,9 @@
 
     tether trust [PATH]            trust PATH (default: the working directory) as its files are now
     tether trust --revoke [PATH]   forget it
-    tether trust --status [PATH]   trusted, untrusted, or changed since trusted
+    tether trust --status [PATH]   trusted, untrusted, or changed since trusted (and which file:
+                                   settings, .mcp.json, a mod, skill, agent or hook file, or a
+                                   script a project hook runs)
     tether trust --list            every trusted folder
 """
 
@@ -49,7 +51,11 @@ def run_trust(argv: Sequence[str]) -> int:
             print(f"{'no longer trusted' if removed else 'was not trusted'}: {folder}")
             return 0
         if ns.status:
-            print(f"{store.state(folder)}: {folder}")
+            state = store.state(folder)
+            print(f"{state}: {folder}")
+            if state == "changed":  # say which file, so the user knows what to review
+                for line in store.explain(folder):
+                    print(f"  {line}")
             return 0
         # Validate before recording: trusting a folder whose settings do not parse helps nobody.
         load_settings(home, folder, "trusted")
