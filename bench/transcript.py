@@ -1,7 +1,12 @@
-"""Transcript cost: loading a 100,000-entry conversation, and one fsynced append.
+"""Transcript cost: loading a 100,000-entry conversation, one fsynced append, and resuming.
 
-Run: .venv/bin/python bench/transcript.py [--entries N]
+Run: .venv/bin/python bench/transcript.py [--entries N] [--resume-only]
 Target (issue 2): load < 1 s for 100,000 entries on the project machine.
+
+Resume (issue 20 item 3): a fresh reader opening conversations of 100, 10,000 and 100,000 entries
+shaped like real ones (a compaction every COMPACT_EVERY entries keeping the last KEPT messages,
+as the context window forces), reading from the last compaction via the resume index; printed
+with the ratio to the 100-entry one, and the full read it replaces.
 """
 
 from __future__ import annotations
@@ -43,10 +48,73 @@ def sample(i: int) -> Message:
             return ToolResultMessage(f"letta-msg-{i}", f"call_{i - 1}", "Bash", (TextPart("ok\n" * 20),), False, ts)
 
 
+COMPACT_EVERY = 1_000
+KEPT = 20
+RESUME_SIZES = (100, 10_000, 100_000)
+
+
+def build_compacted(home: Path, n: int) -> tuple[LocalStore, str, str]:
+    """A conversation of `n` entries with a compaction each time COMPACT_EVERY more have
+    accumulated (the first after half that), so the tail after the last one is never empty."""
+    store = LocalStore(home)
+    agent = store.create_agent(model="anthropic/claude-test", system="")
+    conv = store.create_conversation(agent.id)
+    transcript = store.transcript(agent.id, conv.id)
+    step = COMPACT_EVERY // 2
+    for start in range(0, n, step):
+        end = min(n, start + step)
+        transcript.append([sample(i) for i in range(start, end)])
+        if end % COMPACT_EVERY == step and end < n:
+            view = transcript.load()
+            summary = UserMessage(f"summary-{end}", (TextPart("summary of the work so far " * 20),), end)
+            transcript.append_compaction(summary, summary="summary", tokens_before=150_000,
+                                         first_kept_message_id=view[-KEPT].id)
+    return store, agent.id, conv.id
+
+
+def time_resume(home: Path, agent_id: str, conv_id: str, *, index: bool) -> float:
+    """Median of 5 fresh loads (a new store each time: what a new process does)."""
+    sidecars = list(home.rglob("messages.jsonl.resume"))
+    saved = {p: p.read_bytes() for p in sidecars}
+    if not index:
+        for p in sidecars:
+            p.unlink()
+    try:
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            LocalStore(home).transcript(agent_id, conv_id).load()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+    finally:
+        for p, data in saved.items():
+            p.write_bytes(data)
+
+
+def resume_figures() -> None:
+    rows = []
+    for n in RESUME_SIZES:
+        with tempfile.TemporaryDirectory() as tmp:
+            home = Path(tmp)
+            _, agent_id, conv_id = build_compacted(home, n)
+            rows.append((n, time_resume(home, agent_id, conv_id, index=True),
+                         time_resume(home, agent_id, conv_id, index=False)))
+    base = rows[0][1]
+    print(f"resume (compaction every {COMPACT_EVERY:,} entries, {KEPT} kept; median of 5 fresh loads)")
+    for n, resumed, full in rows:
+        print(f"  {n:>7,} entries        {resumed * 1000:8.2f} ms   ({resumed / base:5.2f}x the 100-entry one; "
+              f"full read {full * 1000:8.1f} ms)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--entries", type=int, default=100_000)
-    n = parser.parse_args().entries
+    parser.add_argument("--resume-only", action="store_true")
+    args = parser.parse_args()
+    n = args.entries
+    if args.resume_only:
+        resume_figures()
+        return
     with tempfile.TemporaryDirectory() as tmp:
         store = LocalStore(Path(tmp))
         agent = store.create_agent(model="anthropic/claude-test", system="")
@@ -73,6 +141,7 @@ def main() -> None:
     print(f"entries                 {n:>10,}  ({size / 1e6:.1f} MB on disk)")
     print(f"load (median of 3)      {load_s * 1000:10.1f} ms   ({load_s:.2f}x the 1 s target; {n / load_s:,.0f} entries/s)")
     print(f"append one entry        {append_ms:10.2f} ms   (one write + one fsync; median of 50)")
+    resume_figures()
 
 
 if __name__ == "__main__":
