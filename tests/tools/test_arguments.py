@@ -91,3 +91,22 @@ def test_helpers(tmp_path: Path) -> None:
     assert paths_from({"p": "a\0"}, "p", tmp_path, default_cwd=True) == []
     assert paths_from({}, "p", tmp_path, default_cwd=True) == [tmp_path]
     assert paths_from({"p": "a"}, "p", tmp_path, default_cwd=False) == [tmp_path / "a"]
+
+
+DEEP_BRACES = "{" * 1500 + "a" + "}" * 1500
+
+
+@pytest.mark.parametrize(("name", "args", "argument"), [
+    ("Glob", {"pattern": DEEP_BRACES}, "glob pattern"),
+    ("Glob", {"pattern": "[z-a]"}, "glob pattern"),
+    ("Grep", {"pattern": "x", "glob": DEEP_BRACES}, "glob pattern"),
+    ("Grep", {"pattern": "(" * 1000 + ")" * 1000}, "regex pattern"),
+    ("Grep", {"pattern": "[z-a]"}, "regex pattern"),
+    ("LS", {"ignore": ["[z-a]"]}, "`ignore`"),
+    ("LS", {"ignore": [DEEP_BRACES]}, "`ignore`"),
+], ids=["glob-deep", "glob-range", "grep-glob-deep", "grep-regex-deep", "grep-range",
+        "ls-range", "ls-deep"])
+def test_hostile_patterns_are_clear_errors(tmp_path: Path, name: str, args: dict[str, Any],
+                                           argument: str) -> None:
+    result = run_tool(_tool(name), args, tmp_path)  # a RecursionError used to escape
+    assert result.is_error and argument in result.output and len(result.output) < 600, result

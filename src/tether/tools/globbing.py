@@ -111,7 +111,10 @@ class GlobMatcher:
         anchored = "/" in pattern.rstrip("/")
         pattern = pattern.lstrip("/") if anchored else pattern.rstrip("/")
         flags = re.IGNORECASE if ignore_case else 0
-        return cls(re.compile(rf"\A{_translate(pattern)}\Z", flags | re.DOTALL), anchored)
+        try:
+            return cls(re.compile(rf"\A{_translate(pattern)}\Z", flags | re.DOTALL), anchored)
+        except RecursionError:  # `{{{…}}}` thousands deep: a clear error, not a traceback
+            raise re.error("braces or groups are nested too deeply") from None
 
     def matches(self, relative: str) -> bool:
         target = relative if self.anchored else relative.rsplit("/", 1)[-1]

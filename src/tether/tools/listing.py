@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
@@ -66,7 +67,7 @@ class LSTool:
     async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
         try:
             root = resolve_path(optional_path_text(args, "path") or ".", ctx.cwd)
-            ignore = [GlobMatcher.compile(p) for p in optional_str_list(args, "ignore") if p]
+            ignore = [_ignore_pattern(p) for p in optional_str_list(args, "ignore") if p]
             if not root.exists():
                 raise ToolFailure(f"Directory does not exist: {root}")
             if not root.is_dir():
@@ -78,6 +79,13 @@ class LSTool:
         except ToolFailure as exc:
             return error_result(str(exc))
         return ToolResult(await asyncio.to_thread(list_tree, root, ignore, boundary))
+
+
+def _ignore_pattern(pattern: str) -> GlobMatcher:
+    try:
+        return GlobMatcher.compile(pattern)
+    except re.error as exc:
+        raise ToolFailure(f"Invalid glob pattern {pattern[:200]!r} in `ignore`: {exc}") from None
 
 
 def list_tree(root: Path, ignore: list[GlobMatcher], boundary: ReadBoundary | None = None) -> str:

@@ -121,7 +121,7 @@ class GlobTool:
         except ToolFailure as exc:
             return error_result(str(exc))
         except re.error as exc:
-            return error_result(f"Invalid glob pattern {pattern!r}: {exc}")
+            return error_result(f"Invalid glob pattern {pattern[:200]!r}: {exc}")
         return ToolResult(
             await asyncio.to_thread(glob_files, root, matcher, ctx.abort.is_set, boundary)
         )
@@ -202,16 +202,19 @@ def parse_grep_args(args: Mapping[str, Any], cwd: Path) -> GrepQuery:
     if multiline:
         flags |= re.DOTALL | re.MULTILINE
     try:
-        regex = re.compile(pattern, flags)
+        try:
+            regex = re.compile(pattern, flags)
+        except RecursionError:  # thousands of nested groups: a clear error, not a traceback
+            raise re.error("groups are nested too deeply") from None
     except re.error as exc:
         raise ToolFailure(
-            f"Invalid regex pattern {pattern!r}: {exc}. Escape literal special characters "
+            f"Invalid regex pattern {pattern[:200]!r}: {exc}. Escape literal special characters "
             "with a backslash."
         ) from None
     try:
         glob = GlobMatcher.compile(glob_pattern) if glob_pattern else None
     except re.error as exc:
-        raise ToolFailure(f"Invalid glob pattern {glob_pattern!r}: {exc}") from None
+        raise ToolFailure(f"Invalid glob pattern {glob_pattern[:200]!r}: {exc}") from None
     return GrepQuery(
         regex=regex,
         root=_absolute_root(args, cwd),
