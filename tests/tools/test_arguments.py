@@ -110,3 +110,10 @@ def test_hostile_patterns_are_clear_errors(tmp_path: Path, name: str, args: dict
                                            argument: str) -> None:
     result = run_tool(_tool(name), args, tmp_path)  # a RecursionError used to escape
     assert result.is_error and argument in result.output and len(result.output) < 600, result
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -1, "5", True])
+def test_task_output_timeout_must_be_a_finite_number(tmp_path: Path, timeout: object) -> None:
+    result = run_tool(_tool("TaskOutput"), {"task_id": "bash_1", "block": True,
+                                            "timeout": timeout}, tmp_path)
+    assert result.is_error and "timeout" in result.output

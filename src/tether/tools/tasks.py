@@ -7,6 +7,7 @@ FIFO that would block the read) and outside what the `ReadBoundary` hides.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -89,7 +90,12 @@ class TaskOutputTool:
             block, timeout = args.get("block"), args.get("timeout")
             if not isinstance(block, bool):
                 raise ToolFailure("block must be true or false")
-            if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+            if (
+                isinstance(timeout, bool)
+                or not isinstance(timeout, int | float)
+                or not math.isfinite(timeout)
+                or timeout < 0
+            ):
                 raise ToolFailure("timeout must be a non-negative number of milliseconds")
             tasks = _tasks(ctx, task_id)
             if tasks is None or tasks.get(task_id) is None:
