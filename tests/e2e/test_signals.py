@@ -123,3 +123,30 @@ def test_second_run_after_sighup_is_clean(workdir: Path, tether_home: Path) -> N
                                capture_output=True, text=True, timeout=60)
     assert (again.returncode, again.stdout) == (0, "fresh\n"), again.stderr
     assert os.listdir(workdir) == ["child.pid"]
+
+
+def test_closing_the_terminal_stops_the_tool(tmp_path: Path, tether_home: Path) -> None:
+    """The real SIGHUP: the terminal tether runs in goes away (tmux kills its pane)."""
+    from tests.requirements import need_tmux
+
+    tmux = need_tmux()
+    workdir = tmp_path / "project"
+    workdir.mkdir()
+    with FakeProvider([{"tool_calls": [_call()]}, {"text": "never"}]) as fake:
+        env = tether_env(fake.url, MODEL, {"TERM": "xterm-256color"})
+        env.pop("TMUX", None)
+        base = [tmux, "-S", str(tmp_path / "tmux.sock"), "-f", "/dev/null"]
+        command = f"exec {TETHER} -p 'run it' --model {MODEL} --yolo"
+        started = subprocess.run([*base, "new-session", "-d", "-s", "hup", "-c", str(workdir), command],
+                                 env=env, capture_output=True, text=True, timeout=10)
+        assert started.returncode == 0, started.stderr
+        pane = subprocess.run([*base, "list-panes", "-t", "hup", "-F", "#{pane_pid}"], env=env,
+                              capture_output=True, text=True, timeout=10)
+        tether_pid = int(pane.stdout.split()[0])
+        child = _wait_for_child(workdir)
+        subprocess.run([*base, "kill-server"], env=env, capture_output=True, timeout=10)
+        deadline = time.monotonic() + 10
+        while _alive(tether_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(tether_pid), "tether kept running after its terminal closed"
+    _assert_stopped_and_recorded(child, tether_home)
