@@ -4,8 +4,10 @@ enforced by it for real (writes, protected names, hidden paths, network, choice 
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from tether.sandbox import (
     SandboxError,
     SandboxStatus,
     format_status,
+    inside_tether_sandbox,
     workspace_policy,
     wrap_command,
 )
@@ -195,3 +198,21 @@ def test_without_bwrap_auto_picks_landlock_and_says_so(abi: int, tmp_path: Path)
     chosen, why = choose_backend(status, "auto", tmp_path)
     assert chosen == "landlock" and "bubblewrap unusable" in why
     assert format_status(status).startswith("sandbox backend: landlock + seccomp")
+
+
+def test_a_command_inside_the_landlock_sandbox_is_proven_nested(abi: int, tmp_path: Path) -> None:
+    """Inside, the kernel confirms tether's filter, so tether run there does not wrap again;
+    outside, the same variable is not believed."""
+    ws, home, _outside, tmp = _world(tmp_path)
+    code = (
+        "import os; from tether.sandbox import inside_tether_sandbox, wrap_command, "
+        "workspace_policy; "
+        f"p = workspace_policy({str(ws)!r}, tmp_dir={str(tmp)!r}); "
+        f"w = wrap_command(p, ['true'], cwd={str(ws)!r}, env=os.environ, backend='landlock'); "
+        "print(inside_tether_sandbox(), w.argv)"
+    )
+    policy = workspace_policy(ws, tmp_dir=tmp, home=home)
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    done = _run(policy, f"PYTHONPATH={src} {sys.executable} -c {shlex.quote(code)}", ws, home)
+    assert done.stdout.strip() == "True ['true']", done.stderr
+    assert not inside_tether_sandbox()

@@ -305,14 +305,19 @@ def describe_switch(switch: SandboxSwitch) -> str:
         if why == "default":
             why = f"{FS_SANDBOX_ENV} unset and no sandbox.enabled setting"
         return f"shell commands: not sandboxed ({why})"
+    from tether.sandbox import probe
+    from tether.sandbox.probe import choose_backend
+
+    chosen, why = choose_backend(probe(), switch.backend)
+    using = f"{chosen}: {why}" if chosen else f"NONE, every command is refused: {why}"
     network = "network allowed" if switch.network else "network off"
     unix = "Unix sockets allowed" if switch.unix_sockets else "no Unix sockets"
     kept = f" except {', '.join(sorted(switch.keep_env))}" if switch.keep_env else ""
     return (
-        f"shell commands: workspace sandbox ({switch.source}, backend {switch.backend}): "
-        "writes only under the working "
-        f"directory and the scratch dir, .git/.tether read-only, {network}, {unix}, "
-        f"credential variables removed{kept}"
+        f"shell commands: workspace sandbox ({switch.source}) on {using} (sandbox.backend "
+        f"{switch.backend}): writes only under the working directory and a private tmp, "
+        f".git/.tether read-only, nested .git/.envrc/.vscode/.idea planted by a command moved "
+        f"aside, {network}, {unix}, credential variables removed (by name and by value){kept}"
     )
 
 

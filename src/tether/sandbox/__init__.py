@@ -1,4 +1,4 @@
-"""The shell sandbox: policies, their bwrap/Seatbelt renderings, the seccomp filter, the probe.
+"""The shell sandbox: policies, their bwrap/Landlock/Seatbelt renderings, seccomp, the probe.
 
 Importing this package runs nothing; `probe()` and `wrap_command()` touch the system when called.
 """
@@ -13,6 +13,7 @@ from tether.sandbox.policy import (
     workspace_policy,
 )
 from tether.sandbox.probe import SandboxStatus, WrappedCommand, format_status, probe, wrap_command
+from tether.sandbox.seccomp import inside_tether_sandbox
 
 __all__ = [
     "SandboxError",
@@ -21,6 +22,7 @@ __all__ = [
     "WrappedCommand",
     "cross_agent_policy",
     "format_status",
+    "inside_tether_sandbox",
     "memory_subagent_policy",
     "probe",
     "workspace_policy",
