@@ -299,3 +299,22 @@ def test_a_search_rooted_in_a_hidden_tree_is_refused_not_empty(layout: Layout, t
     args["path"] = str(layout.home / ".ssh")
     output = layout.run(tool, args, sandbox=True)
     assert f"{tool.name} refused" in output and "id_rsa" not in output, output
+
+
+def test_a_unix_socket_file_is_refused_not_connected(layout: Layout) -> None:
+    import socket
+
+    path = layout.work / "sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        server.bind(str(path))
+        server.listen(1)
+        for tool, args in ((ReadTool(), {"file_path": "sock"}),
+                           (GrepTool(), {"pattern": "x", "path": "sock"}),
+                           (EditTool(), {"file_path": "sock", "old_string": "a",
+                                         "new_string": "b"})):
+            output = layout.run(tool, args, sandbox=False)
+            assert "a socket" in output, output
+        assert "main.py" in layout.run(GrepTool(), {"pattern": "hello"}, sandbox=False)
+    finally:
+        server.close()

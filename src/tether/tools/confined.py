@@ -226,6 +226,11 @@ class FileAccess:
         parent, name = _split(self.target(path, tool))
         dir_fd = open_directory(parent, create=False)
         try:
+            # Looked at before opening: opening a device or socket already does something.
+            mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+            kind = None if stat.S_ISLNK(mode) else describe_kind(mode)
+            if kind is not None:
+                raise _not_regular(path, kind, tool)
             try:
                 fd = os.open(name, _READ_FLAGS | _NOFOLLOW, dir_fd=dir_fd)
             except OSError as exc:
