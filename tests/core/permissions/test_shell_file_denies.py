@@ -14,13 +14,14 @@ READ_ENV = [
     "cat .e*", "cat .[e]nv", "cat .en?", "cat {.env,x}", "cat .{env,x}", "cat .{e,f}nv",
     "grep -h . .e*", "grep -h . .[d-f]nv", "date -f.env", "date -f .env", "date --file=.env",
     "git show HEAD:.env", "cat ./.e*", "head -n 1 .en[v]", "wc -c .e?v", "cat .env",
-    "cat < .e*", "xxd .e*", "nl .env",
+    "cat < .e*", "xxd .e*", "nl .env", "xargs -a .env echo", "timeout 5 xargs -a.env echo",
 ]
 ASK_UNDER_READ_ENV = [
     "git cat-file --batch <<< HEAD:.env", "git cat-file -p HEAD:.env", "git log -p",
     "git log --patch -1", "git log -U3", "git show HEAD", "git diff", "git grep API_KEY",
     "git stash show -p", "for f in .*; do cat \"$f\"; done", "cat $(echo .env)",
     "grep -r API .", "cat .*", "xargs cat <<< .env", "ls | xargs cat",
+    "printf '.env\\0' | sort --files0-from=-", "cat ~root/.env", "cat ~+/.env",
 ]
 STILL_FINE_UNDER_READ_ENV = [
     "cat README.md", "wc -l *.md", "git log --oneline -5", "git status", "git diff --stat",

@@ -319,6 +319,9 @@ class _Walker:
             elif child.is_named:
                 self.substitutions(child)
                 split = split or splits(child)
+                if re.match(r"~[^/]", child.text.decode()):
+                    # `~user`, `~+`, `~-`: another home or directory, known only at run time
+                    raise _Opaque(f"names the directory `{_clip(child)}`, known only at run time")
                 argv.extend(brace_words(child, self.home))
         if not argv:
             return

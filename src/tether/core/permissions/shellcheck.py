@@ -291,6 +291,9 @@ class ShellCheck:
             hazard = self.scope.git_hazard(run_dir)
             if hazard:
                 return f"`{shown}` would run {hazard} from the repository's git config"
+        if read_denies and "-" in kind.files:
+            return (f"`{shown}` reads the files its input names, which may be files your deny "
+                    "rules protect")
         unknown = command.splits or any(w is None for w in command.argv[1:])
         if unknown and read_denies and (kind.paths or kind.files):
             return (f"`{shown}` reads a file named only at run time, which your deny rules could "
@@ -303,7 +306,9 @@ class ShellCheck:
                 if any(match.startswith("-") for match in matches or ()):
                     return (f"`{shown}`: the glob `{word}` matches a file whose name starts with "
                             "`-`, which the command would read as an option")
-        refs = self._path_words(command) if kind.paths else []
+        # a wrapper's own words may name files (`xargs -a FILE echo`): then every word counts
+        wrapped = any(form[0] != command.argv[0] for form in command.forms)
+        refs = self._path_words(command) if kind.paths or wrapped else []
         refs += self._option_files(command, kind)
         for ref in refs:
             if magic_link(ref) or not within(ref.resolved, self.scope.roots):
@@ -373,7 +378,9 @@ class ShellCheck:
             return cached
         base = command.cwd or self.cwd
         out = []
-        for word in command.argv[1:]:
+        # the wrappers' words too: `xargs -a FILE echo` reads FILE, `env -C DIR` moves to DIR
+        words = dict.fromkeys(w for form in (command.argv, *command.forms) for w in form[1:])
+        for word in words:
             if word is None or word in ("-", "--"):
                 continue
             if isinstance(word, Glob) and not word.startswith("-"):
