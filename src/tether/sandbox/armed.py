@@ -70,9 +70,20 @@ def _scan_dir(path: str, dirs: dict[str, int], armed: dict[str, int]) -> list[st
     return subdirs
 
 
+WALK_BUDGET_S = 3.0
+
+
 def _walk(root: str, dirs: dict[str, int], armed: dict[str, int]) -> None:
     stack = [root]
+    deadline = time.monotonic() + WALK_BUDGET_S
     while stack:
+        if time.monotonic() > deadline:
+            sys.stderr.write(
+                f"tether sandbox: {root} is too large to watch whole for planted .git/.envrc/"
+                f".vscode ({len(dirs)} folders in {WALK_BUDGET_S:.0f} s); folders not reached "
+                "are not watched\n"
+            )
+            return
         path = stack.pop()
         try:
             dirs[path] = os.lstat(path).st_mtime_ns
@@ -209,7 +220,9 @@ def guard(state_path: str, roots: list[str], argv: list[str]) -> int:
             state = baseline(roots)
         elif state.get("pending") is not None:  # a guard before us was killed mid-way
             _report(sweep(state, roots, int(state["pending"])))  # type: ignore[call-overload]
-        since = time.time_ns() - 1_000_000  # mtime granularity: a little early is safe
+        # File times come from a coarse clock (up to a jiffy behind): start a second early;
+        # listing a few more directories costs little, missing one would miss a plant.
+        since = time.time_ns() - 1_000_000_000
         state["pending"] = since
         save_state(state_path, state)
     stopping: list[int] = []
