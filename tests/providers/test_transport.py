@@ -135,9 +135,21 @@ def test_request_carries_method_target_headers_and_body() -> None:
     head, body = seen[0]
     lines = head.decode().split("\r\n")
     assert lines[0] == "POST /v1/x?y=1 HTTP/1.1"
-    assert "x-api-key: k" in lines and "connection: close" in lines and "content-length: 7" in lines
+    assert "x-api-key: k" in lines and "content-length: 7" in lines
+    assert not any(line.startswith("connection:") for line in lines)  # HTTP/1.1 persists
     assert any(line.startswith("host: 127.0.0.1:") for line in lines)
     assert body == b'{"a":1}'
+
+
+def test_keep_alive_can_be_turned_off() -> None:
+    seen: list[tuple[bytes, bytes]] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await read_request(reader))
+        writer.write(HEAD + b"Content-Length: 0\r\n\r\n")
+
+    run(handler, env={"TETHER_HTTP_KEEPALIVE": "off"})
+    assert "connection: close" in seen[0][0].decode().split("\r\n")
 
 
 @pytest.mark.parametrize(
@@ -290,10 +302,12 @@ async def connect_proxy(log: list[bytes]) -> AsyncIterator[str]:
     """A real forward proxy: CONNECT tunnels bytes both ways; other requests are answered here."""
 
     async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-        while data := await src.read(65536):
-            dst.write(data)
-            await dst.drain()
-        dst.close()
+        try:
+            while data := await src.read(65536):
+                dst.write(data)
+                await dst.drain()
+        finally:  # also when cancelled: the client may keep its end open in its pool
+            dst.close()
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")

@@ -74,7 +74,9 @@ async def post_sse(
             retryable=exc.retryable,
         ) from None
     except transport.Broken as exc:
-        raise StreamCut(f"{name} answer broke off: {exc} ({url})") from None
+        raise StreamCut(
+            f"{name} answer broke off: {exc} ({url})", retryable=exc.retryable
+        ) from None
     except transport.BadTarget as exc:
         raise ProviderError(
             f"{name} request to {url} cannot be sent: {exc}; "

@@ -1,8 +1,8 @@
 """One streaming HTTP/1.1 POST over asyncio streams: all the HTTP tether needs to reach a provider.
 
 Why not httpx: importing httpx + httpcore + anyio costs ~40 ms of the 250 ms budget of a
-headless turn, and tether only ever makes one request per connection per model step. What this
-covers, as httpx did for us:
+headless turn, and tether makes one request at a time per conversation. What this covers, as
+httpx did for us:
 
 - `http` and `https` URLs; TLS verified against `SSL_CERT_FILE` / `SSL_CERT_DIR` when set, else
   certifi's bundle when installed, else the system store; ALPN `http/1.1`.
@@ -10,11 +10,15 @@ covers, as httpx did for us:
   and `no_proxy` (`*`, host or domain suffix, `host:port`, CIDR): https through a CONNECT
   tunnel, http in absolute form; `user:pass@` in the proxy URL becomes Proxy-Authorization.
 - Bodies framed by `Transfer-Encoding: chunked`, `Content-Length`, or the connection closing;
-  gzip/deflate decoded if a server compresses although asked not to.
+  gzip/deflate decoded if a server compresses although asked not to (`framing.py`).
+- Keep-alive: connections are pooled per origin (`pool.py`) and reused once an answer was read
+  to its end; `TETHER_HTTP_KEEPALIVE=0` sends `connection: close` instead. A request goes out
+  again only when the server provably did not read it (see `stream_post`).
 - One deadline per phase (connect incl. TLS and proxy, each write, each read), like
   `httpx.Timeout(t)`; `None` waits forever.
 
-Errors form a small tree, mapped onto tether's provider errors by `providers/http.py`:
+Errors form a small tree (defined in `framing.py`), mapped onto tether's provider errors by
+`providers/http.py`:
 
     TransportError
     ├── BadTarget       the URL, a header or the proxy setting cannot be used
@@ -29,70 +33,46 @@ import asyncio
 import functools
 import os
 import re
-from collections.abc import AsyncIterator, Awaitable, Mapping
-from contextlib import asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import SplitResult, unquote, urlsplit
 
-_MAX_HEAD = 64 * 1024  # status line + headers
-_MAX_ERROR_BODY = 1024 * 1024
-_READ_SIZE = 64 * 1024
-_CHUNKS_UNFINISHED = "the server closed the connection mid-response (chunked body unfinished)"
+from tether.providers import pool as pooling
+from tether.providers.framing import (
+    MAX_HEAD,
+    BadTarget,
+    Broken,
+    ConnectFailed,
+    Response,
+    TimedOut,
+    TransportError,
+    keep_alive_hint_s,
+    persistent,
+    read_head,
+)
+
+__all__ = [
+    "BadTarget",
+    "Broken",
+    "ConnectFailed",
+    "Response",
+    "TimedOut",
+    "TransportError",
+    "proxy_for",
+    "stream_post",
+]
+
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP header name (RFC 9110 token)
+# What may follow the terminal event before a connection is given up rather than reused.
+_DRAIN_LIMIT = 64 * 1024
+_DRAIN_S = 0.25
+_KEEPALIVE_OFF = ("0", "false", "off", "no")
 
 
-class TransportError(Exception):
-    """A request that got no complete answer."""
-
-
-class BadTarget(TransportError):
-    """The URL, a header value or the proxy setting cannot be used to send a request."""
-
-
-class ConnectFailed(TransportError):
-    """No connection: refused, unresolvable, TLS verification failed, or a proxy refused."""
-
-    def __init__(self, message: str, *, retryable: bool = True) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-
-
-class TimedOut(TransportError):
-    """A phase (connect, write, read) passed its deadline."""
-
-    def __init__(self, phase: str) -> None:
-        super().__init__(f"{phase} timed out")
-        self.phase = phase
-
-
-class Broken(TransportError):
-    """The connection closed, or sent something that is not HTTP, before the answer ended."""
-
-
-class Response:
-    """Status and lower-cased headers of an answer whose body is read as it arrives."""
-
-    def __init__(
-        self, status: int, reason: str, headers: dict[str, str], body: AsyncIterator[bytes]
-    ) -> None:
-        self.status = status
-        self.reason = reason
-        self.headers = headers
-        self._body = body
-
-    def iter_bytes(self) -> AsyncIterator[bytes]:
-        return self._body
-
-    async def read(self, limit: int = _MAX_ERROR_BODY) -> bytes:
-        """The whole body (an error answer), truncated at `limit` bytes."""
-        parts: list[bytes] = []
-        size = 0
-        async for piece in self._body:
-            parts.append(piece)
-            size += len(piece)
-            if size >= limit:
-                break
-        return b"".join(parts)[:limit]
+def keep_alive_enabled(env: Mapping[str, str]) -> bool:
+    """`TETHER_HTTP_KEEPALIVE=0|false|off|no` turns connection reuse off."""
+    return env.get("TETHER_HTTP_KEEPALIVE", "").strip().lower() not in _KEEPALIVE_OFF
 
 
 @asynccontextmanager
@@ -105,24 +85,119 @@ async def stream_post(
     env: Mapping[str, str] | None = None,
     user_agent: str = "tether",
 ) -> AsyncIterator[Response]:
-    """POST `content` to `url`; yields the response once its head arrived, the body unread."""
+    """POST `content` to `url`; yields the response once its head arrived, the body unread.
+
+    With keep-alive the connection returns to the pool when the block ends after the whole body
+    was read (a short remainder is drained); an exception or a cancel (abort) closes it.
+
+    No request is sent twice unless the server provably did not read it: a pooled connection
+    found closed before writing is replaced (nothing was sent), and one reset by the server
+    while sending or before any byte of answer is replaced once (a reset means our bytes hit a
+    closed socket). An orderly close before any answer on a reused connection is an error that
+    says so, not retryable: the server may have acted on the request.
+    """
     env = os.environ if env is None else env
     target = _parse_url(url, "URL")
     proxy = proxy_for(target, env)
     absolute = proxy is not None and target.scheme == "http"  # plain http goes via the proxy
-    request = _request_head(target, headers, len(content), absolute=absolute, user_agent=user_agent)
-    reader, writer = await _connect(target, proxy, timeout_s, env)
-    try:
+    keep = keep_alive_enabled(env)
+    request = _request_head(
+        target, headers, len(content), absolute=absolute, user_agent=user_agent, keep_alive=keep
+    )
+    pool = await pooling.for_running_loop() if keep else None
+    origin = _origin(target, proxy, env)
+    conn: pooling.Connection | None = None
+    for fresh_only in (False, True):
+        conn = None if pool is None or fresh_only else pool.take(origin)
+        if conn is None:
+            conn = await _connect(target, proxy, timeout_s, env, origin, pool)
         try:
-            async with asyncio.timeout(timeout_s):
-                writer.write(request + content)
-                await _drain(writer)
-        except TimeoutError:
-            raise TimedOut("sending the request") from None
-        status, reason, response_headers = await _read_head(reader, timeout_s)
-        yield Response(status, reason, response_headers, _body(reader, response_headers, timeout_s))
-    finally:
-        await _close(writer)
+            await _send(conn, request + content, timeout_s)
+            version, status, reason, response_headers = await read_head(conn.reader, timeout_s)
+            break
+        except Broken as exc:
+            conn.abort()
+            if conn.reused and exc.reset and not fresh_only:
+                continue  # the server closed that connection before reading the request
+            if conn.reused and exc.unanswered:
+                raise Broken(
+                    "the server closed a reused connection after the request was sent and "
+                    "before answering; it may have been processed, so it was not sent again",
+                    retryable=False,
+                ) from None
+            raise
+        except BaseException:
+            conn.abort()
+            raise
+    assert conn is not None
+    response = Response(status, reason, response_headers, conn.reader, timeout_s)
+    reusable = pool is not None and persistent(version, response_headers)
+    try:
+        yield response
+    except BaseException:
+        # Abort or failure: reuse only a connection whose answer had already ended.
+        _release(pool, conn, response_headers, reusable and response.complete)
+        raise
+    if reusable and not response.complete:
+        try:
+            async with asyncio.timeout(_DRAIN_S):
+                await response.drain(_DRAIN_LIMIT)
+        except (TransportError, TimeoutError):
+            pass
+    _release(pool, conn, response_headers, reusable and response.complete)
+
+
+def _release(
+    pool: pooling.Pool | None,
+    conn: pooling.Connection,
+    headers: Mapping[str, str],
+    reuse: bool,
+) -> None:
+    if pool is None:
+        conn.abort()
+        return
+    if not reuse:
+        pool.forget(conn)
+        return
+    hint = keep_alive_hint_s(headers)
+    # Leave a second's margin before the server's own idle close, so it never races a request.
+    idle = pooling.IDLE_TIMEOUT_S if hint is None else min(pooling.IDLE_TIMEOUT_S, hint - 1.0)
+    pool.give(conn, idle)
+
+
+async def _send(conn: pooling.Connection, data: bytes, timeout_s: float | None) -> None:
+    writer = conn.writer
+    try:
+        async with asyncio.timeout(timeout_s):
+            writer.write(data)
+            await writer.drain()
+    except TimeoutError:
+        raise TimedOut("sending the request") from None
+    except ConnectionResetError as exc:
+        raise Broken(
+            f"the connection was reset while sending the request ({exc.strerror or exc})",
+            reset=True,
+        ) from None
+    except OSError as exc:
+        raise Broken(
+            f"the connection closed while sending the request ({exc.strerror or exc})"
+        ) from None
+
+
+def _origin(
+    target: SplitResult, proxy: SplitResult | None, env: Mapping[str, str]
+) -> pooling.Origin:
+    via = _authority(proxy, always_port=True) if proxy is not None else ""
+    if proxy is not None and proxy.username is not None:
+        via = f"{proxy.username}@{via}"
+    return (
+        target.scheme,
+        (target.hostname or "").lower(),
+        _port(target),
+        via,
+        env.get("SSL_CERT_FILE") or "",
+        env.get("SSL_CERT_DIR") or "",
+    )
 
 
 # --- the target and its proxy --------------------------------------------------------------
@@ -214,7 +289,13 @@ def _in_network(host: str, cidr: str) -> bool:
 
 
 def _request_head(
-    target: SplitResult, headers: Mapping[str, str], length: int, *, absolute: bool, user_agent: str
+    target: SplitResult,
+    headers: Mapping[str, str],
+    length: int,
+    *,
+    absolute: bool,
+    user_agent: str,
+    keep_alive: bool = True,
 ) -> bytes:
     path = target.path or "/"
     if target.query:
@@ -225,8 +306,9 @@ def _request_head(
         "host": _authority(target),
         "user-agent": user_agent,
         "accept-encoding": "identity",
-        "connection": "close",
     }
+    if not keep_alive:  # HTTP/1.1 connections persist unless a side says otherwise
+        fields["connection"] = "close"
     if target.username is not None:
         fields["authorization"] = _basic(target)
     fields.update({name.lower(): value for name, value in headers.items()})
@@ -258,34 +340,64 @@ def _basic(parts: SplitResult) -> str:
 
 
 async def _connect(
-    target: SplitResult, proxy: SplitResult | None, timeout_s: float | None, env: Mapping[str, str]
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    target: SplitResult,
+    proxy: SplitResult | None,
+    timeout_s: float | None,
+    env: Mapping[str, str],
+    origin: pooling.Origin,
+    pool: pooling.Pool | None,
+) -> pooling.Connection:
     tls = target.scheme == "https"
     host = target.hostname or ""
     authority = _authority(target, always_port=True)
     hop = proxy or target
     where = f"proxy {hop.hostname}:{_port(hop)}" if proxy else authority
     direct_tls = tls and proxy is None
+    context: Any = None
+    if direct_tls:
+        context = tls_context(env)
+        session = pool.session(origin) if pool is not None else None
+        if session is not None:
+            context = _Resuming(context, session)
     try:
         async with asyncio.timeout(timeout_s):
             reader, writer = await asyncio.open_connection(
                 hop.hostname,
                 _port(hop),
-                limit=_MAX_HEAD,
-                ssl=tls_context(env) if direct_tls else None,
+                limit=MAX_HEAD,
+                ssl=context,
                 server_hostname=host if direct_tls else None,
                 happy_eyeballs_delay=0.25,
             )
-            if proxy is not None and tls:
-                await _tunnel(reader, writer, proxy, authority)
-                await writer.start_tls(tls_context(env), server_hostname=host)
+            try:
+                if proxy is not None and tls:
+                    await _tunnel(reader, writer, proxy, authority)
+                    await writer.start_tls(tls_context(env), server_hostname=host)
+            except BaseException:
+                writer.transport.abort()
+                raise
     except TimeoutError:
         raise TimedOut(f"connecting to {where}") from None
     except TransportError:
         raise
     except OSError as exc:
         raise _connect_error(exc, where) from None
-    return reader, writer
+    return pooling.Connection(origin, reader, writer)
+
+
+class _Resuming:
+    """The client TLS context, offering a remembered session in the handshake: asyncio's TLS
+    transport only calls `wrap_bio` on it, and SSLContext has no per-connection session."""
+
+    def __init__(self, context: Any, session: Any) -> None:
+        self._context = context
+        self._session = session
+
+    def wrap_bio(self, incoming: Any, outgoing: Any, **kw: Any) -> Any:
+        return self._context.wrap_bio(incoming, outgoing, session=self._session, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
 
 
 async def _tunnel(
@@ -296,7 +408,7 @@ async def _tunnel(
         lines.append(f"proxy-authorization: {_basic(proxy)}")
     writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
     await writer.drain()
-    status, reason, _ = await _read_head(reader, None)
+    _, status, reason, _ = await read_head(reader, None)
     if not 200 <= status < 300:
         raise ConnectFailed(
             f"proxy {proxy.hostname}:{_port(proxy)} refused to tunnel to {authority}: {status} {reason}".rstrip(),
@@ -346,177 +458,3 @@ def _tls_context(cafile: str | None, capath: str | None) -> Any:
         ) from None
     context.set_alpn_protocols(["http/1.1"])
     return context
-
-
-async def _drain(writer: asyncio.StreamWriter) -> None:
-    try:
-        await writer.drain()
-    except OSError as exc:
-        raise Broken(
-            f"the connection closed while sending the request ({exc.strerror or exc})"
-        ) from None
-
-
-async def _close(writer: asyncio.StreamWriter) -> None:
-    writer.close()
-    with suppress(OSError, TimeoutError, asyncio.CancelledError):
-        async with asyncio.timeout(1.0):
-            await writer.wait_closed()
-    writer.transport.abort()  # no-op once closed; stops a peer that never finishes TLS shutdown
-
-
-# --- the response --------------------------------------------------------------------------
-
-
-async def _read_head(
-    reader: asyncio.StreamReader, timeout_s: float | None
-) -> tuple[int, str, dict[str, str]]:
-    while True:
-        try:
-            async with asyncio.timeout(timeout_s):
-                raw = await reader.readuntil(b"\r\n\r\n")
-        except TimeoutError:
-            raise TimedOut("waiting for the response") from None
-        except asyncio.IncompleteReadError as exc:
-            if not exc.partial:
-                raise Broken("the server closed the connection without answering") from None
-            raise Broken(
-                "the server closed the connection in the middle of the response headers"
-            ) from None
-        except asyncio.LimitOverrunError:
-            raise Broken(f"the response headers exceed {_MAX_HEAD // 1024} KiB") from None
-        except OSError as exc:
-            raise Broken(f"reading the response failed ({exc.strerror or exc})") from None
-        status, reason, headers = _parse_head(raw)
-        if status >= 200 or status == 101:
-            return status, reason, headers
-        # 1xx interim answers (100 Continue, 103 Early Hints) precede the real one
-
-
-def _parse_head(raw: bytes) -> tuple[int, str, dict[str, str]]:
-    text = raw.decode("latin-1")
-    status_line, _, rest = text.partition("\r\n")
-    version, _, tail = status_line.partition(" ")
-    code, _, reason = tail.partition(" ")
-    if not version.startswith("HTTP/1.") or not (code.isdigit() and len(code) == 3):
-        raise Broken(f"the server did not answer in HTTP/1.x (status line {status_line[:80]!r})")
-    headers: dict[str, str] = {}
-    name = ""
-    for line in rest.split("\r\n"):
-        if not line:
-            continue
-        if line[0] in " \t" and name:  # obsolete line folding
-            headers[name] += " " + line.strip()
-            continue
-        name, sep, value = line.partition(":")
-        name = name.strip().lower()
-        if not sep or not name:
-            raise Broken(f"the server sent a malformed header line {line[:80]!r}")
-        value = value.strip()
-        headers[name] = f"{headers[name]}, {value}" if name in headers else value
-    return int(code), reason.strip(), headers
-
-
-async def _body(
-    reader: asyncio.StreamReader, headers: Mapping[str, str], timeout_s: float | None
-) -> AsyncIterator[bytes]:
-    encoding = headers.get("content-encoding", "identity").strip().lower()
-    decoder = _decoder(encoding)
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        pieces = _chunked(reader, timeout_s)
-    elif "content-length" in headers:
-        try:
-            length = int(headers["content-length"].split(",")[0])
-        except ValueError:
-            raise Broken(
-                f"the server sent an invalid Content-Length {headers['content-length']!r}"
-            ) from None
-        pieces = _sized(reader, length, timeout_s)
-    else:
-        pieces = _until_close(reader, timeout_s)
-    async for piece in pieces:
-        out = decoder.decompress(piece) if decoder is not None else piece
-        if out:
-            yield out
-    if decoder is not None and (tail := decoder.flush()):
-        yield tail
-
-
-def _decoder(encoding: str) -> Any:
-    if encoding in ("identity", ""):
-        return None
-    import zlib
-
-    if encoding in ("gzip", "x-gzip"):
-        return zlib.decompressobj(16 + zlib.MAX_WBITS)
-    if encoding == "deflate":
-        return zlib.decompressobj()
-    raise Broken(f"the server compressed its answer with {encoding!r}, which tether cannot decode")
-
-
-async def _receive(op: Awaitable[bytes], timeout_s: float | None, *, cut: str) -> bytes:
-    """One read of the body under its deadline, its failures as transport errors; `cut` says
-    what an early end of the connection means here."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            return await op
-    except TimeoutError:
-        raise TimedOut("reading the response") from None
-    except asyncio.IncompleteReadError:
-        raise Broken(cut) from None
-    except asyncio.LimitOverrunError:
-        raise Broken("the server sent an overlong chunk header") from None
-    except OSError as exc:
-        raise Broken(f"the connection broke mid-response ({exc.strerror or exc})") from None
-
-
-def _read(
-    reader: asyncio.StreamReader, n: int, timeout_s: float | None, *, exact: bool = False
-) -> Awaitable[bytes]:
-    op = reader.readexactly(n) if exact else reader.read(n)
-    return _receive(op, timeout_s, cut="the server closed the connection mid-response")
-
-
-def _line(reader: asyncio.StreamReader, timeout_s: float | None) -> Awaitable[bytes]:
-    return _receive(reader.readuntil(b"\r\n"), timeout_s, cut=_CHUNKS_UNFINISHED)
-
-
-async def _chunked(reader: asyncio.StreamReader, timeout_s: float | None) -> AsyncIterator[bytes]:
-    while True:
-        size_line = (await _line(reader, timeout_s)).split(b";", 1)[0].strip()
-        try:
-            size = int(size_line, 16)
-        except ValueError:
-            raise Broken(f"the server sent an invalid chunk size {size_line[:20]!r}") from None
-        if size == 0:
-            while (await _line(reader, timeout_s)) != b"\r\n":
-                pass  # trailer fields, unused
-            return
-        while size:
-            piece = await _read(reader, min(size, _READ_SIZE), timeout_s)
-            if not piece:
-                raise Broken(_CHUNKS_UNFINISHED)
-            size -= len(piece)
-            yield piece
-        if await _read(reader, 2, timeout_s, exact=True) != b"\r\n":
-            raise Broken("the server sent a chunk longer than its declared size")
-
-
-async def _sized(
-    reader: asyncio.StreamReader, length: int, timeout_s: float | None
-) -> AsyncIterator[bytes]:
-    while length > 0:
-        piece = await _read(reader, min(length, _READ_SIZE), timeout_s)
-        if not piece:
-            raise Broken(
-                f"the server closed the connection {length} bytes before the end of the body"
-            )
-        length -= len(piece)
-        yield piece
-
-
-async def _until_close(
-    reader: asyncio.StreamReader, timeout_s: float | None
-) -> AsyncIterator[bytes]:
-    while piece := await _read(reader, _READ_SIZE, timeout_s):
-        yield piece
