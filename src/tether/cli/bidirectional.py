@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from tether.cli.output import Renderer, StdoutGone, write_line
+from tether.cli.output import Renderer, StdoutGone, say, write_line
 from tether.cli.runner import Prepared
 from tether.cli.stopping import STOP_SIGNALS, RunStop, state_failure
 from tether.core.approvals import Classified
@@ -496,5 +496,5 @@ def run_bidirectional(prepared: Prepared) -> int:
     try:
         return asyncio.run(serve(prepared))
     except StdoutGone as exc:
-        sys.stderr.write(f"Error: could not write to stdout ({exc})\n")
+        say(f"Error: could not write to stdout ({exc})")
         return 1

@@ -9,12 +9,11 @@ store) is an error naming the path and the cause, with a `result` line for strea
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from typing import Any
 
 from tether.cli.flags import RunFlags
-from tether.cli.output import Renderer, StdoutGone, report_failure
+from tether.cli.output import Renderer, StdoutGone, report_failure, say
 from tether.cli.stopping import RunStop, state_failure
 from tether.core.approvals import Classified
 from tether.core.permissions import headless_denial
@@ -55,7 +54,7 @@ def run_headless(flags: RunFlags) -> int:
         if message is None:
             if not isinstance(exc, TetherError):
                 raise
-            sys.stderr.write(f"Error: {exc}\n")
+            say(f"Error: {exc}")
             return 1
         return report_failure(flags.output_format, wire.Envelope(None, None), message,
                               duration_ms=int((time.monotonic() - started) * 1000))
@@ -125,13 +124,13 @@ def run_headless(flags: RunFlags) -> int:
             try:
                 await prepared.shutdown()
             except (TetherError, OSError) as exc:  # the run's answer stands; say what was left
-                sys.stderr.write(f"tether: while shutting down: {exc}\n")
+                say(f"tether: while shutting down: {exc}")
 
     try:
         return asyncio.run(main())
     except StdoutGone as exc:
-        sys.stderr.write(f"Error: could not write the result to stdout ({exc})\n")
+        say(f"Error: could not write the result to stdout ({exc})")
         return stops[0].exit_code(1) if stops else 1
     except TetherError as exc:
-        sys.stderr.write(f"Error: {exc}\n")
+        say(f"Error: {exc}")
         return 1

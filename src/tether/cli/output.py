@@ -6,6 +6,7 @@ write (the reader went away) is reported on stderr and turns the exit code into 
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -21,13 +22,35 @@ class StdoutGone(Exception):
     pass
 
 
+def say(text: str) -> None:
+    """A line on stderr; after a hang-up the terminal is gone (EIO), and that is no new error."""
+    try:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
 def write_line(obj: dict[str, Any], *, indent: bool = False) -> None:
     data = orjson.dumps(obj, option=orjson.OPT_INDENT_2 if indent else 0) + b"\n"
     try:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
     except (BrokenPipeError, ValueError, OSError) as exc:
+        abandon_stdout()
         raise StdoutGone(str(exc)) from exc
+
+
+def abandon_stdout() -> None:
+    """Point fd 1 at /dev/null once the reader is gone (a closed pipe, a hung-up terminal), so
+    the interpreter's last flush of what is still buffered cannot fail and turn the exit code
+    into 120."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError):
+        pass
 
 
 class Renderer:
@@ -101,7 +124,7 @@ class Renderer:
         self.flush()
         if outcome.error is not None:
             if self.fmt != "stream-json" or result_on_error:
-                sys.stderr.write(f"Error: {outcome.error.message}\n")
+                say(f"Error: {outcome.error.message}")
             if result_on_error and self.fmt == "stream-json":
                 write_line(
                     wire.result_event(
@@ -149,6 +172,7 @@ class Renderer:
                 sys.stdout.write(text + "\n")
                 sys.stdout.flush()
             except (BrokenPipeError, ValueError, OSError) as exc:
+                abandon_stdout()
                 raise StdoutGone(str(exc)) from exc
             if not outcome.result_text:
                 return 1
@@ -159,7 +183,7 @@ def report_failure(fmt: str, envelope: wire.Envelope, message: str, *, duration_
     """A run that failed outside any turn (tether's own state could not be read or written):
     `Error: …` on stderr, and for stream-json an `error` line and a `result` line with subtype
     `error`. Returns the exit code, 1. A reader that went away is not an extra failure."""
-    sys.stderr.write(f"Error: {message}\n")
+    say(f"Error: {message}")
     if fmt == "stream-json":
         error = TurnError(message, "error")
         result = wire.result_event(
