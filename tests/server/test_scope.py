@@ -254,6 +254,74 @@ def test_project_settings_cannot_lend_a_scoped_client_a_looser_mode(
         asyncio.run(scenario())
 
 
+LOOSENING = {
+    "allow rules": ({"permissions": {"allow": ["Bash"]}}, "permissions.allow"),
+    "hooks": ({"hooks": {"PreToolUse": [{"hooks": [{"type": "command", "command": "true"}]}]}},
+              "hooks"),
+    "unix sockets": ({"sandbox": {"allowUnixSockets": True}}, "sandbox"),
+    "network": ({"sandbox": {"network": True}}, "sandbox"),
+    "kept credentials": ({"sandbox": {"keepEnv": ["AWS_SECRET_ACCESS_KEY"]}}, "sandbox"),
+    "additional directories": ({"permissions": {"additionalDirectories": ["/tmp"]}},
+                               "permissions.additionalDirectories"),
+}
+
+
+@pytest.mark.parametrize(("data", "named"), LOOSENING.values(), ids=LOOSENING.keys())
+def test_a_scoped_client_gets_no_loosening_from_a_trusted_folder(
+    project: Path, tether_home: Path, monkeypatch: pytest.MonkeyPatch, data: dict, named: str
+) -> None:
+    from tether.runtime.trust import TrustStore
+
+    (project / ".tether").mkdir()
+    (project / ".tether" / "settings.json").write_text(json.dumps(data))
+    with FakeProvider([{"text": "hi"}] * 3) as fake:
+        point_at(fake, monkeypatch)
+
+        async def scenario() -> None:
+            async with InProcess(project, policy=POLICY) as srv:
+                assert srv.server is not None
+                store = srv.server.ctx.store
+                agent = store.create_agent(model=MODEL, system="s", name="a").id
+                conv, other = store.create_conversation(agent).id, store.create_conversation(agent).id
+                scoped = token(agents=[agent], conversations=[conv, other])
+                # untrusted: the loosening is ignored anyway, so the scoped client may start
+                untrusted = await start(srv, scoped, agent_id=agent, conversation_id=conv)
+                assert untrusted["success"], untrusted
+                TrustStore(tether_home).trust(project)
+                answer = await start(srv, scoped, agent_id=agent, conversation_id=other)
+                assert answer["success"] is False, answer
+                assert "loosen permissions" in answer["error"] and named in answer["error"]
+                admin = await start(srv, token(), agent_id=agent, conversation_id=other)
+                assert admin["success"], admin  # the folder's owner trusted it for themselves
+
+        asyncio.run(scenario())
+
+
+def test_tightening_project_settings_do_not_stop_a_scoped_client(
+    project: Path, tether_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tether.runtime.trust import TrustStore
+
+    (project / ".tether").mkdir()
+    (project / ".tether" / "settings.json").write_text(json.dumps(
+        {"permissions": {"deny": ["Bash(rm:*)"], "defaultMode": "strict"}}))
+    TrustStore(tether_home).trust(project)
+    with FakeProvider([{"text": "hi"}]) as fake:
+        point_at(fake, monkeypatch)
+
+        async def scenario() -> None:
+            async with InProcess(project, policy=POLICY) as srv:
+                assert srv.server is not None
+                store = srv.server.ctx.store
+                agent = store.create_agent(model=MODEL, system="s", name="a").id
+                conv = store.create_conversation(agent).id
+                ok = await start(srv, token(agents=[agent], conversations=[conv]),
+                                 agent_id=agent, conversation_id=conv)
+                assert ok["success"], ok
+
+        asyncio.run(scenario())
+
+
 @pytest.mark.parametrize("modes", [["unrestricted"], ["standard", "bypassPermissions"],
                                    "standard", [1], ["yolo"]])
 def test_bad_or_unrestricted_modes_claims_are_refused_at_the_upgrade(

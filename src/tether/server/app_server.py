@@ -55,6 +55,7 @@ from tether.server.runtime_start import (
     ServerContext,
     build_prepared,
     check_cwd,
+    check_scoped_folder,
     check_workspace,
     effective_mode,
     resolve_runtime,
@@ -421,6 +422,8 @@ class AppServer:
                 f"workspace_sandbox.root {frame.sandbox_root!r} must be the runtime's cwd ({cwd}): "
                 "this server sandboxes the working directory in place"
             )
+        if grant.scoped:
+            check_scoped_folder(home, cwd)
         mode = effective_mode(home, cwd, frame.mode)
         refusal = grant.mode_refusal(mode)
         if refusal is not None:

@@ -312,6 +312,7 @@ class OpenAIBridge:
         from tether.server.runtime import ConversationRuntime
         from tether.server.runtime_start import (
             build_prepared,
+            check_scoped_folder,
             check_workspace,
             effective_mode,
             sandbox_available,
@@ -327,6 +328,8 @@ class OpenAIBridge:
         if rt is None:
             home = server.ctx.store.home
             cwd = check_workspace(None, server.ctx.default_cwd, home, scoped=conn.grant.scoped)
+            if conn.grant.scoped:
+                check_scoped_folder(home, cwd)
             refusal = conn.grant.mode_refusal(effective_mode(home, cwd, None))
             if refusal is not None:
                 raise ApiError(403, refusal, "model", "mode_not_granted")

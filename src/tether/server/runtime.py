@@ -35,7 +35,12 @@ from tether.server.protocol_v2 import (
     EventStream,
     error_frame,
 )
-from tether.server.runtime_start import ServerContext, build_prepared, check_workspace
+from tether.server.runtime_start import (
+    ServerContext,
+    build_prepared,
+    check_scoped_folder,
+    check_workspace,
+)
 
 # tether's permission modes under the names protocol v2 clients know
 _WIRE_MODES = {"standard": "default", "unrestricted": "bypassPermissions"}
@@ -252,6 +257,8 @@ class ConversationRuntime:
         new_cwd = (
             check_workspace(cwd, self.p.cwd, home, scoped=grant.scoped) if cwd is not None else None
         )
+        if new_cwd is not None and grant.scoped:
+            check_scoped_folder(home, new_cwd)
         self._pending_state = (new_mode, new_cwd)
         if not self.busy:
             self._apply_device_state()

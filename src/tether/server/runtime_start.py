@@ -220,6 +220,31 @@ def sandbox_available() -> str | None:
     return None
 
 
+def check_scoped_folder(home: Path, cwd: Path) -> None:
+    """A scoped client gets no loosening from a trusted folder's project settings (allow rules,
+    additional directories, hooks, sandbox network / Unix sockets / kept variables, mods):
+    it picks the folder, so the folder's owner did not choose them for it. Hooks matter most:
+    they run unsandboxed, and a script a hook runs may be one the sandboxed shell can edit.
+    (A project `defaultMode` is judged by the token's modes, `effective_mode`.)"""
+    from tether.runtime.settings import load_settings
+
+    as_untrusted = load_settings(home, cwd, "untrusted")
+    if not as_untrusted.ignored or load_settings(home, cwd).trust != "trusted":
+        return  # nothing loosens, or the folder is not trusted and nothing applies anyway
+    found = []
+    for line in as_untrusted.ignored:
+        what, _, where = line.removeprefix("ignoring ").partition(" from ")
+        items = [w for w in what.split(", ") if not w.startswith("permissions.mode")]
+        if items:
+            found.append(f"{', '.join(items)} in {where.split(': ', 1)[0]}")
+    if found:
+        raise UsageError(
+            f"the trusted project settings of {cwd} loosen permissions ({'; '.join(found)}); "
+            "this connection's token is scoped, so its conversations may not use them: start "
+            "it in a folder without them"
+        )
+
+
 def effective_mode(home: Path, cwd: Path, mode: str | None) -> str:
     """The permission mode a runtime in `cwd` would run in: the one asked for, else the
     settings' `defaultMode` (a trusted project may set it), else `standard`."""
