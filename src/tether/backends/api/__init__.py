@@ -1,0 +1,1 @@
+"""The hosted backend: agents and conversations on a Letta API server, turns over HTTP + SSE."""
