@@ -116,6 +116,8 @@ def _connect(argv: list[str]) -> int:
     p.add_argument("--profile", help="bedrock: a profile of ~/.aws/credentials or ~/.aws/config")
     ns = p.parse_args(argv)
     home = tether_home(os.environ)
+    if ns.provider == "letta":  # the hosted backend's server, not a model provider
+        return _connect_letta(home, ns)
     provider = ALIASES.get(ns.provider, ns.provider)
     aws = {"access_key": ns.access_key, "region": ns.region, "profile": ns.profile}
     built_in = dict.__contains__(PRESETS, provider)
@@ -162,6 +164,20 @@ def _connect(argv: list[str]) -> int:
             home, provider, api_key=ns.api_key, base_url=ns.base_url, timeout=ns.timeout
         )
     sys.stdout.write(f"Saved credentials for {ns.provider} as {record.get('name', ns.provider)}\n")
+    return 0
+
+
+def _connect_letta(home: Any, ns: argparse.Namespace) -> int:
+    """`tether connect letta [--api-key KEY] [--base-url URL]`: the Letta server of `--backend cloud`."""
+    from tether.providers.credentials import save_letta_credential
+
+    if any(v is not None for v in (ns.name, ns.timeout, ns.access_key, ns.secret_key, ns.region,
+                                   ns.profile)):
+        raise UsageError("tether connect letta takes only --api-key and --base-url")
+    record = save_letta_credential(home, api_key=ns.api_key, base_url=ns.base_url)
+    where = record.get("base_url") or "Letta Cloud (https://api.letta.com)"
+    sys.stdout.write(f"Saved credentials for letta ({where}); use --backend cloud or "
+                     "`tether backend cloud`\n")
     return 0
 
 

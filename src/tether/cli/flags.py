@@ -53,6 +53,7 @@ class RunFlags:
     reflection_step_count: int | None = None
     mcp_config: list[str] = field(default_factory=list)  # --mcp-config FILE|JSON, repeatable
     strict_mcp_config: bool = False  # --strict-mcp-config: only the --mcp-config servers
+    backend: str | None = None  # --backend local|cloud|api; None: the saved default (runtime/backend_choice)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -115,6 +116,8 @@ def _parser() -> _Parser:
                    help='MCP servers to start: a file or inline JSON {"mcpServers": {...}}; repeatable')
     p.add_argument("--strict-mcp-config", action="store_true",
                    help="start only the MCP servers of --mcp-config, none from settings or .mcp.json")
+    p.add_argument("--backend", help="local | cloud (a Letta server; `api` is the same); "
+                   "default: `tether backend`'s saved choice, else local")
     return p
 
 
@@ -170,6 +173,10 @@ def parse_run_flags(argv: Sequence[str], *, stdin_is_tty: bool | None = None) ->
     flags.strict_mcp_config = ns.strict_mcp_config
     if flags.strict_mcp_config and not flags.mcp_config:
         raise UsageError("--strict-mcp-config needs at least one --mcp-config")
+    if ns.backend is not None:
+        from tether.runtime.backend_choice import parse_backend
+
+        flags.backend = parse_backend(ns.backend)
     _check_conflicts(flags)
     return flags
 

@@ -250,3 +250,39 @@ def _write_private(path: Path, text: str) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+# --- the Letta server of the hosted backend (`tether connect letta`) -------------------------
+
+LETTA_RECORD = "lc-letta"  # not a model provider: the server the cloud backend talks to
+
+
+def save_letta_credential(home: Path, *, api_key: str | None, base_url: str | None) -> dict[str, Any]:
+    """Store the Letta server's key and/or URL (None keeps what was stored)."""
+    _check_base_url(base_url)
+    records = load_credentials(home)
+    old = next((r for r in records if r.get("name") == LETTA_RECORD), {})
+    key = api_key or record_key(old)
+    url = base_url.rstrip("/") if base_url else old.get("base_url")
+    if key is None and url is None:
+        raise UsageError("tether connect letta needs --api-key KEY and/or --base-url URL")
+    now = iso_now()
+    record: dict[str, Any] = {
+        "id": f"local-provider-{LETTA_RECORD}", "name": LETTA_RECORD, "provider_type": "letta",
+        "provider_category": "byok", "auth": {"type": "api", "key": key or ""},
+        "created_at": old.get("created_at", now), "updated_at": now,
+    }
+    if url:
+        record["base_url"] = url
+    records = [r for r in records if r.get("name") != LETTA_RECORD] + [record]
+    _write_private(auth_path(home), json.dumps(records, indent=2) + "\n")
+    return record
+
+
+def letta_credential(home: Path) -> tuple[str | None, str | None]:
+    """(base URL, API key) stored by `tether connect letta`, each None when absent."""
+    record = next((r for r in load_credentials(home) if r.get("name") == LETTA_RECORD), None)
+    if record is None:
+        return None, None
+    url = record.get("base_url")
+    return (url if isinstance(url, str) and url else None), record_key(record)
