@@ -412,3 +412,21 @@ def test_an_existing_runtime_is_not_silently_different_from_what_is_asked(
                 assert same["success"], same
 
         asyncio.run(scenario())
+
+
+def test_tether_server_refuses_a_default_cwd_inside_tether_home(
+    tether_home: Path, tmp_path: Path
+) -> None:
+    import subprocess
+
+    from tests.server.support import TETHER, server_env
+
+    (tether_home / "agents").mkdir(parents=True)
+    for cwd in (tether_home, tether_home / "agents"):
+        proc = subprocess.run(
+            [TETHER, "server", "--listen", "ws://127.0.0.1:0", "--cwd", str(cwd)],
+            env=server_env("http://127.0.0.1:9", tether_home, tmp_path),
+            capture_output=True, text=True, timeout=30,
+        )
+        assert proc.returncode == 1 and proc.stdout == "", proc
+        assert "inside TETHER_HOME" in proc.stderr, proc.stderr

@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shlex
 import stat
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -139,6 +138,8 @@ def _hook_commands(hooks: Any) -> Iterator[str]:
 
 
 def _named_files(command: str, folder: Path) -> Iterator[Path]:
+    import shlex  # only folders with project hooks get here
+
     try:
         words = shlex.split(command, comments=True)
     except ValueError:  # unbalanced quotes: the plain words still name the files

@@ -551,6 +551,8 @@ def make_context(options: ServerOptions, env: dict[str, str]) -> ServerContext:
     from tether.runtime.session import tether_home
 
     home = tether_home(env)
+    if options.cwd is not None:  # `--cwd` inside TETHER_HOME: refuse now, not at each start
+        check_workspace(str(options.cwd), options.cwd, home)
     return ServerContext(
         store=LocalStore(home),
         checkpoints=CheckpointStore(home / "checkpoints.db"),
