@@ -114,7 +114,8 @@ OPAQUE_RM = [
     "nice --foo rm x", "stdbuf -q rm x", "env -S 'rm x'", "env --split-string='rm x'",
     "git -c alias.x='!rm y' x", "git -c alias.x=!sh x", "git --config-env=alias.x=V x",
     "git -c core.fsmonitor='rm y' status", "git x", "git lg", "strace -f rm x", "watch rm x",
-    "ltrace rm x", "unshare -R /tmp rm x", "sudo -e x", "script",
+    "ltrace rm x", "unshare -R /tmp rm x", "sudo -e x", "script", "su -c 'rm x'",
+    "watch 'rm -rf x'", "toybox rm x", "runuser -u bob -- rm x", "strace -o /dev/null ls",
 ]
 
 

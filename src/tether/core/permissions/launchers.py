@@ -175,8 +175,7 @@ RUNNERS = frozenset(
      "systemd-run", "parallel", "entr", "valgrind", "gdb", "perf", "pkexec", "sg", "prlimit",
      "numactl", "cgexec", "proot", "faketime", "fakeroot", "torsocks", "proxychains",
      "proxychains4", "nocache", "chronic", "unbuffer", "eatmydata", "dbus-run-session",
-     "xvfb-run", "catchsegv", "caffeinate", "npx", "uvx", "pnpx", "bunx", "dotenv",
-     "with-contenv", "s6-setuidgid", "chpst", "setuidgid", "envdir", "ssh-agent",
+     "xvfb-run", "catchsegv", "caffeinate", "toybox", "dotenv", "with-contenv", "s6-setuidgid", "chpst", "setuidgid", "envdir", "ssh-agent",
      "flatpak-spawn", "daemonize", "start-stop-daemon", "tsp", "sem", "retry", "rlwrap"}
 )
 

@@ -137,6 +137,10 @@ class ShellCheck:
             if opaque and self._has_relevant_denies():
                 return Decision("ask", f"The command {opaque[0]}; tether cannot check it against "
                                        "your deny rules")
+            launcher = next((c for c in self.commands if c.maybe_forms), None)
+            if launcher is not None and self._has_relevant_denies():
+                return Decision("ask", f"`{_show(launcher.argv)}` launches a command tether cannot "
+                                       "read out of it to check against your deny rules")
             for redirect in self.analysis.redirects:
                 if redirect.write and redirect.target is not None and redirect.cwd is not None:
                     problem, _ = self._redirect_problem(redirect.target, True, redirect.cwd)

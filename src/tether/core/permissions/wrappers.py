@@ -75,8 +75,7 @@ def peel(
         if base != head:
             forms.append((base, *current[1:]))
         if base in RUNNERS:
-            tails = tuple(current[k:] for k in range(1, len(current)) if current[k] is not None)
-            return Peeled(current, tuple(forms), cwd, blocked, maybe_forms=tails)
+            return Peeled(current, tuple(forms), cwd, blocked, maybe_forms=_tails(current))
         step = _WRAPPERS.get(base)
         if step is None:
             break
@@ -279,6 +278,26 @@ def _normalise_git(
     if risky:
         return (*kept, *argv[i:]), forms, moved, blocked or risky
     return normal, forms, moved, blocked
+
+
+def _tails(argv: Argv) -> tuple[Argv, ...]:
+    """Every command a launcher of unknown grammar might run: each tail of its argv, and each
+    word that is itself a command line (`su -c 'rm x'`, `watch 'rm x'`), split as sh would."""
+    import shlex
+
+    out: list[Argv] = []
+    for k in range(1, len(argv)):
+        if argv[k] is None:
+            continue
+        out.append(argv[k:])
+        word = argv[k] or ""
+        if any(c.isspace() for c in word):
+            try:
+                inner = tuple(shlex.split(word))
+            except ValueError:
+                inner = tuple(word.split())
+            out.extend(inner[j:] for j in range(len(inner)))
+    return tuple(out)
 
 
 def _git_commands() -> frozenset[str]:
