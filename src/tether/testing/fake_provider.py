@@ -14,6 +14,14 @@ delay_ms, fault ({status, retry_after?, retry_after_ms?, body?} | {cut_after_eve
 graceful?} | {hang: true}). A cut closes the connection mid chunked body; with `graceful: true`
 the body ends cleanly, so only the missing terminal event tells the client it was cut. Keys
 starting with "_" are comments; any other unknown key is an error (it is usually a typo).
+
+Connection options (all off by default: every answer then closes its connection):
+`keep_alive=True` serves many requests per connection and closes one idle for
+`idle_timeout_s` (a FIN, as real servers do); `tls=True` serves https with a throwaway
+self-signed certificate (`ca_file` is what clients trust, via SSL_CERT_FILE); `rtt_ms` adds a
+network round trip per TCP handshake, per TLS handshake and per request, standing in for a
+hosted API. `connections`, `handshakes` and `resumed_handshakes` count what was accepted
+(also `GET /_stats`), and each recorded request names the connection it came on.
 """
 
 from __future__ import annotations
@@ -22,9 +30,12 @@ import argparse
 import itertools
 import json
 import signal
+import socket
 import sys
+import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -84,8 +95,31 @@ class FakeProvider:
     """Use as a context manager, or `start()` / `stop()`. `url` is `http://127.0.0.1:PORT`."""
 
     def __init__(
-        self, script: list[dict[str, Any]] | None = None, *, host: str = "127.0.0.1", port: int = 0
+        self,
+        script: list[dict[str, Any]] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        keep_alive: bool = False,
+        tls: bool = False,
+        rtt_ms: float = 0.0,
+        idle_timeout_s: float = 5.0,
+        cert_dir: str | Path | None = None,
     ) -> None:
+        if rtt_ms < 0 or idle_timeout_s <= 0:
+            raise ValueError(
+                f"rtt_ms must be >= 0 and idle_timeout_s > 0 (got {rtt_ms}, {idle_timeout_s})"
+            )
+        self.keep_alive = keep_alive
+        self.rtt_s = rtt_ms / 1000
+        self.idle_timeout_s = idle_timeout_s
+        self.tls = tls
+        self._cert_dir = Path(cert_dir) if cert_dir is not None else None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.ca_file: Path | None = None
+        self.connections = 0
+        self.handshakes = 0
+        self.resumed_handshakes = 0
         self._lock = threading.Lock()
         self._script = validate_script(script or [])
         self._cursor = 0
@@ -104,6 +138,15 @@ class FakeProvider:
             return self
         server = _Server((self._host, self._port), _Handler)
         server.fake = self
+        if self.tls:
+            from tether.testing.fake_tls import self_signed_certificate, server_context
+
+            if self._cert_dir is None:
+                self._tmp = tempfile.TemporaryDirectory(prefix="fake-provider-tls-")
+                self._cert_dir = Path(self._tmp.name)
+            cert, key = self_signed_certificate(self._cert_dir)
+            self.ca_file = cert
+            server.tls = server_context(cert, key)
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever,
@@ -120,9 +163,13 @@ class FakeProvider:
             return
         self._stopping.set()  # releases handlers sleeping in delay_ms or hang
         server.shutdown()
+        server.wake_idle_connections()
         server.server_close()  # joins the handler threads
         if self._thread is not None:
             self._thread.join()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
 
     def __enter__(self) -> FakeProvider:
         return self.start()
@@ -137,7 +184,7 @@ class FakeProvider:
                 "FakeProvider is not running: call start() or use it as a context manager"
             )
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{'https' if self.tls else 'http'}://{host!s}:{port}"
 
     # --- script and records (called from handler threads) ----------------------------------
 
@@ -163,10 +210,31 @@ class FakeProvider:
         with self._lock:
             return next(self._ids)
 
-    def _record(self, path: str, headers: dict[str, str], body: Any) -> int:
+    def _record(self, path: str, headers: dict[str, str], body: Any, connection: int = 0) -> int:
         with self._lock:
-            self.requests.append({"path": path, "headers": headers, "body": body})
+            self.requests.append(
+                {"path": path, "headers": headers, "body": body, "connection": connection}
+            )
             return len(self.requests) - 1
+
+    def _connected(self, handshake: bool = False, resumed: bool = False) -> int:
+        """Count a connection (or its TLS handshake); returns the connection's number."""
+        with self._lock:
+            if handshake:
+                self.handshakes += 1
+                self.resumed_handshakes += resumed
+                return self.connections - 1
+            self.connections += 1
+            return self.connections - 1
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "connections": self.connections,
+                "handshakes": self.handshakes,
+                "resumed_handshakes": self.resumed_handshakes,
+                "requests": len(self.requests),
+            }
 
     def _violation(self, index: int, path: str, problems: list[str]) -> None:
         with self._lock:
@@ -178,17 +246,67 @@ class FakeProvider:
 
 
 class _Server(ThreadingHTTPServer):
-    # Join handler threads on close (tests must not leak sockets); every response closes its
-    # connection, so no handler lingers on a keep-alive read.
+    # Join handler threads on close (tests must not leak sockets). Without keep-alive every
+    # response closes its connection; with it, `wake_idle_connections` ends the idle reads.
     daemon_threads = False
     block_on_close = True
     fake: FakeProvider
+    tls: Any = None  # an ssl.SSLContext in TLS mode
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, addr = super().get_request()
+        if self.tls is not None:  # the handshake runs in the handler thread, after the RTT
+            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        with self._open_lock:
+            self._open.add(sock)
+        return sock, addr
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def wake_idle_connections(self) -> None:
+        with self._open_lock:
+            for sock in self._open:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import ssl
+
+        if isinstance(sys.exc_info()[1], (OSError, ssl.SSLError)):
+            return  # a client that went away or failed its handshake: nothing to report
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 30  # a client that never sends its body does not pin a thread forever
     server: _Server
+    connection_number = 0
+
+    def setup(self) -> None:
+        fake = self.server.fake
+        self.connection_number = fake._connected()
+        if fake.rtt_s:
+            fake._stopping.wait(fake.rtt_s)  # the TCP handshake's round trip
+        if self.server.tls is not None:
+            if fake.rtt_s:
+                fake._stopping.wait(fake.rtt_s)  # TLS 1.3: one more, full or resumed
+            self.request.settimeout(self.timeout)
+            self.request.do_handshake()
+            fake._connected(handshake=True, resumed=self.request.session_reused)
+        super().setup()
+        if fake.keep_alive:  # an idle connection is closed after this (its reads time out)
+            self.connection.settimeout(fake.idle_timeout_s)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # quiet: tests read `requests`, not stderr
@@ -199,6 +317,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, self.server.fake._snapshot("requests"))
         elif path == "/_violations":
             self._json(200, self.server.fake._snapshot("violations"))
+        elif path == "/_stats":
+            self._json(200, self.server.fake.stats())
         else:
             self._json(404, {"error": f"no such endpoint: GET {path}"})
 
@@ -226,7 +346,9 @@ class _Handler(BaseHTTPRequestHandler):
         if dialect is None:
             self._json(404, {"error": f"no such endpoint: POST {path}"})
             return
-        index = fake._record(path, {k.lower(): v for k, v in self.headers.items()}, body)
+        index = fake._record(
+            path, {k.lower(): v for k, v in self.headers.items()}, body, self.connection_number
+        )
         if not isinstance(body, dict):
             self._json(400, error_body(dialect, 400, "request body must be a JSON object"))
             return
@@ -238,6 +360,8 @@ class _Handler(BaseHTTPRequestHandler):
         turn = fake._next_turn()
         if turn is None:
             self._json(500, EXHAUSTED)
+            return
+        if fake.rtt_s and fake._stopping.wait(fake.rtt_s):  # the request's round trip
             return
         if turn.get("delay_ms") and fake._stopping.wait(turn["delay_ms"] / 1000):
             return
@@ -259,9 +383,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("Connection", "close")
+        keep = fake.keep_alive and limit is None
+        if not keep:
+            self.send_header("Connection", "close")
         self.end_headers()
-        self.close_connection = True
+        self.close_connection = not keep
         try:
             for event in events if limit is None else events[:limit]:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
@@ -290,14 +416,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
-            self.send_header("Connection", "close")
+            if not self.server.fake.keep_alive:
+                self.send_header("Connection", "close")
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
-            pass
-        self.close_connection = True
+            self.close_connection = True
+            return
+        self.close_connection = not self.server.fake.keep_alive
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -309,6 +437,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")
     parser.add_argument(
         "--script", metavar="FILE", help="JSON list of turns (replace later with POST /_script)"
+    )
+    parser.add_argument(
+        "--keep-alive", action="store_true", help="serve many requests per connection"
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="with --keep-alive: close a connection idle this long (default 5)",
+    )
+    parser.add_argument(
+        "--tls", action="store_true", help="serve https with a self-signed certificate"
+    )
+    parser.add_argument(
+        "--cert-dir",
+        metavar="DIR",
+        help="with --tls: write cert.pem (trust it via SSL_CERT_FILE) and key.pem here",
+    )
+    parser.add_argument(
+        "--rtt-ms",
+        type=float,
+        default=0.0,
+        help="add this round trip per TCP handshake, TLS handshake and request",
     )
     args = parser.parse_args(argv)
     script: Any = []
@@ -323,7 +475,14 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    with FakeProvider(script, host=args.host, port=args.port) as fake:
+    options = {
+        "keep_alive": args.keep_alive,
+        "idle_timeout_s": args.idle_timeout,
+        "tls": args.tls,
+        "cert_dir": args.cert_dir,
+        "rtt_ms": args.rtt_ms,
+    }
+    with FakeProvider(script, host=args.host, port=args.port, **options) as fake:
         print(fake.url, flush=True)
         while not stop.wait(0.2):
             pass
