@@ -13,7 +13,11 @@ The order is the reference's (§7.4), first match wins, deny before anything:
     11 default: bookkeeping tools, the agent's own `memory` (confined to its repo) and the
        reflection subagents run; everything else asks
 
-A shell call is judged per simple command (see `shell.analyse`): any command matching a deny
+Step 0 also holds tether's own state (`Guards.state_root`) out of reach, and writes into
+`.git/` or `.tether/` (any depth) ask in every mode unless an allow rule names that directory.
+
+A shell call (`shellcheck.py`) is judged per simple command (see `shell.analyse`): any command
+matching a deny
 rule denies the call; it is allowed only when every command is admitted by step 5, 6, 8 or 9; a
 part tether cannot see into makes it ask, even in unrestricted mode when deny rules exist that the
 hidden part could be dodging. Path words of shell commands and redirection targets are held to the

@@ -6,6 +6,12 @@
 the wrappers peeled (`timeout 5 rm x` is judged as `rm x`), and the directory it would run in.
 What the analysis cannot see into (`eval`, `$cmd` as a command, `bash -c "$x"`, a function
 definition, a parse error, a carriage return) is listed in `opaque`; the checker asks for those.
+So is code hidden in data (see `words.code_hazard`): arithmetic on anything but literal numbers
+(`$((x))`, `(( ))`, `[[ $x -eq 1 ]]`, `${x:$n}`, `${a[i]}`), `-v NAME[…]`, `${!x}`, `${x@P}`,
+and, in `[ … ]`, a word only known at run time where the test builtin could read it as an
+operator. Plain `$x`, `"$x"` and `$(read-only …)` stay data: their words are `None` (unknown),
+and `SimpleCommand.splits` says an unquoted one may become any number of words. Unquoted globs
+are `words.Glob` (the checker matches them on disk); brace expansions become their words.
 
 The analysis never executes anything and never looks at the disk.
 """
