@@ -242,3 +242,27 @@ def test_the_digest_is_cheap_on_repeat(folder: Path, tether_home: Path) -> None:
     again = time.perf_counter() - t0
     print(f"trust digest, 2000 files: first {first * 1000:.1f} ms, cached {again * 1000:.1f} ms")
     assert again < 2.0  # generous: only a pathological regression fails this
+
+
+def test_bytecode_python_would_run_unchecked_is_bound_but_its_own_cache_is_not(
+    folder: Path, outside: Path, tether_home: Path
+) -> None:
+    import py_compile
+
+    setup_mod_dir_link(folder, outside)
+    store = TrustStore(tether_home)
+    store.trust(folder)
+    source = outside / "evil" / "__init__.py"
+    cache = outside / "evil" / "__pycache__"
+    # What an import writes (timestamp pycs, checked against the source) leaves it trusted.
+    py_compile.compile(str(source), str(cache / "__init__.cpython-311.pyc"), doraise=True)
+    py_compile.compile(str(source), str(cache / "checked.cpython-311.pyc"), doraise=True,
+                       invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+    assert store.state(folder) == "trusted"
+    # A planted unchecked hash-based pyc runs whatever the source says: it untrusts.
+    evil = outside / "evil.py"
+    evil.write_text("import os\n")
+    py_compile.compile(str(evil), str(cache / "__init__.cpython-312.pyc"), doraise=True,
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    assert store.state(folder) == "changed"
+    assert ".tether/mods/evil/__pycache__/__init__.cpython-312.pyc: added" in store.explain(folder)

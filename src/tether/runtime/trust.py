@@ -11,8 +11,9 @@ any of them and the folder is untrusted again until re-trusted; `explain()` says
 
 Hashing is cheap on repeat: a file's content hash is reused while its (device, inode, size,
 mtime, ctime) are unchanged (ctime moves on every write and cannot be set back by a user), in
-`$TETHER_HOME/trust-cache.json`. `__pycache__` directories are not part of the digest (Python
-writes them when a mod is imported, which must not untrust the folder).
+`$TETHER_HOME/trust-cache.json`. In `__pycache__` only bytecode Python would run without
+checking it against the source (unchecked hash-based pycs) is part of the digest: the pycs
+Python writes when a mod is imported must not untrust the folder.
 
 The store is `$TETHER_HOME/trusted-folders.json`:
     {"version": 1, "folders": {"/abs/path": {"digest": "sha256:…", "trusted_at": "…",
@@ -41,7 +42,6 @@ PROJECT_FILES = (*SETTINGS_FILES, ".mcp.json")
 PROJECT_DIRS = (".tether/mods", ".tether/skills", ".tether/agents", ".tether/hooks")
 FORMAT = 2  # 1: settings bytes and symlink texts only
 MISSING = "missing"
-_SKIP_DIRS = frozenset({"__pycache__"})
 _MAX_CACHE_ENTRIES = 20_000
 # Words of a hook command that could name a file: split on shell operators and `=`.
 _WORD_SPLIT = re.compile(r"[;&|<>()`\s=]+")
@@ -103,12 +103,39 @@ def _walk(root: str, name: str) -> Iterator[tuple[str, str]]:
                 is_dir = False
             child = f"{label}/{entry.name}"
             if is_dir:
-                if entry.name not in _SKIP_DIRS:
+                if entry.name == "__pycache__":
+                    yield from _unchecked_pycs(entry.path, child)
+                else:
                     yield from visit(entry.path, child)
             else:
                 yield child, entry.path  # files, dangling links, special files: hashed as they are
 
     yield from visit(root, name)
+
+
+def _unchecked_pycs(directory: str, label: str) -> Iterator[tuple[str, str]]:
+    """The bytecode in a `__pycache__` that Python would run without looking at the source:
+    unchecked hash-based pycs (PEP 552 flags == 1). The timestamp pycs Python writes itself on
+    import (checked against the source's mtime and size) and checked-hash ones are left out, so
+    importing a trusted mod does not untrust its folder."""
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if not entry.is_file(follow_symlinks=True):
+                yield f"{label}/{entry.name}", entry.path
+                continue
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            try:
+                header = os.read(fd, 8)
+            finally:
+                os.close(fd)
+        except OSError:
+            continue
+        if len(header) < 8 or int.from_bytes(header[4:8], "little") == 1:
+            yield f"{label}/{entry.name}", entry.path
 
 
 def hook_files(folder: Path) -> list[Path]:
