@@ -81,14 +81,21 @@ def first_run(home: Path, workdir: Path, fake: FakeProvider) -> str:
     return json.loads(run.stdout)["conversation_id"]
 
 
+@pytest.mark.parametrize("fault", ["read-only", "full"])
 @pytest.mark.parametrize("fmt", ["stream-json", "text"])
-def test_a_read_only_home_at_start_up_is_a_clear_error(fmt: str, tmp_path: Path, workdir: Path) -> None:
+def test_an_unwritable_home_at_start_up_is_a_clear_error(
+    fault: str, fmt: str, tmp_path: Path, workdir: Path
+) -> None:
     with tmpfs(tmp_path / "home-fs", "1m") as home, FakeProvider([{"text": "never"}]) as fake:
-        remount(home, "ro")
+        if fault == "read-only":
+            remount(home, "ro")
+        else:
+            fill(home, leave=0)
         env = tether_env(fake.url, MODEL, {"TETHER_HOME": str(home)})
         run = run_tether(["-p", "hi", "--model", MODEL, "--output-format", fmt], env=env, cwd=workdir)
         assert fake.requests == []
-    assert_clear_failure(run, path_part=str(home), cause="Read-only file system", stream=fmt == "stream-json")
+    cause = "Read-only file system" if fault == "read-only" else "No space left on device"
+    assert_clear_failure(run, path_part=str(home), cause=cause, stream=fmt == "stream-json")
 
 
 def test_a_home_turned_read_only_fails_the_resume_and_keeps_the_transcript(tmp_path: Path, workdir: Path) -> None:
