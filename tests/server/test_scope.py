@@ -430,3 +430,44 @@ def test_tether_server_refuses_a_default_cwd_inside_tether_home(
         )
         assert proc.returncode == 1 and proc.stdout == "", proc
         assert "inside TETHER_HOME" in proc.stderr, proc.stderr
+
+
+def test_a_long_lived_runtime_drops_project_settings_when_its_folder_changes(
+    project: Path, tether_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trust binds to what runs across turns too: edit a skill of a trusted folder while its
+    runtime lives, and the next turn no longer gets the project's allow rule."""
+    from tests.server.support import bash
+    from tether.runtime.trust import TrustStore
+
+    (project / ".tether" / "skills" / "s").mkdir(parents=True)
+    (project / ".tether" / "skills" / "s" / "SKILL.md").write_text("---\nname: s\n---\nok\n")
+    (project / ".tether" / "settings.json").write_text(
+        json.dumps({"permissions": {"allow": ["Bash(touch:*)"]}}))
+    TrustStore(tether_home).trust(project)
+    script = [{"tool_calls": [bash("touch first")]}, {"text": "one"},
+              {"tool_calls": [bash("touch second")]}, {"text": "two"}]
+    with FakeProvider(script) as fake:
+        point_at(fake, monkeypatch)
+
+        async def scenario() -> None:
+            async with InProcess(project) as srv, srv.connect() as ws:
+                c = Client(ws)
+                runtime = (await c.start(project))["runtime"]
+                await c.say(runtime, "one")
+                first = await c.wait_for(
+                    lambda f: f.get("type") in ("turn_finished", "control_request"))
+                assert first["type"] == "turn_finished", first  # the allow rule applied
+                assert (project / "first").exists()
+                (project / ".tether" / "skills" / "s" / "SKILL.md").write_text("evil\n")
+                await c.say(runtime, "two", request_id="in-2")
+                asked = await c.wait_for(
+                    lambda f: f.get("type") in ("turn_finished", "control_request"))
+                assert asked["type"] == "control_request", asked  # no longer allowed by rule
+                await c.answer(runtime, asked["request_id"], "deny", message="no")
+                await c.of_type("turn_finished")
+                assert not (project / "second").exists()
+                notes = [f["message"] for f in c.seen if f.get("type") == "error"]
+                assert any("changed since it was trusted" in n for n in notes), notes
+
+        asyncio.run(scenario())

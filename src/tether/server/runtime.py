@@ -94,6 +94,7 @@ class ConversationRuntime:
         self.ctx = ctx
         self.p = prepared
         self.stream = stream
+        self._built_trusted = self._folder_trusted()
         self.scope = stream.scope
         self._reflection: asyncio.Future[Any] | None = None
         self.subscribers: dict[str, Subscriber] = {}
@@ -274,9 +275,11 @@ class ConversationRuntime:
                 self.ctx, self.scope, cwd, mode or old.flags.permission_mode,
                 workspace_sandbox=self.sandboxed,
             )
+            self._built_trusted = self._folder_trusted()
             asyncio.ensure_future(old.shutdown())
         elif mode is not None:
             self.p.flags.permission_mode = mode
+            self.p.flags.permission_mode_given = True  # a rebuild keeps what a client chose
         self.broadcast(self.device_status_frame())
 
     # --- recovery ---------------------------------------------------------------------------
@@ -311,7 +314,35 @@ class ConversationRuntime:
                 self.broadcast(self.queue_frame(removed=[item.id]))
             await self._run(item)
 
+    def _folder_trusted(self) -> bool:
+        from tether.runtime.trust import TrustStore
+
+        return TrustStore(self.ctx.store.home).state(self.p.cwd) == "trusted"
+
+    def _recheck_trust(self) -> None:
+        """Trust binds to what runs, also in a long-lived runtime: if the files its folder was
+        trusted for (settings, hook scripts, mods, skills) changed since it was built, build it
+        again before the next turn, so the project's settings, hooks and mods stop applying."""
+        if not self._built_trusted or self._folder_trusted():
+            return
+        old = self.p
+        given = old.flags.permission_mode if old.flags.permission_mode_given else None
+        self.p = build_prepared(
+            self.ctx, self.scope, old.cwd, given, workspace_sandbox=self.sandboxed
+        )
+        self._built_trusted = False
+        asyncio.ensure_future(old.shutdown())
+        self.broadcast(error_frame(
+            f"{old.cwd} changed since it was trusted (run `tether trust --status` there to see "
+            "which file); its project settings, hooks and mods no longer apply to this runtime"
+        ))
+        self.broadcast(self.device_status_frame())
+
     async def _run(self, item: QueuedInput) -> None:
+        try:
+            self._recheck_trust()
+        except TetherError as exc:
+            self.broadcast(error_frame(f"cannot rebuild the runtime for its folder: {exc}"))
         p = self.p
         turn_id = f"turn-{uuid.uuid4().hex[:12]}"
         self.abort_event = abort = asyncio.Event()
