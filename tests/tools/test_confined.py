@@ -11,12 +11,25 @@ from pathlib import Path
 
 import pytest
 
+from tether.tools import openat2
+from tether.tools.confined import PathChanged, open_directory
 from tether.tools.edit import EditTool, MultiEditTool
 from tether.tools.files import WriteTool
 
 from .support import run_tool
 
 ORIGINAL = "outside: original\n"
+
+
+@pytest.fixture(autouse=True, params=["openat2", "walk"])
+def directory_opener(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs twice: with the kernel's openat2 and with the O_NOFOLLOW walk."""
+    if request.param == "walk":
+        monkeypatch.setitem(openat2._state, "call", None)
+    elif openat2._bind() is None:
+        pytest.fail("openat2 (Linux 5.6+, x86_64/arm64) is missing here, so only the walk "
+                    "fallback could be tested")
+    return str(request.param)
 
 
 @pytest.fixture
@@ -193,3 +206,23 @@ def test_a_workspace_inside_a_tether_folder_still_writes_through_its_links(tmp_p
     result = run_tool(WriteTool(), {"file_path": "alias.md", "content": "new\n"}, work)
     assert not result.is_error, result.output
     assert (work / "real.md").read_text() == "new\n"
+
+
+def test_open_directory_refuses_symlinks_and_creates_missing_parts(tmp_path: Path,
+                                                                   outside: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(outside)
+    (tmp_path / "file").write_text("x")
+    for spelled in ("link", "link/deeper", "real/../link"):
+        with pytest.raises(PathChanged):
+            os.close(open_directory(os.path.normpath(str(tmp_path / spelled)), create=True))
+    assert sorted(p.name for p in outside.iterdir()) == ["f", "secret.txt"]
+    with pytest.raises(NotADirectoryError):
+        open_directory(str(tmp_path / "file" / "x"), create=True)
+    with pytest.raises(FileNotFoundError):
+        open_directory(str(tmp_path / "missing"), create=False)
+    fd = open_directory(str(tmp_path / "real" / "a" / "b"), create=True)
+    try:
+        assert os.readlink(f"/proc/self/fd/{fd}") == str(tmp_path / "real" / "a" / "b")
+    finally:
+        os.close(fd)

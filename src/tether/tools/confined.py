@@ -5,8 +5,9 @@ descriptor, so a FIFO, socket or device is refused, never read (and never waited
 path of the descriptor (`/proc/self/fd/N`) is then held to the `ReadBoundary`.
 
 Writes and the reads of Edit/MultiEdit never follow a symlink that appears after the target was
-resolved: the target's directory is opened by walking down from `/` one component at a time
-with `O_NOFOLLOW|O_DIRECTORY` (creating missing ones with `mkdirat`), the file is opened
+resolved: the target's directory is opened with `openat2(RESOLVE_NO_SYMLINKS)` (see `openat2`),
+or where that is missing by walking down from `/` one component at a time with
+`O_NOFOLLOW|O_DIRECTORY` (creating missing ones with `mkdirat`), the file is opened
 `O_NOFOLLOW` inside that descriptor, and a write goes to a temp file made there with
 `O_EXCL|O_NOFOLLOW` and renamed over the name — a rename replaces a symlink, it never writes
 through one. A symlink already in place when the call starts is followed only if it stays inside
@@ -131,10 +132,31 @@ class PathChanged(ToolFailure):
     """A directory or file turned into a symlink (or vanished) while a tool was using it."""
 
 
+def _changed(real_dir: str, exc: OSError) -> PathChanged:
+    return PathChanged(
+        f"{real_dir} changed while it was being opened (a part of it is now a symlink); "
+        "nothing was changed. Check the path and try again."
+    )
+
+
 def open_directory(real_dir: str, *, create: bool) -> int:
-    """A descriptor of the directory `real_dir` (a real path: no symlinks in it), reached by
-    walking from `/` with O_NOFOLLOW at every step, so no symlink can redirect it; missing
-    directories are created when `create`."""
+    """A descriptor of the directory `real_dir` (a real path: no symlinks in it) opened so that
+    no symlink can redirect it: `openat2` with RESOLVE_NO_SYMLINKS where the kernel has it, else
+    a walk from `/` with O_NOFOLLOW at every step. Missing directories are created when
+    `create` (by the walk, with `mkdirat` in the verified parent)."""
+    from tether.tools.openat2 import open_dir_no_symlinks
+
+    try:
+        fd = open_dir_no_symlinks(real_dir, _DIR_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _changed(real_dir, exc) from exc
+        # ENOTDIR: a file, or (O_NOFOLLOW) a symlink as the last part; the walk tells which.
+        if exc.errno != errno.ENOTDIR and not (create and exc.errno == errno.ENOENT):
+            raise
+        fd = None
+    if fd is not None:
+        return fd
     parts = [p for p in real_dir.split("/") if p]
     fd = os.open("/", _DIR_FLAGS)
     try:
@@ -145,10 +167,7 @@ def open_directory(real_dir: str, *, create: bool) -> int:
                 if exc.errno == errno.ELOOP or (
                     exc.errno == errno.ENOTDIR and _is_symlink(fd, part)
                 ):
-                    raise PathChanged(
-                        f"{real_dir} changed while it was being opened (a part of it is now a "
-                        "symlink); nothing was changed. Check the path and try again."
-                    ) from exc
+                    raise _changed(real_dir, exc) from exc
                 raise
             os.close(fd)
             fd = child

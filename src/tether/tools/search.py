@@ -214,7 +214,7 @@ def parse_grep_args(args: Mapping[str, Any], cwd: Path) -> GrepQuery:
     try:
         glob = GlobMatcher.compile(glob_pattern) if glob_pattern else None
     except re.error as exc:
-        raise ToolFailure(f"Invalid glob pattern {glob_pattern[:200]!r}: {exc}") from None
+        raise ToolFailure(f"Invalid glob pattern {(glob_pattern or '')[:200]!r}: {exc}") from None
     return GrepQuery(
         regex=regex,
         root=_absolute_root(args, cwd),
