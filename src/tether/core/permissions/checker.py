@@ -118,7 +118,8 @@ class Guards:
     state_root: Path | None = None  # $TETHER_HOME: credentials, conversations, checkpoints
     own_state_dirs: tuple[Path, ...] = ()  # the run's own: memory tree(s), conversation scratch
 
-    def check(self, family: str, refs: Sequence[PathRef]) -> Decision | None:
+    def state_check(self, family: str, refs: Sequence[PathRef]) -> Decision | None:
+        """The cross-agent and state guards alone (shell words: the kernel enforces the rest)."""
         own = (*self.own_agent_dirs, *self.own_state_dirs)
         for ref in refs:
             path = ref.resolved
@@ -130,6 +131,14 @@ class Guards:
             ):
                 return Decision("deny", f"Permission denied by tether state guard: {path} is "
                                         "tether's own state (credentials, other conversations)")
+        return None
+
+    def check(self, family: str, refs: Sequence[PathRef]) -> Decision | None:
+        guarded = self.state_check(family, refs)
+        if guarded is not None:
+            return guarded
+        for ref in refs:
+            path = ref.resolved
             if self.writable_roots is not None and family in WRITE_FAMILIES:
                 root = next((r for r in self.writable_roots if within(path, (r,))), None)
                 if root is None:

@@ -196,13 +196,13 @@ class ShellCheck:
         guards = self.policy.guards
         if guards.active:
             for command in self.commands:
-                guarded = guards.check("Read", self._path_words(command))
+                guarded = guards.state_check("Read", self._path_words(command))
                 if guarded is not None:
                     return guarded
             for redirect in self.analysis.redirects:
                 if redirect.target is not None:
                     ref = self._redirect_ref(redirect.target, redirect.cwd or self.cwd)
-                    guarded = guards.check("Write" if redirect.write else "Read", [ref])
+                    guarded = guards.state_check("Write" if redirect.write else "Read", [ref])
                     if guarded is not None:
                         return guarded
         maybe: Rule | None = None
