@@ -33,7 +33,8 @@ VETOED = [
     "xxd -r -p in", "git log --output=x", "git log --outp=x", "git diff --ext-diff",
     "git diff --ext-d", "git log --exec=x", "git grep -O", "git grep --open-files-in-pager",
     "git grep --open", "git log --textconv", "git show --textc", "git grep -Oless x",
-    "gh pr view --web", "gh pr view -w", "jq -n 'import \"x\" as $x; $x'",
+    "gh pr view --web", "gh pr view -w", "jq -n 'import \"x\" as $x; $x'", "jq -f prog.jq",
+    "jq -L / -n 'import \"etc/x\" as $x; $x'", "jq -L/ -n .",
 ]
 
 ALLOWED = [

@@ -170,11 +170,8 @@ def _jq(parsed: Parsed, args: Sequence[str | None]) -> ReadOnly | None:
                 files.append(args[i + 2] or "")
             i += 3
             continue
-        if word in ("-f", "--from-file") and i + 1 < len(args):
-            files.append(args[i + 1] or "")
-            filter_seen = True
-            i += 2
-            continue
+        if word in ("-f", "--from-file", "-L") or (word or "").startswith(("-L", "--from-file=")):
+            return None  # a filter from a file may `import` any JSON the module path reaches
         if word is not None and word.startswith("-"):
             i += 1
             continue
