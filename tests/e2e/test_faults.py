@@ -117,7 +117,8 @@ def test_a_full_disk_mid_turn_fails_the_append_and_keeps_the_transcript(
     fmt: str, tmp_path: Path, workdir: Path
 ) -> None:
     big = "x" * 400_000  # the model's answer cannot be appended to a disk this full
-    with tmpfs(tmp_path / "home-fs", "2m") as home, FakeProvider([{"text": "one"}, {"text": big}]) as fake:
+    script = [{"text": "one"}, {"text": big, "chunk_size": 100_000}, {"text": "space is back"}]
+    with tmpfs(tmp_path / "home-fs", "2m") as home, FakeProvider(script) as fake:
         conv = first_run(home, workdir, fake)
         before = transcript_file(home).read_bytes()
         fill(home, leave=64 * 1024)
@@ -128,6 +129,9 @@ def test_a_full_disk_mid_turn_fails_the_append_and_keeps_the_transcript(
         after = transcript_file(home).read_bytes()
         (home / "filler").unlink()
         loaded = Transcript(transcript_file(home)).load()
+        # Not sticky: once there is room again, the conversation goes on.
+        again = run_tether(["-p", "third", "--conversation", conv], env=env, cwd=workdir)
+        assert (again.code, again.stdout) == (0, "space is back\n"), again.stderr
     assert_clear_failure(run, path_part="messages.jsonl", cause="No space left on device",
                          stream=fmt == "stream-json")
     # Whole lines only: what was appended before the failure, nothing of the failed write.
