@@ -85,7 +85,7 @@ def exclusive_flock(path: Path, *, wait: float, busy: Callable[[], Exception]) -
 
     If someone else holds it, poll for up to `wait` seconds, then raise `busy()`.
     """
-    with writing(path, "create the lock file"):
+    with writing(path, "open the lock file"):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
