@@ -186,3 +186,37 @@ def test_writes_do_not_follow_links_out_of_the_workspace(
     assert not (world.home / ".bashrc").exists()  # a dangling link's target is never created
     assert sorted(p.name for p in world.outside.iterdir()) == ["target.txt"]
     assert target.read_text() == "outside original\n"
+
+
+@pytest.mark.parametrize("env", [SANDBOX, NO_SANDBOX], ids=["sandbox", "no-sandbox"])
+@pytest.mark.parametrize("swap", ["symlink", "fifo"])
+def test_task_output_never_reads_a_log_the_task_swapped(
+    world: World, env: dict[str, str], swap: str
+) -> None:
+    """A background command replaces its own log with a link to tether's provider keys (or a
+    FIFO); TaskOutput then refuses it instead of printing the key (or hanging)."""
+    from tests.e2e.support import run_tether
+    from tests.security.support import MODEL, bash
+    from tether.testing.fake_provider import FakeProvider
+
+    log = 'L=$(echo "$TETHER_HOME"/tmp/*/bash_1.log)'
+    plant = (f'{log}; ln -sf "$TETHER_HOME/providers/anthropic.json" "$L"' if swap == "symlink"
+             else f'{log}; rm -f "$L"; mkfifo "$L"')
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [bash(f"{plant}; echo planted", run_in_background=True)]},
+        {"tool_calls": [tool("TaskOutput", task_id="bash_1", block=True, timeout=10000)]},
+        {"text": "done"},
+    ]
+    with FakeProvider(script) as fake:
+        run = run_tether(["-p", "go", "--model", MODEL, "--output-format", "stream-json",
+                          *UNRESTRICTED], env=world.env(fake.url, env), cwd=world.project,
+                         timeout=60)
+    results = [e for e in run.events if e.get("message_type") == "tool_return_message"]
+    assert run.code == 0 and len(results) == 2, run.stdout[-3000:] + run.stderr[-2000:]
+    assert CANARY_SECRET not in run.stdout
+    assert (world.tether_home / "providers" / "anthropic.json").read_text().count(CANARY_SECRET)
+    output = str(results[1]["tool_return"])
+    if env is NO_SANDBOX:  # the swap happened: the tool saw it and refused
+        assert "TaskOutput refused" in output, output
+    else:  # the sandboxed command cannot touch tether's scratch dir at all
+        assert "planted" in output, output
