@@ -51,6 +51,16 @@ IMPLEMENTED_BY = {"egrep": {"grep"}, "fgrep": {"grep"}}
 
 # a28 (quote desync) is in the catalogue but not in A_BYPASSES; bash is its only judge.
 EXTRA_SEEDS = ['echo "\\"; touch p; echo \\""', 'ls "a\\" ; touch p"', "echo 'a\\' ; touch p"]
+# Code hidden in data (issue 14): bash runs these `touch`es while the words look like data.
+CODE_IN_DATA_SEEDS = [
+    "[[ 'a[$(touch p)]' -eq 0 ]]",
+    "test -v 'a[$(touch p)]'",
+    "for x in 'a[$(touch p)]'; do ls $((x)); done",
+    "for x in 'a[$(touch p)]'; do ls ${!x}; done",
+    "for x in '$(touch p)'; do echo ${x@P}; done",
+    "for x in 'a[$(touch p)]'; do [[ $x -eq 1 ]]; done",
+    "for x in '-v a[$(touch p)]'; do [ $x ]; done",
+]
 # More of the read-only vocabulary, so mutations of benign commands reach the allow path often.
 EXTRA_BENIGN = [
     "cat README.md",
@@ -65,6 +75,14 @@ EXTRA_BENIGN = [
     "ls src",
     "egrep TODO src/app.py",
     "printf x | xargs",
+    'basename "$PWD"',
+    'for f in *.py; do wc -l "$f"; done',
+    "echo $(git rev-parse HEAD)",
+    '[ -n "$x" ]',
+    "[[ $? -eq 0 ]]",
+    'for f in src/*; do echo "${f%.py}"; done',
+    "cat {README.md,list}",
+    "wc -l src/*.py",
 ]
 # Where bash's grammar and tree-sitter-bash's may part: quoting, heredocs, expansions,
 # comments, redirections, wrappers. Run as they are (not mutated); each is judged by bash.
@@ -309,7 +327,7 @@ def _respell(rng: random.Random, command: str) -> str:
 
 def mutations(seed: int = SEED, count: int = MUTATIONS) -> list[str]:
     rng = random.Random(seed)
-    bypasses = [c for _, c, _ in A_BYPASSES] + EXTRA_SEEDS
+    bypasses = [c for _, c, _ in A_BYPASSES] + EXTRA_SEEDS + CODE_IN_DATA_SEEDS
     benign = list(A_BENIGN) + EXTRA_BENIGN
     out: list[str] = []
     while len(out) < count:
@@ -330,7 +348,7 @@ def mutations(seed: int = SEED, count: int = MUTATIONS) -> list[str]:
 
 def corpus() -> list[str]:
     seeds = [c for _, c, _ in A_BYPASSES] + list(A_BENIGN) + EXTRA_SEEDS + EXTRA_BENIGN
-    seeds += PARSER_EDGES
+    seeds += PARSER_EDGES + CODE_IN_DATA_SEEDS
     return list(dict.fromkeys(seeds + mutations()))
 
 
