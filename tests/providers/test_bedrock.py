@@ -146,7 +146,9 @@ def test_text_thinking_tool_calls_usage_over_signed_requests() -> None:
         and "model" not in body
         and "stream" not in body
     )
-    assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    # The Messages body as anthropic.build_body makes it, cache breakpoint included.
+    block = {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}
+    assert body["messages"] == [{"role": "user", "content": [block]}]
     assert text_of(first) == "Hi"
     usage = next(c for c in first if isinstance(c, UsageStatistics))
     assert (usage.prompt_tokens, usage.completion_tokens, usage.cached_input_tokens) == (12, 3, 40)

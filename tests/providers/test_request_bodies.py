@@ -79,6 +79,7 @@ def test_anthropic_request_shape() -> None:
                 "tool_use_id": "t2",
                 "content": "no such file",
                 "is_error": True,
+                "cache_control": {"type": "ephemeral"},  # the rolling breakpoint
             },
         ],
     }

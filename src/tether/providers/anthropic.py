@@ -58,12 +58,10 @@ def build_body(request: ProviderRequest) -> dict[str, Any]:
         "messages": to_anthropic_messages(request.messages),
     }
     if request.system:
-        # A cache breakpoint on the system prompt: it is the long, stable prefix of every call.
-        body["system"] = [
-            {"type": "text", "text": request.system, "cache_control": {"type": "ephemeral"}}
-        ]
+        body["system"] = [{"type": "text", "text": request.system}]
     if request.tools:
         body["tools"] = [_tool(t) for t in request.tools]
+    mark_cache_breakpoints(body)
     budget = _THINKING_BUDGET.get(request.reasoning_effort or "")
     if budget is not None:
         budget = min(budget, request.max_tokens - 1)
@@ -71,6 +69,51 @@ def build_body(request: ProviderRequest) -> dict[str, Any]:
             body["thinking"] = {"type": "enabled", "budget_tokens": budget}
     body.update(request.extra)
     return body
+
+
+_EPHEMERAL = {"type": "ephemeral"}
+_UNMARKABLE = frozenset({"thinking", "redacted_thinking"})  # the API refuses cache_control there
+
+
+def mark_cache_breakpoints(body: dict[str, Any]) -> None:
+    """Anthropic's prompt cache, as its rules ask (at most four breakpoints; the cached prefix
+    runs tools -> system -> messages and is read back at any earlier breakpoint position):
+
+    1. the end of the stable prefix: the system prompt's last block, else the last tool;
+    2. the last block of the latest message, so the next step reads everything sent so far
+       from the cache and pays full price only for what it adds;
+    3. the last block of the message that ended the previous request (the user message before
+       the latest assistant turn): the entry step 2 wrote last time, found even when a step
+       adds more blocks than the API's 20-block lookback.
+
+    Everything volatile (the newest tool results, a reminder) sits after the breakpoints it
+    would otherwise invalidate, since messages only ever grow at the end.
+    """
+    system, tools = body.get("system"), body.get("tools")
+    if isinstance(system, list) and system:
+        system[-1]["cache_control"] = _EPHEMERAL
+    elif isinstance(tools, list) and tools:
+        tools[-1]["cache_control"] = _EPHEMERAL
+    messages = body.get("messages") or []
+    latest = len(messages) - 1
+    _mark_last_block(messages, latest)
+    assistant = next(
+        (i for i in range(latest - 1, -1, -1) if messages[i].get("role") == "assistant"), None
+    )
+    if assistant is not None and assistant > 0:
+        _mark_last_block(messages, assistant - 1)
+
+
+def _mark_last_block(messages: list[dict[str, Any]], index: int) -> None:
+    if index < 0:
+        return
+    content = messages[index].get("content")
+    if isinstance(content, str):
+        content = messages[index]["content"] = [{"type": "text", "text": content}]
+    for block in reversed(content or []):
+        if block.get("type") not in _UNMARKABLE:
+            block["cache_control"] = _EPHEMERAL
+            return
 
 
 def _tool(tool: ToolSpec) -> dict[str, Any]:

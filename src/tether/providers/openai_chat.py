@@ -80,6 +80,10 @@ def build_body(request: ProviderRequest, *, openai_hosted: bool = False) -> dict
         ]
     if request.reasoning_effort:
         body["reasoning_effort"] = request.reasoning_effort
+    if openai_hosted and request.session_id:
+        # Routes every step of a conversation to the same cache (OpenAI's prompt caching);
+        # compatible servers may refuse unknown fields, so only OpenAI gets it.
+        body["prompt_cache_key"] = request.session_id
     body.update(request.extra)
     return body
 
@@ -229,12 +233,17 @@ class ChatEvents:
 
 
 def _usage(usage: dict[str, Any]) -> UsageStatistics:
-    cached = as_int((usage.get("prompt_tokens_details") or {}).get("cached_tokens"))
+    details = usage.get("prompt_tokens_details") or {}
+    # OpenAI and most servers: prompt_tokens_details.cached_tokens; DeepSeek:
+    # prompt_cache_hit_tokens; OpenRouter adds prompt_tokens_details.cache_write_tokens.
+    cached = as_int(details.get("cached_tokens")) or as_int(usage.get("prompt_cache_hit_tokens"))
+    written = as_int(details.get("cache_write_tokens"))
     return UsageStatistics(
         # prompt_tokens includes the cached ones; UsageStatistics counts them apart.
-        prompt_tokens=max(0, as_int(usage.get("prompt_tokens")) - cached),
+        prompt_tokens=max(0, as_int(usage.get("prompt_tokens")) - cached - written),
         completion_tokens=as_int(usage.get("completion_tokens")),
         cached_input_tokens=cached,
+        cache_write_tokens=written,
         reasoning_tokens=as_int(
             (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
         ),

@@ -205,11 +205,14 @@ class ResponsesEvents:
 def _usage(usage: Any) -> UsageStatistics:
     if not isinstance(usage, dict):
         return UsageStatistics()
-    cached = as_int((usage.get("input_tokens_details") or {}).get("cached_tokens"))
+    details = usage.get("input_tokens_details") or {}
+    cached = as_int(details.get("cached_tokens"))
+    written = as_int(details.get("cache_write_tokens"))  # gateways that bill cache writes
     return UsageStatistics(
         # input_tokens includes the cached ones; UsageStatistics counts them apart.
-        prompt_tokens=max(0, as_int(usage.get("input_tokens")) - cached),
+        prompt_tokens=max(0, as_int(usage.get("input_tokens")) - cached - written),
         completion_tokens=as_int(usage.get("output_tokens")),
         cached_input_tokens=cached,
+        cache_write_tokens=written,
         reasoning_tokens=as_int((usage.get("output_tokens_details") or {}).get("reasoning_tokens")),
     )

@@ -35,6 +35,7 @@ class Plan:
     cached: int
     chunk_size: int
     max_tokens: bool
+    cache_write: int = 0  # tokens the answer reports as written to the prompt cache
 
     @staticmethod
     def from_turn(turn: dict[str, Any], request_body: Any) -> Plan:
@@ -61,6 +62,7 @@ class Plan:
             cached=int(usage.get("cached", 0)),
             chunk_size=max(1, int(turn.get("chunk_size", 7))),
             max_tokens=turn.get("stop") == "max_tokens",
+            cache_write=int(usage.get("cache_write", 0)),
         )
 
     def pieces(self, s: str) -> list[str]:
@@ -86,7 +88,7 @@ def anthropic_events(plan: Plan, body: dict[str, Any], next_id: NextId) -> list[
 
     usage = {
         "input_tokens": plan.usage_in,
-        "cache_creation_input_tokens": 0,
+        "cache_creation_input_tokens": plan.cache_write,
         "cache_read_input_tokens": plan.cached,
         "output_tokens": 1,
     }
@@ -185,11 +187,11 @@ def responses_events(plan: Plan, body: dict[str, Any], next_id: NextId) -> list[
     for call in plan.tool_calls:
         output.append(_call_item(plan, emit, len(output), call, next_id()))
     usage = {
-        "input_tokens": plan.usage_in + plan.cached,
-        "input_tokens_details": {"cached_tokens": plan.cached},
+        "input_tokens": plan.usage_in + plan.cached + plan.cache_write,
+        "input_tokens_details": _input_details(plan, "cached_tokens"),
         "output_tokens": plan.usage_out,
         "output_tokens_details": {"reasoning_tokens": len(plan.thinking) // 4},
-        "total_tokens": plan.usage_in + plan.cached + plan.usage_out,
+        "total_tokens": plan.usage_in + plan.cached + plan.cache_write + plan.usage_out,
     }
     if plan.max_tokens:
         final = response(
@@ -202,6 +204,14 @@ def responses_events(plan: Plan, body: dict[str, Any], next_id: NextId) -> list[
 
 
 Emit = Callable[..., None]
+
+
+def _input_details(plan: Plan, cached_key: str) -> dict[str, int]:
+    # OpenAI reports reads only; gateways that bill cache writes (OpenRouter) add them here.
+    details = {cached_key: plan.cached}
+    if plan.cache_write:
+        details["cache_write_tokens"] = plan.cache_write
+    return details
 
 
 def _reasoning_item(plan: Plan, emit: Emit, n: int, item_id: str) -> dict[str, Any]:
@@ -299,10 +309,10 @@ def chat_events(plan: Plan, body: dict[str, Any], next_id: NextId) -> list[bytes
     emit({}, finish)
     if include_usage:
         usage = {
-            "prompt_tokens": plan.usage_in + plan.cached,
+            "prompt_tokens": plan.usage_in + plan.cached + plan.cache_write,
             "completion_tokens": plan.usage_out,
-            "total_tokens": plan.usage_in + plan.cached + plan.usage_out,
-            "prompt_tokens_details": {"cached_tokens": plan.cached},
+            "total_tokens": plan.usage_in + plan.cached + plan.cache_write + plan.usage_out,
+            "prompt_tokens_details": _input_details(plan, "cached_tokens"),
             "completion_tokens_details": {"reasoning_tokens": len(plan.thinking) // 4},
         }
         ev.append(_sse(None, {**base, "choices": [], "usage": usage}))

@@ -9,7 +9,7 @@ a hang. Other processes drive it through `GET /_requests`, `GET /_violations` an
 `POST /_script`. Standard library only (`python -m tether.testing.fake_provider --port 0`).
 
 Script turn keys: text, thinking, tool_calls [{name, arguments (object or raw string), id?}],
-usage {input, output, cached?}, chunk_size (default 7), stop (end_turn | max_tokens),
+usage {input, output, cached?, cache_write?}, chunk_size (default 7), stop (end_turn | max_tokens),
 delay_ms, fault ({status, retry_after?, retry_after_ms?, body?} | {cut_after_events: N,
 graceful?} | {hang: true}). A cut closes the connection mid chunked body; with `graceful: true`
 the body ends cleanly, so only the missing terminal event tells the client it was cut. Keys
