@@ -19,11 +19,19 @@ import orjson
 
 from tether import __version__
 from tether.core.turn import Event
-from tether.errors import ProtocolError
 from tether.protocol import wire
 from tether.protocol.chunks import ErrorChunk, RetryNotice, ToolCallRequest, iso_now
 from tether.protocol.messages import ImagePart, TextPart, UserPart
 from tether.protocol.turns import LocalToolCall, LocalToolReturn, TurnError
+from tether.server.frame_reader import (
+    DECISION_FIELDS,
+    FIELDS,
+    PAYLOAD_FIELDS,
+    SANDBOX_FIELDS,
+    UNSUPPORTED,
+    FrameError,
+    Reader,
+)
 
 PROTOCOL_VERSION = 1
 
@@ -37,18 +45,6 @@ LOOP_STATUSES = (
     "WAITING_ON_APPROVAL",
     "WAITING_ON_INPUT",
 )
-
-
-class FrameError(ProtocolError):
-    """A client frame the server cannot act on; `str()` says which field and why."""
-
-    def __init__(
-        self, message: str, *, request_id: str | None = None, frame_type: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.request_id = request_id
-        self.frame_type = frame_type
 
 
 # --- client → server ------------------------------------------------------------------------
@@ -146,44 +142,6 @@ FRAME_TYPES = (
 )
 
 
-# Every field a client may send, per frame type and nested object (the reference's protocol v2
-# names). A name not listed is an error, so a misspelt or new option is never silently ignored.
-_FIELDS = {
-    "app_server_info": {"type", "request_id"},
-    "runtime_start": {
-        "type", "request_id", "agent_id", "create_agent", "conversation_id",
-        "create_conversation", "conversation_source_tags", "cwd", "mode", "workspace_sandbox",
-        "skill_sources", "client_info", "recover_approvals", "force_device_status",
-        "wait_for_replay", "external_tools",
-    },
-    "input": {"type", "request_id", "runtime", "payload", "idempotency_key"},
-    "change_device_state": {"type", "request_id", "runtime", "payload"},
-    "abort_message": {"type", "request_id", "runtime", "run_id"},
-    "sync": {"type", "request_id", "runtime", "recover_approvals", "force_device_status"},
-}
-_PAYLOAD_FIELDS = {
-    "create_message": {
-        "kind", "messages", "image_failure_mode", "client_tool_allowlist", "client_toolset",
-        "external_tool_scope_ids", "exclude_interactive_tools",
-    },
-    "approval_response": {"kind", "request_id", "decision", "error"},
-    "change_device_state": {"mode", "cwd", "agent_id", "conversation_id"},
-}
-_RUNTIME_FIELDS = {"agent_id", "conversation_id", "acting_user_id"}
-_DECISION_FIELDS = {"behavior", "message", "updated_input", "selected_permission_suggestion_ids"}
-_SANDBOX_FIELDS = {"root", "isolation_root"}
-# Known options this server does not implement: refused when they ask for something, because
-# ignoring them would run the conversation differently from what the client asked.
-_UNSUPPORTED = {
-    "runtime_start": ("skill_sources", "external_tools"),
-    "create_message": (
-        "client_tool_allowlist", "client_toolset", "external_tool_scope_ids",
-        "exclude_interactive_tools",
-    ),
-    "decision": ("selected_permission_suggestion_ids",),
-}
-
-
 def parse_frame(raw: str | bytes) -> ClientFrame:
     try:
         msg = orjson.loads(raw)
@@ -196,11 +154,11 @@ def parse_frame(raw: str | bytes) -> ClientFrame:
     request_id = rid if isinstance(rid, str) else None
     if not isinstance(kind, str):
         raise FrameError("frame needs a string 'type'", request_id=request_id)
-    reader = _Reader(msg, kind, request_id)
+    reader = Reader(msg, kind, request_id)
     if rid is not None and request_id is None:
         raise reader.fail("request_id", "must be a string")
-    if kind in _FIELDS:
-        reader.known(_FIELDS[kind])
+    if kind in FIELDS:
+        reader.known(FIELDS[kind])
     if kind == "app_server_info":
         return AppServerInfo(reader.required_str("request_id"))
     if kind == "runtime_start":
@@ -210,15 +168,15 @@ def parse_frame(raw: str | bytes) -> ClientFrame:
     if kind == "change_device_state":
         payload = reader.obj("payload", required=True)
         assert payload is not None
-        sub = _Reader(payload, kind, request_id, "payload.")
-        sub.known(_PAYLOAD_FIELDS["change_device_state"])
+        sub = Reader(payload, kind, request_id, "payload.")
+        sub.known(PAYLOAD_FIELDS["change_device_state"])
         return ChangeDeviceState(
-            request_id, reader.runtime(), sub.opt_str("mode"), sub.opt_str("cwd")
+            request_id, RuntimeScope(*reader.runtime()), sub.opt_str("mode"), sub.opt_str("cwd")
         )
     if kind == "abort_message":
-        return AbortMessage(request_id, reader.runtime(), reader.opt_str("run_id"))
+        return AbortMessage(request_id, RuntimeScope(*reader.runtime()), reader.opt_str("run_id"))
     if kind == "sync":
-        return Sync(request_id, reader.runtime())
+        return Sync(request_id, RuntimeScope(*reader.runtime()))
     raise FrameError(
         f"unknown frame type {kind!r}; this server accepts: {', '.join(FRAME_TYPES)}",
         request_id=request_id,
@@ -226,7 +184,7 @@ def parse_frame(raw: str | bytes) -> ClientFrame:
     )
 
 
-def _runtime_start(r: _Reader) -> RuntimeStart:
+def _runtime_start(r: Reader) -> RuntimeStart:
     request_id = r.required_str("request_id")
     agent_id, create_agent = r.opt_str("agent_id"), r.obj("create_agent")
     if (agent_id is None) == (create_agent is None):
@@ -241,7 +199,7 @@ def _runtime_start(r: _Reader) -> RuntimeStart:
         )
     if create_conversation is not None and agent_id is None and create_agent is None:
         raise r.fail("create_conversation", "needs an agent")
-    r.unsupported(_UNSUPPORTED["runtime_start"])
+    r.unsupported(UNSUPPORTED["runtime_start"])
     for flag in ("recover_approvals", "force_device_status", "wait_for_replay"):
         if r.msg.get(flag) is not None and not isinstance(r.msg[flag], bool):
             raise r.fail(flag, "must be true or false")
@@ -259,7 +217,7 @@ def _runtime_start(r: _Reader) -> RuntimeStart:
     )
 
 
-def _workspace_sandbox(r: _Reader) -> tuple[bool, str | None]:
+def _workspace_sandbox(r: Reader) -> tuple[bool, str | None]:
     """`workspace_sandbox`: true / false, or the reference's object `{root, isolation_root}`
     (asking for it). `isolation_root` (a separate copy of the workspace) is not supported."""
     value = r.msg.get("workspace_sandbox")
@@ -267,8 +225,8 @@ def _workspace_sandbox(r: _Reader) -> tuple[bool, str | None]:
         return bool(value), None
     if not isinstance(value, dict):
         raise r.fail("workspace_sandbox", "must be true, false or an object {root}")
-    sub = _Reader(value, r.kind, r.request_id, "workspace_sandbox.")
-    sub.known(_SANDBOX_FIELDS)
+    sub = Reader(value, r.kind, r.request_id, "workspace_sandbox.")
+    sub.known(SANDBOX_FIELDS)
     if sub.opt_str("isolation_root") is not None:
         raise sub.fail(
             "isolation_root", "is not supported by this server (it sandboxes the cwd in place)"
@@ -276,16 +234,16 @@ def _workspace_sandbox(r: _Reader) -> tuple[bool, str | None]:
     return True, sub.opt_str("root")
 
 
-def _input(r: _Reader) -> CreateMessage | ApprovalResponse:
-    runtime = r.runtime()
+def _input(r: Reader) -> CreateMessage | ApprovalResponse:
+    runtime = RuntimeScope(*r.runtime())
     payload = r.obj("payload", required=True)
     assert payload is not None
-    p = _Reader(payload, "input", r.request_id, "payload.")
+    p = Reader(payload, "input", r.request_id, "payload.")
     kind = p.required_str("kind")
-    if kind in _PAYLOAD_FIELDS:
-        p.known(_PAYLOAD_FIELDS[kind])
+    if kind in PAYLOAD_FIELDS:
+        p.known(PAYLOAD_FIELDS[kind])
     if kind == "create_message":
-        p.unsupported(_UNSUPPORTED["create_message"])
+        p.unsupported(UNSUPPORTED["create_message"])
         mode = payload.get("image_failure_mode")
         if mode is not None and mode not in ("strict", "drop"):
             raise p.fail("image_failure_mode", "must be 'strict' or 'drop'")
@@ -303,9 +261,9 @@ def _input(r: _Reader) -> CreateMessage | ApprovalResponse:
             )
         decision = p.obj("decision", required=True)
         assert decision is not None
-        d = _Reader(decision, "input", r.request_id, "payload.decision.")
-        d.known(_DECISION_FIELDS)
-        d.unsupported(_UNSUPPORTED["decision"])
+        d = Reader(decision, "input", r.request_id, "payload.decision.")
+        d.known(DECISION_FIELDS)
+        d.unsupported(UNSUPPORTED["decision"])
         behavior = d.required_str("behavior")
         if behavior == "allow":
             updated = decision.get("updated_input")
@@ -321,7 +279,7 @@ def _input(r: _Reader) -> CreateMessage | ApprovalResponse:
     raise p.fail("kind", "must be 'create_message' or 'approval_response'")
 
 
-def _message(p: _Reader, item: Any, n: int) -> NewMessage:
+def _message(p: Reader, item: Any, n: int) -> NewMessage:
     where = f"messages[{n}]"
     if not isinstance(item, dict):
         raise p.fail(where, "must be an object")
@@ -359,64 +317,6 @@ def user_parts(content: Any) -> tuple[UserPart, ...] | None:
         else:
             return None
     return tuple(parts) or None
-
-
-class _Reader:
-    """Field access that fails with the frame type and the field's path."""
-
-    def __init__(
-        self, msg: dict[str, Any], kind: str, request_id: str | None, prefix: str = ""
-    ) -> None:
-        self.msg, self.kind, self.request_id, self.prefix = msg, kind, request_id, prefix
-
-    def fail(self, field: str, why: str) -> FrameError:
-        return FrameError(
-            f"{self.kind}: '{self.prefix}{field}' {why}",
-            request_id=self.request_id,
-            frame_type=self.kind,
-        )
-
-    def known(self, fields: set[str]) -> None:
-        unknown = sorted(k for k in self.msg if k not in fields)
-        if unknown:
-            raise self.fail(
-                unknown[0],
-                f"is not a field of this frame (known: {', '.join(sorted(fields))})",
-            )
-
-    def unsupported(self, fields: tuple[str, ...]) -> None:
-        for name in fields:
-            if self.msg.get(name) not in (None, [], {}, False):
-                raise self.fail(name, "is not supported by this server; omit it")
-
-    def required_str(self, field: str) -> str:
-        value = self.msg.get(field)
-        if not isinstance(value, str) or not value:
-            raise self.fail(field, "is required (a non-empty string)")
-        return value
-
-    def opt_str(self, field: str) -> str | None:
-        value = self.msg.get(field)
-        if value is not None and not isinstance(value, str):
-            raise self.fail(field, "must be a string")
-        return value or None
-
-    def obj(self, field: str, *, required: bool = False) -> dict[str, Any] | None:
-        value = self.msg.get(field)
-        if value is None and not required:
-            return None
-        if not isinstance(value, dict):
-            raise self.fail(
-                field, "is required (an object)" if value is None else "must be an object"
-            )
-        return value
-
-    def runtime(self) -> RuntimeScope:
-        scope = self.obj("runtime", required=True)
-        assert scope is not None
-        sub = _Reader(scope, self.kind, self.request_id, f"{self.prefix}runtime.")
-        sub.known(_RUNTIME_FIELDS)
-        return RuntimeScope(sub.required_str("agent_id"), sub.required_str("conversation_id"))
 
 
 # --- server → client ------------------------------------------------------------------------

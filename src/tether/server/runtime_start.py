@@ -17,13 +17,17 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.backends.local.store import LocalStore
 from tether.cli.runner import Prepared, system_text
 from tether.errors import UsageError
 from tether.runtime.checkpoints import CheckpointStore
 from tether.server.protocol_v2 import RuntimeScope, RuntimeStart
+
+if TYPE_CHECKING:
+    from tether.server.auth import Grant
+    from tether.server.runtime import ConversationRuntime
 
 
 @dataclass
@@ -43,6 +47,85 @@ class Resolved:
     scope: RuntimeScope
     created_agent: bool
     created_conversation: bool
+
+
+def start_runtime(
+    ctx: ServerContext,
+    runtimes: dict[RuntimeScope, ConversationRuntime],
+    instance: str,
+    grant: Grant,
+    frame: RuntimeStart,
+) -> tuple[ConversationRuntime, Resolved]:
+    """The runtime a `runtime_start` names, started (into `runtimes`) or joined. Every check
+    that can refuse runs before anything is looked up or created: the grant (ids, then mode),
+    the working directory, the folder's settings for a scoped client, the sandbox request."""
+    from tether.server.protocol_v2 import EventStream
+    from tether.server.runtime import ConversationRuntime
+
+    refusal = grant.refusal(
+        frame.agent_id,
+        frame.conversation_id if frame.conversation_id != "default" else None,
+        create_agent=frame.create_agent is not None,
+        create_conversation=frame.create_conversation is not None,
+    )
+    if refusal is not None:  # before any lookup: the answer reveals nothing
+        raise UsageError(refusal)
+    home = ctx.store.home
+    cwd = check_workspace(frame.cwd, ctx.default_cwd, home, scoped=grant.scoped)
+    if frame.sandbox_root is not None and Path(frame.sandbox_root).resolve() != cwd:
+        raise UsageError(
+            f"workspace_sandbox.root {frame.sandbox_root!r} must be the runtime's cwd ({cwd}): "
+            "this server sandboxes the working directory in place"
+        )
+    if grant.scoped:
+        check_scoped_folder(home, cwd)
+    mode = effective_mode(home, cwd, frame.mode)
+    refusal = grant.mode_refusal(mode)
+    if refusal is not None:
+        raise UsageError(refusal if frame.mode else f"{refusal}; the settings for {cwd} ask for it")
+    # A scoped client answers its own approvals: only the kernel bounds what it runs.
+    sandboxed = frame.workspace_sandbox or grant.scoped
+    if sandboxed and (why := sandbox_available()) is not None:
+        if frame.workspace_sandbox:
+            raise UsageError(f"workspace_sandbox cannot be enforced on this server: {why}")
+        raise UsageError(
+            "this connection's token is scoped, so its conversations run in the workspace "
+            f"sandbox, which cannot be enforced on this server: {why}"
+        )
+    resolved = resolve_runtime(ctx, frame)
+    refusal = grant.refusal(resolved.scope.agent_id, resolved.scope.conversation_id)
+    if refusal is not None:  # `default` named a conversation the token does not hold
+        raise UsageError(refusal)
+    rt = runtimes.get(resolved.scope)
+    if rt is None:
+        prepared = build_prepared(
+            ctx, resolved.scope, cwd, frame.mode, workspace_sandbox=sandboxed
+        )
+        rt = ConversationRuntime(ctx, prepared, EventStream(resolved.scope, instance))
+        runtimes[resolved.scope] = rt
+        return rt, resolved
+    # Another client started it: it must already be what this one asks for and may use.
+    running = rt.p.flags.permission_mode
+    refusal = grant.mode_refusal(running)
+    if refusal is not None:
+        raise UsageError(f"{refusal}: this conversation's runtime runs in it")
+    if frame.cwd is not None and cwd != rt.p.cwd:
+        raise UsageError(
+            f"this conversation's runtime already runs in {rt.p.cwd}; move it with "
+            "change_device_state{cwd} instead of a second runtime_start"
+        )
+    if frame.mode is not None and mode != running:
+        raise UsageError(
+            f"this conversation's runtime already runs in mode {running}; change it with "
+            "change_device_state{mode}"
+        )
+    if sandboxed and not rt.sandboxed:
+        why = "" if frame.workspace_sandbox else " (a scoped token's conversations need it)"
+        raise UsageError(
+            f"this conversation's runtime already runs without the workspace sandbox{why}; "
+            "it cannot be added to a running runtime"
+        )
+    return rt, resolved
 
 
 def resolve_runtime(ctx: ServerContext, start: RuntimeStart) -> Resolved:
