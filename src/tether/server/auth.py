@@ -17,7 +17,9 @@ Permission modes (issue 14): a scoped token runs its conversations in `strict` o
 only; its `"modes"` claim may add `acceptEdits` (edits inside the runtime's workspace), never
 `unrestricted` (such a token is refused, 401). Any token may carry `"modes"` to limit itself.
 The server also refuses a scoped client a working directory that holds tether's own state
-(`app_server.check_workspace`).
+(`runtime_start.check_workspace`) and any loosening from a trusted folder's project settings
+(`check_scoped_folder`), and runs its conversations in the workspace sandbox: it answers its
+own approvals, so the kernel is what bounds it.
 
 Time claims (`exp` required, `nbf`, `iat`) must be JSON numbers within years 0..9999: NaN,
 ±Infinity, 1e999, booleans, strings and huge integers are refused (401), as are tokens over
