@@ -262,7 +262,7 @@ def _normalise_git(
                 value = word[2:] if word.startswith("-c") else word.split("=", 1)[1]
             i += 1
         if word.startswith(("-c", "--config-env")) and (
-            value is None or _GIT_PROGRAM_KEYS.match(value.split("=", 1)[0].strip())
+            value is None or _runs_program(value, env=word.startswith("--config-env"))
         ):
             return f"sets git config `{value or '…'}`, which can make git run any program"
         if word.startswith("--exec-path"):
@@ -278,6 +278,18 @@ def _normalise_git(
     if risky:
         return (*kept, *argv[i:]), forms, moved, blocked or risky
     return normal, forms, moved, blocked
+
+
+def _runs_program(setting: str, *, env: bool) -> bool:
+    """Whether `git -c KEY=VALUE` (or `--config-env=KEY=VAR`: the value is unknown) makes git run
+    a program, defines an alias, includes config or moves hooks."""
+    from tether.core.permissions.gitconfig import program_key
+
+    key, _, value = setting.partition("=")
+    key = key.strip()
+    if _GIT_PROGRAM_KEYS.match(key):
+        return True
+    return program_key(key, "x" if env else value)
 
 
 def _tails(argv: Argv) -> tuple[Argv, ...]:
