@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import os
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -43,6 +42,7 @@ from typing import Any, NoReturn
 import orjson
 
 from tether.backends.local import resume_index
+from tether.backends.local.damage import fused_records
 from tether.backends.local.locks import create_exclusive, write_all, writing
 from tether.backends.local.resume_index import Where
 from tether.backends.local.settlement import settle_orphaned_tool_calls
@@ -199,7 +199,7 @@ class Transcript:
             try:
                 entry = loads(lines[i])
             except orjson.JSONDecodeError as exc:
-                fused = _fused_records(lines[i])
+                fused = fused_records(lines[i])
                 if fused:
                     self._corrupt(base + i + 1, fused)
                 if i == last and not torn_tail:
@@ -228,7 +228,7 @@ class Transcript:
         if torn_tail:
             # A cut-short write is a prefix of one entry; a whole entry inside it means a
             # committed record lost its newline: damage, never a tail to cut off.
-            fused = _fused_records(data[end:])
+            fused = fused_records(data[end:])
             if fused:
                 self._corrupt(base + len(lines) + 1, fused)
         self._good_size += good
@@ -465,37 +465,6 @@ class Transcript:
         expected = st.st_size == self._good_size
         self._key = (st.st_ino, st.st_size, st.st_mtime_ns) if expected else None
         return offset
-
-
-_ENTRY_TYPES = ("session", "message", "compaction", "rollback")
-
-
-def _fused_records(line: bytes) -> str | None:
-    """Why `line` is damage rather than a torn write, if it holds a complete entry followed or
-    preceded by more bytes (two records fused by a lost newline); None otherwise. A line that is
-    exactly one entry is not fused (a write cut just before its newline was never acknowledged).
-    """
-    text = line.decode("utf-8", errors="replace")
-    decoder = json.JSONDecoder()
-    start = text.find('{"type":')
-    while start != -1:
-        try:
-            entry, stop = decoder.raw_decode(text, start)
-        except ValueError:
-            start = text.find('{"type":', start + 1)
-            continue
-        whole = start == 0 and not text[stop:].strip()
-        # Only a whole entry counts: a torn entry's prefix holds complete content parts
-        # ({"type":"text",...}), which are not records.
-        is_entry = isinstance(entry, dict) and entry.get("type") in _ENTRY_TYPES
-        if is_entry and isinstance(entry.get("id"), str) and not whole:
-            where = f"column {stop + 1}" if start == 0 else f"column {start + 1}"
-            return (
-                f"two JSON documents on one line: a {entry.get('type')!r} entry and more bytes "
-                f"meet at {where} (a lost newline?)"
-            )
-        start = text.find('{"type":', stop)
-    return None
 
 
 def _entry_bytes(kind: str, eid: str, parent: str | None, fields: bytes) -> bytes:
