@@ -260,6 +260,11 @@ class _Server(ThreadingHTTPServer):
 
     def get_request(self) -> tuple[Any, Any]:
         sock, addr = super().get_request()
+        if self.fake.keep_alive:
+            # Each SSE event is its own small write; without this, Nagle holds the body's last
+            # bytes for the client's delayed ACK (~40 ms), which only a connection still open
+            # after the answer would notice. Real API servers send immediately too.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.tls is not None:  # the handshake runs in the handler thread, after the RTT
             sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         with self._open_lock:
