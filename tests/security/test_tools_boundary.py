@@ -49,41 +49,90 @@ def _nothing(world: World) -> None:
 
 
 CASES = [
-    Case("read-ssh-key-via-symlink", _link("k", lambda w: w.home / ".ssh" / "id_rsa"),
-         lambda w: tool("Read", file_path="k"), sandbox_only=True, refused_in=("Read refused",)),
-    Case("read-netrc-via-symlink", _link("n", lambda w: w.home / ".netrc"),
-         lambda w: tool("Read", file_path="n"), sandbox_only=True, refused_in=("Read refused",)),
-    Case("read-ssh-key-direct", _nothing,
-         lambda w: tool("Read", file_path=str(w.home / ".ssh" / "id_rsa")), sandbox_only=True),
-    Case("read-provider-key-via-symlink",
-         _link("p", lambda w: w.tether_home / "providers" / "anthropic.json"),
-         lambda w: tool("Read", file_path="p"), refused_in=("Read refused",)),
-    Case("read-provider-key-via-symlinked-dir", _link("d", lambda w: w.tether_home),
-         lambda w: tool("Read", file_path="d/providers/anthropic.json"),
-         refused_in=("Read refused",)),
-    Case("read-provider-key-direct", _nothing,
-         lambda w: tool("Read", file_path=str(w.tether_home / "providers" / "anthropic.json"))),
-    Case("read-provider-key-via-proc-root", _nothing,
-         lambda w: tool("Read", file_path=f"/proc/self/root{w.tether_home}/providers/anthropic.json")),
-    Case("grep-home", _nothing,
-         lambda w: tool("Grep", pattern=CANARY_REGEX, path=str(w.home), output_mode="content"),
-         sandbox_only=True),
-    Case("grep-tether-home", _nothing,
-         lambda w: tool("Grep", pattern=CANARY_REGEX, path=str(w.tether_home),
-                        output_mode="content")),
-    Case("grep-through-symlinked-dir", _link("th", lambda w: w.tether_home),
-         lambda w: tool("Grep", pattern=CANARY_REGEX, path="th", output_mode="content")),
-    Case("grep-through-symlinked-file",
-         _link("p", lambda w: w.tether_home / "providers" / "anthropic.json"),
-         lambda w: tool("Grep", pattern=CANARY_REGEX, output_mode="content", glob=NOT_DOTFILES)),
-    Case("grep-home-through-symlinked-file", _link("k", lambda w: w.home / ".ssh" / "id_rsa"),
-         lambda w: tool("Grep", pattern=CANARY_REGEX, output_mode="content", glob=NOT_DOTFILES)),
-    Case("glob-through-symlinked-dir", _link("keys", lambda w: w.tether_home / "providers"),
-         lambda w: tool("Glob", pattern="keys/**")),
-    Case("glob-ssh-through-symlinked-dir", _link("s", lambda w: w.home / ".ssh"),
-         lambda w: tool("Glob", pattern="s/*"), sandbox_only=True),
-    Case("ls-provider-keys", _nothing,
-         lambda w: tool("LS", path=str(w.tether_home / "providers"))),
+    Case(
+        "read-ssh-key-via-symlink",
+        _link("k", lambda w: w.home / ".ssh" / "id_rsa"),
+        lambda w: tool("Read", file_path="k"),
+        sandbox_only=True,
+        refused_in=("Read refused",),
+    ),
+    Case(
+        "read-netrc-via-symlink",
+        _link("n", lambda w: w.home / ".netrc"),
+        lambda w: tool("Read", file_path="n"),
+        sandbox_only=True,
+        refused_in=("Read refused",),
+    ),
+    Case(
+        "read-ssh-key-direct",
+        _nothing,
+        lambda w: tool("Read", file_path=str(w.home / ".ssh" / "id_rsa")),
+        sandbox_only=True,
+    ),
+    Case(
+        "read-provider-key-via-symlink",
+        _link("p", lambda w: w.tether_home / "providers" / "anthropic.json"),
+        lambda w: tool("Read", file_path="p"),
+        refused_in=("Read refused",),
+    ),
+    Case(
+        "read-provider-key-via-symlinked-dir",
+        _link("d", lambda w: w.tether_home),
+        lambda w: tool("Read", file_path="d/providers/anthropic.json"),
+        refused_in=("Read refused",),
+    ),
+    Case(
+        "read-provider-key-direct",
+        _nothing,
+        lambda w: tool("Read", file_path=str(w.tether_home / "providers" / "anthropic.json")),
+    ),
+    Case(
+        "read-provider-key-via-proc-root",
+        _nothing,
+        lambda w: tool(
+            "Read", file_path=f"/proc/self/root{w.tether_home}/providers/anthropic.json"
+        ),
+    ),
+    Case(
+        "grep-home",
+        _nothing,
+        lambda w: tool("Grep", pattern=CANARY_REGEX, path=str(w.home), output_mode="content"),
+        sandbox_only=True,
+    ),
+    Case(
+        "grep-tether-home",
+        _nothing,
+        lambda w: tool(
+            "Grep", pattern=CANARY_REGEX, path=str(w.tether_home), output_mode="content"
+        ),
+    ),
+    Case(
+        "grep-through-symlinked-dir",
+        _link("th", lambda w: w.tether_home),
+        lambda w: tool("Grep", pattern=CANARY_REGEX, path="th", output_mode="content"),
+    ),
+    Case(
+        "grep-through-symlinked-file",
+        _link("p", lambda w: w.tether_home / "providers" / "anthropic.json"),
+        lambda w: tool("Grep", pattern=CANARY_REGEX, output_mode="content", glob=NOT_DOTFILES),
+    ),
+    Case(
+        "grep-home-through-symlinked-file",
+        _link("k", lambda w: w.home / ".ssh" / "id_rsa"),
+        lambda w: tool("Grep", pattern=CANARY_REGEX, output_mode="content", glob=NOT_DOTFILES),
+    ),
+    Case(
+        "glob-through-symlinked-dir",
+        _link("keys", lambda w: w.tether_home / "providers"),
+        lambda w: tool("Glob", pattern="keys/**"),
+    ),
+    Case(
+        "glob-ssh-through-symlinked-dir",
+        _link("s", lambda w: w.home / ".ssh"),
+        lambda w: tool("Glob", pattern="s/*"),
+        sandbox_only=True,
+    ),
+    Case("ls-provider-keys", _nothing, lambda w: tool("LS", path=str(w.tether_home / "providers"))),
 ]
 # What must never appear in the answer, besides the canary: names inside hidden trees.
 HIDDEN_NAMES = ("anthropic.json", "id_rsa")
@@ -91,8 +140,11 @@ HIDDEN_NAMES = ("anthropic.json", "id_rsa")
 
 def _outcome(world: World, case: Case, env: dict[str, str], args: tuple[str, ...]) -> Any:
     case.setup(world)
-    before = {p: p.read_bytes() for p in world.root.rglob("*") if p.is_file() and
-              not p.is_relative_to(world.tether_home / "conversations")}
+    before = {
+        p: p.read_bytes()
+        for p in world.root.rglob("*")
+        if p.is_file() and not p.is_relative_to(world.tether_home / "conversations")
+    }
     outcome = attempt(world, case.call(world), args=args, env=env)
     assert outcome.run.code == 0, outcome.explain()
     assert len(outcome.results) == 1, outcome.explain()
@@ -113,8 +165,11 @@ def test_sandbox_on_unrestricted_tools_keep_the_boundary(world: World, case: Cas
         assert words in output, outcome.explain()
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if not c.sandbox_only],
-                         ids=[c.name for c in CASES if not c.sandbox_only])
+@pytest.mark.parametrize(
+    "case",
+    [c for c in CASES if not c.sandbox_only],
+    ids=[c.name for c in CASES if not c.sandbox_only],
+)
 def test_sandbox_off_unrestricted_tools_never_reach_tether_state(world: World, case: Case) -> None:
     outcome = _outcome(world, case, NO_SANDBOX, UNRESTRICTED)
     if case.call(world)["name"] != "Read":
@@ -129,13 +184,17 @@ def test_default_mode_leaks_nothing(world: World, case: Case) -> None:
 
 
 @pytest.mark.parametrize("env", [SANDBOX, NO_SANDBOX], ids=["sandbox", "no-sandbox"])
-@pytest.mark.parametrize("call", [
-    {"name": "Read", "arguments": {"file_path": "pipe"}},
-    {"name": "Read", "arguments": {"file_path": "via"}},
-    {"name": "Grep", "arguments": {"pattern": "x", "path": "pipe"}},
-    {"name": "Grep", "arguments": {"pattern": "demo"}},
-    {"name": "Edit", "arguments": {"file_path": "pipe", "old_string": "a", "new_string": "b"}},
-], ids=["read", "read-via-symlink", "grep-file", "grep-tree", "edit"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        {"name": "Read", "arguments": {"file_path": "pipe"}},
+        {"name": "Read", "arguments": {"file_path": "via"}},
+        {"name": "Grep", "arguments": {"pattern": "x", "path": "pipe"}},
+        {"name": "Grep", "arguments": {"pattern": "demo"}},
+        {"name": "Edit", "arguments": {"file_path": "pipe", "old_string": "a", "new_string": "b"}},
+    ],
+    ids=["read", "read-via-symlink", "grep-file", "grep-tree", "edit"],
+)
 def test_a_fifo_is_never_read_and_never_hangs_the_run(
     world: World, env: dict[str, str], call: dict[str, Any]
 ) -> None:
@@ -151,23 +210,49 @@ def test_a_fifo_is_never_read_and_never_hangs_the_run(
 
 
 WRITE_CASES = [
-    ("write-via-preplaced-link", _link("link", lambda w: w.outside / "target.txt"),
-     lambda w: tool("Write", file_path="link", content="PWNED\n")),
-    ("write-via-dangling-link-to-bashrc", _link("rc", lambda w: w.home / ".bashrc"),
-     lambda w: tool("Write", file_path="rc", content="PWNED\n")),
-    ("write-via-symlinked-parent", _link("d", lambda w: w.outside),
-     lambda w: tool("Write", file_path="d/target.txt", content="PWNED\n")),
-    ("edit-via-preplaced-link", _link("link", lambda w: w.outside / "target.txt"),
-     lambda w: tool("Edit", file_path="link", old_string="original", new_string="PWNED")),
-    ("multiedit-via-symlinked-parent", _link("d", lambda w: w.outside),
-     lambda w: tool("MultiEdit", file_path="d/target.txt",
-                    edits=[{"old_string": "original", "new_string": "PWNED"}])),
-    ("write-provider-keys", _nothing,
-     lambda w: tool("Write", file_path=str(w.tether_home / "providers" / "anthropic.json"),
-                    content="PWNED\n")),
-    ("edit-provider-keys-via-link", _link("p", lambda w: w.tether_home / "providers" /
-                                          "anthropic.json"),
-     lambda w: tool("Edit", file_path="p", old_string="api_key", new_string="PWNED")),
+    (
+        "write-via-preplaced-link",
+        _link("link", lambda w: w.outside / "target.txt"),
+        lambda w: tool("Write", file_path="link", content="PWNED\n"),
+    ),
+    (
+        "write-via-dangling-link-to-bashrc",
+        _link("rc", lambda w: w.home / ".bashrc"),
+        lambda w: tool("Write", file_path="rc", content="PWNED\n"),
+    ),
+    (
+        "write-via-symlinked-parent",
+        _link("d", lambda w: w.outside),
+        lambda w: tool("Write", file_path="d/target.txt", content="PWNED\n"),
+    ),
+    (
+        "edit-via-preplaced-link",
+        _link("link", lambda w: w.outside / "target.txt"),
+        lambda w: tool("Edit", file_path="link", old_string="original", new_string="PWNED"),
+    ),
+    (
+        "multiedit-via-symlinked-parent",
+        _link("d", lambda w: w.outside),
+        lambda w: tool(
+            "MultiEdit",
+            file_path="d/target.txt",
+            edits=[{"old_string": "original", "new_string": "PWNED"}],
+        ),
+    ),
+    (
+        "write-provider-keys",
+        _nothing,
+        lambda w: tool(
+            "Write",
+            file_path=str(w.tether_home / "providers" / "anthropic.json"),
+            content="PWNED\n",
+        ),
+    ),
+    (
+        "edit-provider-keys-via-link",
+        _link("p", lambda w: w.tether_home / "providers" / "anthropic.json"),
+        lambda w: tool("Edit", file_path="p", old_string="api_key", new_string="PWNED"),
+    ),
 ]
 
 
@@ -175,8 +260,12 @@ WRITE_CASES = [
 @pytest.mark.parametrize("mode", ["unrestricted", "acceptEdits"])
 @pytest.mark.parametrize(("name", "setup", "call"), WRITE_CASES, ids=[c[0] for c in WRITE_CASES])
 def test_writes_do_not_follow_links_out_of_the_workspace(
-    world: World, env: dict[str, str], mode: str, name: str,
-    setup: Callable[[World], None], call: Callable[[World], dict[str, Any]],
+    world: World,
+    env: dict[str, str],
+    mode: str,
+    name: str,
+    setup: Callable[[World], None],
+    call: Callable[[World], dict[str, Any]],
 ) -> None:
     target = world.outside / "target.txt"
     target.write_text("outside original\n")
@@ -200,17 +289,23 @@ def test_task_output_never_reads_a_log_the_task_swapped(
     from tether.testing.fake_provider import FakeProvider
 
     log = 'L=$(echo "$TETHER_HOME"/tmp/*/bash_1.log)'
-    plant = (f'{log}; ln -sf "$TETHER_HOME/providers/anthropic.json" "$L"' if swap == "symlink"
-             else f'{log}; rm -f "$L"; mkfifo "$L"')
+    plant = (
+        f'{log}; ln -sf "$TETHER_HOME/providers/anthropic.json" "$L"'
+        if swap == "symlink"
+        else f'{log}; rm -f "$L"; mkfifo "$L"'
+    )
     script: list[dict[str, Any]] = [
         {"tool_calls": [bash(f"{plant}; echo planted", run_in_background=True)]},
         {"tool_calls": [tool("TaskOutput", task_id="bash_1", block=True, timeout=10000)]},
         {"text": "done"},
     ]
     with FakeProvider(script) as fake:
-        run = run_tether(["-p", "go", "--model", MODEL, "--output-format", "stream-json",
-                          *UNRESTRICTED], env=world.env(fake.url, env), cwd=world.project,
-                         timeout=60)
+        run = run_tether(
+            ["-p", "go", "--model", MODEL, "--output-format", "stream-json", *UNRESTRICTED],
+            env=world.env(fake.url, env),
+            cwd=world.project,
+            timeout=60,
+        )
     results = [e for e in run.events if e.get("message_type") == "tool_return_message"]
     assert run.code == 0 and len(results) == 2, run.stdout[-3000:] + run.stderr[-2000:]
     assert CANARY_SECRET not in run.stdout

@@ -27,10 +27,16 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("read-nul", tool("Read", file_path="README.md\0/../../outside/x"), "file_path"),
     ("read-long", tool("Read", file_path=LONG), "file_path"),
     ("write-nul", tool("Write", file_path="PWNED_MARKER\0.txt", content="x"), "file_path"),
-    ("edit-nul", tool("Edit", file_path="README\0.md", old_string="demo", new_string="x"),
-     "file_path"),
-    ("multiedit-nul", tool("MultiEdit", file_path="\0", edits=[
-        {"old_string": "demo", "new_string": "x"}]), "file_path"),
+    (
+        "edit-nul",
+        tool("Edit", file_path="README\0.md", old_string="demo", new_string="x"),
+        "file_path",
+    ),
+    (
+        "multiedit-nul",
+        tool("MultiEdit", file_path="\0", edits=[{"old_string": "demo", "new_string": "x"}]),
+        "file_path",
+    ),
     ("grep-path-nul", tool("Grep", pattern="demo", path=".\0"), "path"),
     ("grep-glob-nul", tool("Grep", pattern="demo", glob="*\0.md"), "glob"),
     ("grep-pattern-nul", tool("Grep", pattern="de\0mo"), "pattern"),
@@ -38,11 +44,13 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("glob-path-nul", tool("Glob", pattern="*", path="\0"), "path"),
     ("ls-nul", tool("LS", path="/\0"), "path"),
     ("ls-ignore-nul", tool("LS", ignore=["a\0"]), "ignore[0]"),
-    ("task-output-nul", tool("TaskOutput", task_id="bash_1\0", block=False, timeout=0),
-     "task_id"),
+    ("task-output-nul", tool("TaskOutput", task_id="bash_1\0", block=False, timeout=0), "task_id"),
     ("task-stop-nul", tool("TaskStop", task_id="\0"), "task_id"),
-    ("todo-nul", tool("TodoWrite", todos=[{"content": "a\0", "status": "pending",
-                                           "activeForm": "b"}]), "todos[0].content"),
+    (
+        "todo-nul",
+        tool("TodoWrite", todos=[{"content": "a\0", "status": "pending", "activeForm": "b"}]),
+        "todos[0].content",
+    ),
     ("bash-nul", bash("touch PWNED_MARKER\0; touch PWNED_MARKER2"), "command"),
 ]
 
@@ -75,10 +83,22 @@ class Peer:
 
     def __init__(self, url: str, world: World, env: dict[str, str], *args: str) -> None:
         self.proc = subprocess.Popen(
-            [TETHER, "--input-format", "stream-json", "--output-format", "stream-json", "-m",
-             MODEL, *args],
-            env=world.env(url, env), cwd=world.project, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                TETHER,
+                "--input-format",
+                "stream-json",
+                "--output-format",
+                "stream-json",
+                "-m",
+                MODEL,
+                *args,
+            ],
+            env=world.env(url, env),
+            cwd=world.project,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
         self.seen: list[dict[str, Any]] = []
@@ -110,13 +130,21 @@ class Peer:
                 continue
             self.seen.append(event)
             if event.get("type") == "control_request":
-                self.send({"type": "control_response", "response": {
-                    "subtype": "success", "request_id": event["request_id"],
-                    "response": {"behavior": "allow"}}})
+                self.send(
+                    {
+                        "type": "control_response",
+                        "response": {
+                            "subtype": "success",
+                            "request_id": event["request_id"],
+                            "response": {"behavior": "allow"},
+                        },
+                    }
+                )
             if event.get("type") == "result":
                 return event
-        raise AssertionError(f"no result (exit {self.proc.poll()}); saw "
-                             f"{[e.get('type') for e in self.seen]}")
+        raise AssertionError(
+            f"no result (exit {self.proc.poll()}); saw {[e.get('type') for e in self.seen]}"
+        )
 
     def close(self) -> tuple[int, str]:
         assert self.proc.stdin is not None and self.proc.stderr is not None
@@ -130,16 +158,31 @@ class Peer:
 
 
 @pytest.mark.parametrize("env", [SANDBOX, NO_SANDBOX], ids=["sandbox", "no-sandbox"])
-@pytest.mark.parametrize(("name", "call", "argument"),
-                         [c for c in BAD_CALLS if c[0] in ("read-nul", "write-nul", "grep-path-nul",
-                                                          "glob-pattern-nul", "bash-nul",
-                                                          "task-output-nul")],
-                         ids=["read", "write", "grep", "glob", "bash", "task-output"])
+@pytest.mark.parametrize(
+    ("name", "call", "argument"),
+    [
+        c
+        for c in BAD_CALLS
+        if c[0]
+        in (
+            "read-nul",
+            "write-nul",
+            "grep-path-nul",
+            "glob-pattern-nul",
+            "bash-nul",
+            "task-output-nul",
+        )
+    ],
+    ids=["read", "write", "grep", "glob", "bash", "task-output"],
+)
 def test_stream_json_session_survives_a_bad_argument(
     world: World, env: dict[str, str], name: str, call: dict[str, Any], argument: str
 ) -> None:
-    script: list[dict[str, Any]] = [{"tool_calls": [call]}, {"text": "first done"},
-                                    {"text": "second answer"}]
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [call]},
+        {"text": "first done"},
+        {"text": "second answer"},
+    ]
     with FakeProvider(script) as fake:
         peer = Peer(fake.url, world, env)
         peer.user("go")
@@ -158,15 +201,20 @@ def test_stream_json_session_survives_a_bad_argument(
 
 def test_arguments_with_nul_in_file_content_are_data(world: World, tmp_path: Path) -> None:
     """Content is not a path: a NUL there is written as given (only paths and commands refuse it)."""
-    outcome = attempt(world, tool("Write", file_path="data.txt", content="a\0b"),
-                      args=("--permission-mode", "acceptEdits"))
+    outcome = attempt(
+        world,
+        tool("Write", file_path="data.txt", content="a\0b"),
+        args=("--permission-mode", "acceptEdits"),
+    )
     assert outcome.statuses == ["success"], outcome.explain()
     assert (world.project / "data.txt").read_bytes() == b"a\0b"
 
 
-@pytest.mark.parametrize(("name", "call", "argument"),
-                         [c for c in BAD_CALLS if c[0] in ("read-nul", "grep-path-nul", "bash-nul")],
-                         ids=["read", "grep", "bash"])
+@pytest.mark.parametrize(
+    ("name", "call", "argument"),
+    [c for c in BAD_CALLS if c[0] in ("read-nul", "grep-path-nul", "bash-nul")],
+    ids=["read", "grep", "bash"],
+)
 def test_app_server_conversation_survives_a_bad_argument(
     world: World, name: str, call: dict[str, Any], argument: str
 ) -> None:
@@ -180,13 +228,17 @@ def test_app_server_conversation_survives_a_bad_argument(
     from tests.server.support import Client as ServerClient
     from tests.server.support import ServerProcess, server_env
 
-    script: list[dict[str, Any]] = [{"tool_calls": [call]}, {"text": "first done"},
-                                    {"text": "second answer"}]
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [call]},
+        {"text": "first done"},
+        {"text": "second answer"},
+    ]
     with FakeProvider(script) as fake:
         env = server_env(fake.url, world.tether_home, world.root)
         env["HOME"] = str(world.home)
         server = ServerProcess(env, world.project)
         try:
+
             async def scenario() -> list[Any]:
                 async with connect(server.url) as ws:
                     c = ServerClient(ws)

@@ -20,8 +20,13 @@ GOOD: dict[str, dict[str, Any]] = {
     "Edit": {"file_path": "a.txt", "old_string": "hello", "new_string": "bye"},
     "MultiEdit": {"file_path": "a.txt", "edits": [{"old_string": "hello", "new_string": "x"}]},
     "Glob": {"pattern": "*.txt", "path": "."},
-    "Grep": {"pattern": "hello", "path": ".", "glob": "*.txt", "type": "txt",
-             "output_mode": "content"},
+    "Grep": {
+        "pattern": "hello",
+        "path": ".",
+        "glob": "*.txt",
+        "type": "txt",
+        "output_mode": "content",
+    },
     "LS": {"path": ".", "ignore": ["x"]},
     "TodoWrite": {"todos": [{"content": "c", "status": "pending", "activeForm": "a"}]},
     "TaskOutput": {"task_id": "bash_1", "block": False, "timeout": 0},
@@ -36,9 +41,13 @@ def _string_arguments() -> list[tuple[str, str, str]]:
     """(tool, argument, kind of bad text); content arguments may hold NUL bytes."""
     names = {tool.name for tool in builtin_tools()}
     assert names == set(GOOD), "a new built-in tool needs a row in GOOD"
-    return [(tool, arg, kind) for tool, args in GOOD.items() for arg, v in args.items()
-            for kind in sorted(BAD)
-            if isinstance(v, str) and not (kind == "nul" and (tool, arg) in CONTENT)]
+    return [
+        (tool, arg, kind)
+        for tool, args in GOOD.items()
+        for arg, v in args.items()
+        for kind in sorted(BAD)
+        if isinstance(v, str) and not (kind == "nul" and (tool, arg) in CONTENT)
+    ]
 
 
 def _tool(name: str) -> Any:
@@ -46,8 +55,9 @@ def _tool(name: str) -> Any:
 
 
 @pytest.mark.parametrize(("name", "argument", "kind"), _string_arguments())
-def test_bad_text_in_any_argument_is_named(tmp_path: Path, name: str, argument: str,
-                                           kind: str) -> None:
+def test_bad_text_in_any_argument_is_named(
+    tmp_path: Path, name: str, argument: str, kind: str
+) -> None:
     (tmp_path / "a.txt").write_text("hello\n")
     args = {**GOOD[name], argument: BAD[kind]}
     tool = _tool(name)
@@ -69,13 +79,19 @@ def test_overlong_path_is_named(tmp_path: Path, name: str) -> None:
 
 
 def test_nested_and_listed_strings_are_checked(tmp_path: Path) -> None:
-    result = run_tool(_tool("MultiEdit"), {"file_path": "a.txt", "edits": [
-        {"old_string": "a\ud800", "new_string": "b"}]}, tmp_path)
+    result = run_tool(
+        _tool("MultiEdit"),
+        {"file_path": "a.txt", "edits": [{"old_string": "a\ud800", "new_string": "b"}]},
+        tmp_path,
+    )
     assert result.is_error and "edits[0]" in result.output and "surrogate" in result.output
     result = run_tool(_tool("LS"), {"ignore": ["ok", "b\0d"]}, tmp_path)
     assert result.is_error and "`ignore[1]`" in result.output
-    result = run_tool(_tool("TodoWrite"), {"todos": [
-        {"content": "ok", "status": "pending", "activeForm": "x\0"}]}, tmp_path)
+    result = run_tool(
+        _tool("TodoWrite"),
+        {"todos": [{"content": "ok", "status": "pending", "activeForm": "x\0"}]},
+        tmp_path,
+    )
     assert result.is_error and "todos[0].activeForm" in result.output
 
 
@@ -96,24 +112,37 @@ def test_helpers(tmp_path: Path) -> None:
 DEEP_BRACES = "{" * 1500 + "a" + "}" * 1500
 
 
-@pytest.mark.parametrize(("name", "args", "argument"), [
-    ("Glob", {"pattern": DEEP_BRACES}, "glob pattern"),
-    ("Glob", {"pattern": "[z-a]"}, "glob pattern"),
-    ("Grep", {"pattern": "x", "glob": DEEP_BRACES}, "glob pattern"),
-    ("Grep", {"pattern": "(" * 1000 + ")" * 1000}, "regex pattern"),
-    ("Grep", {"pattern": "[z-a]"}, "regex pattern"),
-    ("LS", {"ignore": ["[z-a]"]}, "`ignore`"),
-    ("LS", {"ignore": [DEEP_BRACES]}, "`ignore`"),
-], ids=["glob-deep", "glob-range", "grep-glob-deep", "grep-regex-deep", "grep-range",
-        "ls-range", "ls-deep"])
-def test_hostile_patterns_are_clear_errors(tmp_path: Path, name: str, args: dict[str, Any],
-                                           argument: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "args", "argument"),
+    [
+        ("Glob", {"pattern": DEEP_BRACES}, "glob pattern"),
+        ("Glob", {"pattern": "[z-a]"}, "glob pattern"),
+        ("Grep", {"pattern": "x", "glob": DEEP_BRACES}, "glob pattern"),
+        ("Grep", {"pattern": "(" * 1000 + ")" * 1000}, "regex pattern"),
+        ("Grep", {"pattern": "[z-a]"}, "regex pattern"),
+        ("LS", {"ignore": ["[z-a]"]}, "`ignore`"),
+        ("LS", {"ignore": [DEEP_BRACES]}, "`ignore`"),
+    ],
+    ids=[
+        "glob-deep",
+        "glob-range",
+        "grep-glob-deep",
+        "grep-regex-deep",
+        "grep-range",
+        "ls-range",
+        "ls-deep",
+    ],
+)
+def test_hostile_patterns_are_clear_errors(
+    tmp_path: Path, name: str, args: dict[str, Any], argument: str
+) -> None:
     result = run_tool(_tool(name), args, tmp_path)  # a RecursionError used to escape
     assert result.is_error and argument in result.output and len(result.output) < 600, result
 
 
 @pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -1, "5", True])
 def test_task_output_timeout_must_be_a_finite_number(tmp_path: Path, timeout: object) -> None:
-    result = run_tool(_tool("TaskOutput"), {"task_id": "bash_1", "block": True,
-                                            "timeout": timeout}, tmp_path)
+    result = run_tool(
+        _tool("TaskOutput"), {"task_id": "bash_1", "block": True, "timeout": timeout}, tmp_path
+    )
     assert result.is_error and "timeout" in result.output

