@@ -120,6 +120,7 @@ class ShellCheck:
         self.commands = [c for c in self.analysis.commands if c.role == "command"]
         self._words: dict[tuple[int, bool], list[PathRef]] = {}  # path words, resolved once
         self._globs: dict[tuple[str, str], list[str] | None] = {}  # glob matches on disk
+        self._unseen: str | None = None  # a read-only command reading files named at run time
 
     def decide(self) -> Decision:
         rules, mode = self.rules, self.policy.mode
@@ -176,6 +177,11 @@ class ShellCheck:
             matched.append(admitted)
         rules_used = [m for m in matched if not m.startswith(_READ_ONLY)]
         summary = ", ".join(dict.fromkeys(matched)) or "the command runs nothing"
+        if (rules_used or granted) and self._unseen is not None:
+            # what the read-only part reads is only known at run time: safe confined, and a
+            # rule or the mode would make the whole command run unconfined
+            return Decision("ask", f"`{self._unseen}` reads files named only at run time, and "
+                                   "the rest of the command cannot run confined")
         if rules_used or granted:
             return Decision("allow", f"allowed: {summary}", rules_used[0] if rules_used else None)
         # Admitted by nobody but the read-only analysis: the kernel must hold it to that.
@@ -299,6 +305,8 @@ class ShellCheck:
             return (f"`{shown}` reads the files its input names, which may be files your deny "
                     "rules protect")
         unknown = command.splits or any(w is None for w in command.argv[1:])
+        if unknown and (kind.paths or kind.files):
+            self._unseen = self._unseen or shown
         if unknown and read_denies and (kind.paths or kind.files):
             return (f"`{shown}` reads a file named only at run time, which your deny rules could "
                     "cover")
