@@ -148,3 +148,38 @@ def test_a_storm_of_bad_frames_and_an_oversized_one_leave_other_conversations_wo
                 assert "still here" in said, said
 
         asyncio.run(scenario())
+
+
+def test_a_turn_that_fails_outside_tether_errors_does_not_wedge_the_conversation(
+    project: Path, tether_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transcript path turned into a directory makes the turn fail with an OSError (not a
+    tether error): that turn ends with the error, and the next input still runs."""
+    import shutil
+
+    script = [{"text": "one"}, {"text": "three"}]
+    with FakeProvider(script) as fake:
+        point_at(fake, monkeypatch)
+
+        async def scenario() -> None:
+            async with InProcess(project) as srv, srv.connect() as ws:
+                c = Client(ws)
+                runtime = (await c.start(project))["runtime"]
+                await c.say(runtime, "one")
+                assert (await c.of_type("turn_finished"))["stop_reason"] == "end_turn"
+                assert srv.server is not None
+                transcript = srv.server.ctx.store.conversation_dir(
+                    runtime["agent_id"], runtime["conversation_id"]) / "messages.jsonl"
+                saved = transcript.read_bytes()
+                transcript.unlink()
+                transcript.mkdir()
+                await c.say(runtime, "two", request_id="in-2")
+                broken = await c.of_type("turn_finished", request_id="in-2")
+                assert broken["stop_reason"] == "error" and broken.get("error"), broken
+                shutil.rmtree(transcript)
+                transcript.write_bytes(saved)
+                await c.say(runtime, "three", request_id="in-3")
+                again = await c.of_type("turn_finished", request_id="in-3", timeout=30)
+                assert again["stop_reason"] == "end_turn", again
+
+        asyncio.run(scenario())

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
+import traceback
 import uuid
 from collections import OrderedDict, deque
 from dataclasses import dataclass
@@ -303,7 +305,12 @@ class ConversationRuntime:
             item = self.queue.popleft()
             if item.announced:
                 self.broadcast(self.queue_frame(removed=[item.id]))
-            await self._run(item)
+            try:
+                await self._run(item)
+            except Exception:  # never let one input stop the conversation's worker
+                traceback.print_exc(file=sys.stderr)
+                self.abort_event = None
+                self._set_status("WAITING_ON_INPUT")
 
     def _folder_trusted(self) -> bool:
         from tether.runtime.trust import TrustStore
@@ -370,8 +377,15 @@ class ConversationRuntime:
                     outcome = await run_turn(deps, p.conversation, user)
                 finally:
                     await hooks.settle_leftovers(results)
-        except TetherError as exc:  # a busy conversation, a damaged transcript, a fenced checkpoint
-            error = str(exc)
+        except Exception as exc:
+            # A busy conversation, a damaged transcript, a fenced checkpoint, the disk — or a
+            # bug: the turn ends with the error and the runtime keeps serving its queue (a
+            # worker that died here would leave the conversation wedged for every client).
+            if not isinstance(exc, TetherError):
+                traceback.print_exc(file=sys.stderr)
+            error = str(exc) if isinstance(exc, TetherError) else (
+                f"internal error ({type(exc).__name__}: {exc})"
+            )
             outcome = TurnOutcome(stop_reason="error")
             self.broadcast(
                 self.stream.frame(
