@@ -21,6 +21,7 @@ import pytest
 from tests.requirements import missing, need_bwrap
 from tests.sandbox.support import CountingServer
 from tether.runtime.sandboxing import ShellSandbox, confinement_sandbox, describe_confinement
+from tether.sandbox import SandboxStatus
 from tether.sandbox.landlock import landlock_status
 
 CANARY = "CANARY-confine-5b1d"
@@ -308,3 +309,18 @@ def test_bad_backend_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match='sandbox.backend must be "auto", "bwrap" or "landlock"'):
         confinement_sandbox({}, {"sandbox": {"backend": 3}}, tmp_path, tmp_path / "th", tmp_path / "s")
 
+
+
+def test_landlock_without_scopes_is_not_enough_to_confine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ABI < 6 cannot keep signals inside: auto-allowed commands must ask instead."""
+    import tether.sandbox
+
+    old = SandboxStatus("landlock", None, False, 5, True, ["bwrap missing"])
+    monkeypatch.setattr(tether.sandbox, "probe", lambda: old)
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    assert confinement_sandbox(env, {}, tmp_path, tmp_path / "th", tmp_path / "th" / "s") is None
+    [line] = describe_confinement(env, {}, tmp_path / "th")
+    assert line.startswith("auto-allowed shell commands: NOT confinable here: they will ask")
+    assert "ABI 5 < 6" in line

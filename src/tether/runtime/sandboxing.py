@@ -49,6 +49,9 @@ BACKEND_ENV = "TETHER_SANDBOX_BACKEND"
 BACKENDS: tuple[str, ...] = ("auto", "bwrap", "landlock")
 WORKSPACE_TMP = "sandbox-tmp"
 CONFINED_TMP = "confined-tmp"
+# Landlock alone confines auto-allowed commands only with scopes (ABI 6): signals and abstract
+# Unix sockets stay inside the sandbox.
+MIN_CONFINE_LANDLOCK_ABI = 6
 _ON = ("1", "true")
 _OFF = ("0", "false")
 
@@ -256,9 +259,12 @@ def confinement_sandbox(
     keep_env = _setting_names(section, "keepEnv")
     backend = sandbox_backend(env, settings)
     home = tether_home.expanduser().absolute()
-    chosen, _why = choose_backend(probe(), backend, home)
+    status = probe()
+    chosen, _why = choose_backend(status, backend, home)
     if chosen is None or chosen == "seatbelt":  # Seatbelt: not verified to hide tether home
         return None
+    if chosen == "landlock" and (status.landlock_abi or 0) < MIN_CONFINE_LANDLOCK_ABI:
+        return None  # no scopes: a confined command could signal the user's other processes
     if not cwd.is_absolute() or not scratch.is_absolute():
         return None
     hidden = [home, scratch.absolute()]
@@ -285,6 +291,12 @@ def describe_confinement(
     chosen, why = choose_backend(status, backend, tether_home)
     if chosen == "bwrap":
         layers = "bwrap+seccomp+landlock" if status.landlock_abi else "bwrap+seccomp"
+    elif chosen == "landlock" and (status.landlock_abi or 0) < MIN_CONFINE_LANDLOCK_ABI:
+        return [
+            "auto-allowed shell commands: NOT confinable here: they will ask (Landlock ABI "
+            f"{status.landlock_abi} < {MIN_CONFINE_LANDLOCK_ABI} cannot stop a command from "
+            "signalling the user's other processes, and there is no usable bubblewrap)"
+        ]
     elif chosen == "landlock":
         layers = "landlock+seccomp"
     else:
