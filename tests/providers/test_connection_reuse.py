@@ -123,3 +123,18 @@ def workdir(tmp_path: Path) -> Path:
     d = tmp_path / "project"
     d.mkdir()
     return d
+
+
+def test_turns_of_a_long_lived_process_share_the_connection(workdir: Path) -> None:
+    """Bidirectional stream-json (the SDK's transport): three turns, one connection, one
+    handshake; the process closes it when it exits."""
+    from tests.e2e.test_bidirectional import Client
+
+    with FakeProvider([{"text": f"turn {i}"} for i in range(3)], keep_alive=True, tls=True) as fake:
+        client = Client(fake.url, workdir, env_extra={"SSL_CERT_FILE": str(fake.ca_file)})
+        for i in range(3):
+            client.user(f"hello {i}")
+            assert client.result()["result"] == f"turn {i}"
+        assert client.close() == 0
+        stats = fake.stats()
+    assert stats == {"connections": 1, "handshakes": 1, "resumed_handshakes": 0, "requests": 3}

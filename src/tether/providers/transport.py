@@ -104,11 +104,11 @@ async def stream_post(
     request = _request_head(
         target, headers, len(content), absolute=absolute, user_agent=user_agent, keep_alive=keep
     )
-    pool = await pooling.for_running_loop() if keep else None
+    pool = await pooling.for_running_loop()  # with keep-alive off, for its TLS sessions only
     origin = _origin(target, proxy, env)
     conn: pooling.Connection | None = None
     for fresh_only in (False, True):
-        conn = None if pool is None or fresh_only else pool.take(origin)
+        conn = pool.take(origin) if keep and not fresh_only else None
         if conn is None:
             conn = await _connect(target, proxy, timeout_s, env, origin, pool)
         try:
@@ -131,7 +131,7 @@ async def stream_post(
             raise
     assert conn is not None
     response = Response(status, reason, response_headers, conn.reader, timeout_s)
-    reusable = pool is not None and persistent(version, response_headers)
+    reusable = keep and persistent(version, response_headers)
     try:
         yield response
     except BaseException:
@@ -148,14 +148,8 @@ async def stream_post(
 
 
 def _release(
-    pool: pooling.Pool | None,
-    conn: pooling.Connection,
-    headers: Mapping[str, str],
-    reuse: bool,
+    pool: pooling.Pool, conn: pooling.Connection, headers: Mapping[str, str], reuse: bool
 ) -> None:
-    if pool is None:
-        conn.abort()
-        return
     if not reuse:
         pool.forget(conn)
         return
