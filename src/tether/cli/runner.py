@@ -406,7 +406,8 @@ def prepare(flags: RunFlags) -> Prepared:
     prepared.services["background"] = BackgroundTasks(prepared.scratch)
     from tether.tools.shell_groups import ShellGroups
 
-    prepared.services["shell_groups"] = ShellGroups(prepared.scratch / "shell-groups.jsonl")
+    # Outside the scratch dir, where sandboxed commands can write: the ledger is tether's own.
+    prepared.services["shell_groups"] = ShellGroups.for_conversation(store.home, session.conversation_id)
     sandbox = shell_sandbox_from(env, {"sandbox": settings.sandbox}, cwd, store.home, prepared.scratch)
     prepared.services["sandbox"] = sandbox
     from tether.runtime.confinement import Confinement
