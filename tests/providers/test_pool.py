@@ -14,7 +14,8 @@ import socket
 import ssl
 import struct
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,7 @@ class RawServer:
         self.connections: list[Conn] = []
         self.requests: list[tuple[int, bytes]] = []  # (connection number, body) per request read
         self.resumed: list[bool] = []
+        self.hangups: list[float] = []  # when a dribbling stream found the client gone
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.threads: list[threading.Thread] = []
         self.acceptor = threading.Thread(target=self._accept, daemon=True)
@@ -332,3 +334,53 @@ def test_a_second_tls_connection_resumes_the_session(certificate: tuple[Path, Pa
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return self_signed_certificate(tmp_path_factory.mktemp("tls"))
+
+
+def dribbling(conn: Conn) -> None:
+    """A stream that keeps going until the client hangs up; then answers on later requests."""
+    conn.read_request()
+    conn.sock.sendall(OK)
+    try:
+        while True:
+            conn.sock.sendall(b"%x\r\n%s\r\n" % (len(SSE), SSE))
+            time.sleep(0.02)
+    except OSError:
+        conn.server.hangups.append(time.monotonic())
+
+
+@pytest.mark.parametrize("how", ["cancel", "aclose"])
+def test_an_aborted_stream_closes_its_connection_at_once(how: str) -> None:
+    server = RawServer(dribbling, keep_answering)
+
+    async def consume(seen: asyncio.Event) -> None:
+        async with stream_post(server.url, {}, b"{}", timeout_s=5.0, env={}) as response:
+            async for _ in response.iter_bytes():
+                seen.set()
+
+    async def main() -> None:
+        seen = asyncio.Event()
+        if how == "cancel":  # a task cancelled mid-stream (Ctrl-C, an interrupt)
+            task = asyncio.create_task(consume(seen))
+            await seen.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        else:  # a consumer that stops iterating (aclose of the generator chain)
+            gen = consume_gen()
+            await gen.__anext__()
+            await gen.aclose()
+        pool = pooling.existing()
+        assert pool is not None and pool.idle_count() == 0
+        assert await post(server.url) == SSE
+
+    async def consume_gen() -> AsyncIterator[bytes]:
+        async with stream_post(server.url, {}, b"{}", timeout_s=5.0, env={}) as response:
+            async for piece in response.iter_bytes():
+                yield piece
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.close()
+    assert len(server.connections) == 2
+    assert len(server.hangups) == 1  # the aborted stream's connection was closed
