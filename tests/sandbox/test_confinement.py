@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import stat
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -324,3 +325,14 @@ def test_landlock_without_scopes_is_not_enough_to_confine(
     [line] = describe_confinement(env, {}, tmp_path / "th")
     assert line.startswith("auto-allowed shell commands: NOT confinable here: they will ask")
     assert "ABI 5 < 6" in line
+
+
+
+def test_system_secrets_and_raw_devices_stay_unreadable(box: Box) -> None:
+    """Run as root, tether's commands own /etc/shadow and the disks: neither is readable."""
+    with os.scandir("/dev") as it:
+        disks = [e.path for e in it if stat.S_ISBLK(e.stat(follow_symlinks=False).st_mode)]
+    targets = ["/etc/shadow", *disks[:4]]
+    script = "; ".join(f"head -c 64 {p} >/dev/null 2>&1 && echo READ:{p}" for p in targets)
+    done = box.run(script)
+    assert "READ:" not in done.stdout, done.stdout

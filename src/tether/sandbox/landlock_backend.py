@@ -14,8 +14,8 @@ in a private mount namespace instead and the workspace stays writable whole.
 
 Symlinks among the entries get no grant of their own (a rule on a link would grant its target);
 what they point to is granted, or not, where it lives. The private tmp dir is writable whole
-(its protected names guard nothing: no later step runs from it), and a few devices
-(`/dev/null`, `/dev/zero`, `/dev/full`, `/dev/tty`) are writable for every policy.
+(its protected names guard nothing: no later step runs from it). Of /dev only the harmless
+devices are granted (null, zero, full, tty, ptmx, pts writable; random, urandom readable).
 
 With the network off, TCP bind/connect are denied (ABI ≥ 4) and the strict seccomp filter refuses
 every network socket family; ABI ≥ 6 scopes abstract Unix sockets and signals to the sandbox.
@@ -34,7 +34,12 @@ from tether.sandbox.policy import PROTECTED_NAMES, SandboxError, SandboxPolicy, 
 
 Grant = Literal["list", "read", "write"]
 _RANK = {"deny": 0, "read": 1, "write": 2}
-DEVICES: tuple[Path, ...] = tuple(Path(p) for p in ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty"))
+# /dev is an allow-list too: a root-owned command would otherwise read /dev/loop*, /dev/sd*
+# (raw disks, every hidden file's blocks) as the devices' owner. bwrap's --dev does the same.
+DEVICES: tuple[Path, ...] = tuple(
+    Path(p) for p in ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/pts")
+)
+READ_DEVICES: tuple[Path, ...] = (Path("/dev/random"), Path("/dev/urandom"))
 _FLAG: dict[Grant, str] = {"list": "--list", "read": "--ro", "write": "--rw"}
 
 
@@ -72,8 +77,11 @@ def landlock_grants(
     # A hidden path that is not there has nothing to hide (and nothing in a read-only sandbox
     # can create it); a read-only name that is missing stays, since a writable parent could.
     rules = {p: a for p, a in rules.items() if a != "deny" or exists(p)}
+    rules.setdefault("/dev", "deny")
     for device in DEVICES:
         rules.setdefault(str(device), "write")
+    for device in READ_DEVICES:
+        rules.setdefault(str(device), "read")
     # Every proper ancestor of a rule path: only those directories need a closer look.
     ancestors: set[str] = set()
     for path in rules:

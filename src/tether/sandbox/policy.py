@@ -56,6 +56,10 @@ CREDENTIAL_DIRS: tuple[str, ...] = (
     ".gem/credentials",
 )
 
+SYSTEM_SECRETS: tuple[Path, ...] = tuple(
+    Path(p) for p in ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
+)
+
 DEFAULT_WORKSPACE_PIDS = 1024
 DEFAULT_SUBAGENT_PIDS = 512
 
@@ -167,7 +171,12 @@ def confined_policy(
     (tether's home, say) unreadable. `tmp_dir` may lie inside a hidden path: it stays usable.
     """
     tmp_path = _absolute(tmp_dir, "sandbox tmp dir")
-    denied = [*_credential_dirs(home), *(_absolute(p, "hidden path") for p in hidden)]
+    denied = [
+        *_credential_dirs(home),
+        *(_absolute(p, "hidden path") for p in hidden),
+        # Readable by a root-run tether as their owner, even with no capabilities left.
+        *(p for p in SYSTEM_SECRETS if os.path.lexists(p)),
+    ]
     policy = SandboxPolicy(
         kind="confined",
         writable_roots=(tmp_path,),
