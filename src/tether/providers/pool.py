@@ -20,6 +20,7 @@ import asyncio
 import select
 import weakref
 from collections.abc import AsyncGenerator
+from contextlib import suppress
 from typing import Any
 
 IDLE_TIMEOUT_S = 90.0  # as Go's and reqwest's defaults; a server's Keep-Alive hint can lower it
@@ -154,6 +155,10 @@ async def _close_at_loop_shutdown(pool: Pool) -> AsyncGenerator[None, None]:
         yield
     finally:
         pool.close_all()
+        # Let the loop go: this generator's finaliser refers to it, and the pool to this.
+        pool._closer = None
+        with suppress(RuntimeError):
+            _POOLS.pop(asyncio.get_running_loop(), None)
 
 
 async def for_running_loop() -> Pool:
