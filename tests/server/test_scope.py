@@ -471,3 +471,30 @@ def test_a_long_lived_runtime_drops_project_settings_when_its_folder_changes(
                 assert any("changed since it was trusted" in n for n in notes), notes
 
         asyncio.run(scenario())
+
+
+def test_a_scoped_client_cannot_join_a_runtime_another_client_started_over_tether_home(
+    tether_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parent = tether_home.parent
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    with FakeProvider([{"text": "hi"}] * 3) as fake:
+        point_at(fake, monkeypatch)
+
+        async def scenario() -> None:
+            async with InProcess(other, policy=POLICY) as srv:
+                admin = await start(srv, token(), cwd=str(parent), workspace_sandbox=True,
+                                    create_agent={"body": {"model": MODEL}},
+                                    create_conversation={})
+                assert admin["success"], admin
+                runtime = admin["runtime"]
+                scoped = token(agents=[runtime["agent_id"]],
+                               conversations=[runtime["conversation_id"]])
+                async with srv.connect(additional_headers=scoped) as ws:
+                    c = Client(ws)  # no cwd: it would join the runtime where it runs
+                    await c.send({"type": "runtime_start", "request_id": "j", **runtime})
+                    joined = await c.of_type("runtime_start_response")
+                assert joined["success"] is False and "contains TETHER_HOME" in joined["error"]
+
+        asyncio.run(scenario())

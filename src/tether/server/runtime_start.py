@@ -114,6 +114,9 @@ def start_runtime(
             f"this conversation's runtime already runs in {rt.p.cwd}; move it with "
             "change_device_state{cwd} instead of a second runtime_start"
         )
+    if grant.scoped:  # the folder it really runs in, which another client chose
+        check_workspace(str(rt.p.cwd), rt.p.cwd, home, scoped=True)
+        check_scoped_folder(home, rt.p.cwd)
     if frame.mode is not None and mode != running:
         raise UsageError(
             f"this conversation's runtime already runs in mode {running}; change it with "
