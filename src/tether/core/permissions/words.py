@@ -286,6 +286,11 @@ def literal_number(node: Any, home: Path) -> bool:
     if node.type == "simple_expansion":
         special = [c for c in node.named_children if c.type == "special_variable_name"]
         return bool(special) and special[0].text.decode() in _NUMERIC_SPECIALS
+    if node.type == "expansion" and len(node.children) > 2 and node.children[1].type == "#":
+        # `${#x}`, `${#a[@]}`: a length is always a number (its subscript must be safe too)
+        return all(code_hazard(n) is None for n in (node, *node.named_children))
+    if node.type == "string" and len(node.named_children) == 1:
+        return literal_number(node.named_children[0], home)
     return is_number(static(node, home))
 
 
