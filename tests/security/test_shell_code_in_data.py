@@ -38,3 +38,10 @@ def test_allow_rules_for_the_named_commands_do_not_admit_it(world: World, comman
     out = attempt(world, bash(command), args=["--allowedTools", "Bash(ls:*),Bash(echo:*)"])
     assert out.effect_free(), out.explain()
     assert out.denied, out.explain()
+
+
+@pytest.mark.parametrize("command", [ATTACKS[0], "# runs nothing", "[[ -n x ]]"])
+def test_strict_never_allows_what_runs_no_command(world: World, command: str) -> None:
+    out = attempt(world, bash(command), args=["--permission-mode", "strict"])
+    assert out.effect_free(), out.explain()
+    assert out.denied and "strict" in out.outputs[0], out.explain()
