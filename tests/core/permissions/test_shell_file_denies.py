@@ -143,3 +143,16 @@ def test_builtin_git_subcommands_are_not_aliases(proj) -> None:
     for command in ("git status", "git log --oneline", "git rev-parse HEAD"):
         d = shell(policy(*proj, rules()), command)
         assert d.verdict == "allow", (command, d)
+
+
+@pytest.mark.parametrize(
+    ("deny", "command", "verdict"),
+    [
+        ("Bash(cat .env)", "cat .e*", "ask"), ("Bash(rm x.lock)", "rm *.lock", "ask"),
+        ("Bash(rm x.lock)", "rm *.txt", "ask"), ("Bash(cat .env)", "cat *.md", "allow"),
+        ("Bash(cat .env)", "cat {.env,x}", "allow"), ("Bash(cat .env:*)", "cat {.env,x}", "deny"),
+    ],
+)
+def test_shell_deny_rules_meet_globs_and_braces(proj, deny, command, verdict) -> None:
+    d = shell(policy(*proj, rules(deny=[deny])), command)
+    assert d.verdict == verdict, (command, d)

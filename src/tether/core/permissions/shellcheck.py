@@ -13,6 +13,7 @@ the file it names. Writes into `.git/` or `.tether/` by redirection need a rule 
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
@@ -49,17 +50,23 @@ def _shell_rule(rule: Rule, argv: Argv, *, deny: bool) -> _Match:
     if rule.family != SHELL_FAMILY or rule.kind not in ("shell_exact", "shell_prefix"):
         return "no"
     tokens = rule.tokens
-    if rule.kind == "shell_exact" and len(argv) != len(tokens):
+    # an unknown or globbed word may stand for any number of words
+    elastic = deny and any(w is None or isinstance(w, Glob) for w in argv)
+    if rule.kind == "shell_exact" and len(argv) != len(tokens) and not elastic:
         return "no"
-    if len(argv) < len(tokens):
+    if len(argv) < len(tokens) and not elastic:
         return "no"
-    unknown = False
+    unknown = elastic and len(argv) != len(tokens) if rule.kind == "shell_exact" else False
     for want, have in zip(tokens, argv, strict=False):
         if have is None:
             unknown = True
+        elif isinstance(have, Glob) and deny and have != want:
+            if not fnmatch.fnmatchcase(want, have.pattern):
+                return "no"
+            unknown = True  # `rm *.lock` may be `rm x.lock`
         elif have != want:
             return "no"
-    if unknown:
+    if unknown or len(argv) < len(tokens):
         return "maybe" if deny else "no"
     return "yes"
 
