@@ -118,6 +118,9 @@ def _parser() -> _Parser:
                    help="start only the MCP servers of --mcp-config, none from settings or .mcp.json")
     p.add_argument("--backend", help="local | cloud (a Letta server; `api` is the same); "
                    "default: `tether backend`'s saved choice, else local")
+    from tether.cli.help_text import apply_help  # every option's words and the examples
+
+    apply_help(p)
     return p
 
 
