@@ -156,3 +156,13 @@ def test_builtin_git_subcommands_are_not_aliases(proj) -> None:
 def test_shell_deny_rules_meet_globs_and_braces(proj, deny, command, verdict) -> None:
     d = shell(policy(*proj, rules(deny=[deny])), command)
     assert d.verdict == verdict, (command, d)
+
+
+def test_a_cd_through_a_glob_makes_the_directory_unknown(proj, tmp_path) -> None:
+    cwd, home = proj
+    (cwd / "link").symlink_to(tmp_path)  # `cd l*` would land outside the workspace
+    for command in ("cd l* && cat x", "git -C l* log", "env -C l* cat x"):
+        d = shell(policy(cwd, home, rules()), command)
+        assert d.verdict == "ask", (command, d)
+    d = shell(policy(cwd, home, rules()), "cd link && cat x")
+    assert d.verdict == "ask" and "outside the workspace" in d.reason, d

@@ -338,7 +338,7 @@ def find_exec(argv: Argv) -> list[Argv]:
 
 
 def _join(cwd: Path | None, target: str | None, home: Path) -> Path | None:
-    if cwd is None or target is None:
+    if cwd is None or target is None or _is_glob(target):
         return None
     if target == "~" or target.startswith("~/"):
         target = str(home) + target[1:]
@@ -350,6 +350,12 @@ def cd_target(argv: Argv, cwd: Path | None, home: Path) -> Path | None:
     if not operands:
         return home
     target = operands[0]
-    if target is None or target == "-":
-        return None
+    if target is None or target == "-" or _is_glob(target):
+        return None  # a glob picks its directory on disk at run time (a link to anywhere)
     return _join(cwd, target, home)
+
+
+def _is_glob(word: str) -> bool:
+    from tether.core.permissions.words import Glob
+
+    return isinstance(word, Glob)
