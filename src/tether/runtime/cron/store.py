@@ -1,0 +1,305 @@
+"""The schedule store, `$TETHER_HOME/cron.db` (SQLite, WAL): tasks, each task's run log, manual
+trigger requests and the scheduler lease, so several processes (the CLI, two App Servers) share
+one consistent view.
+
+A fire is claimed inside one write transaction (`firing`): the task is re-read, checked still
+active and not yet fired for that slot, the input is submitted, and the task update and run
+record commit together. A `delete` from another process waits for that transaction, so once it
+returns the task can never fire again, and two schedulers can never fire one slot twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tether.errors import NotFound, StoreError, UsageError
+
+MAX_ACTIVE_PER_AGENT = 50
+RUN_LOG_KEEP = 2000  # records kept per task (the reference trims its JSONL to 2000 lines)
+TERMINAL = ("fired", "missed", "cancelled")
+LEASE = "scheduler"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    agent_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    last_slot_ms INTEGER NOT NULL,    -- the latest slot fired or settled (no slot fires twice)
+    terminal_ms INTEGER,               -- when it became fired/missed/cancelled (for the GC)
+    data BLOB NOT NULL                 -- the task's JSON, the reference's field names
+);
+CREATE INDEX IF NOT EXISTS tasks_agent ON tasks (agent_id, status);
+CREATE TABLE IF NOT EXISTS runs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    task_id TEXT NOT NULL,
+    ts_ms INTEGER NOT NULL,
+    record BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_task ON runs (task_id, seq);
+CREATE TABLE IF NOT EXISTS triggers (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    task_id TEXT NOT NULL,
+    requested_ms INTEGER NOT NULL,
+    done_ms INTEGER,
+    result BLOB
+);
+CREATE TABLE IF NOT EXISTS leases (
+    name TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    expires_ms INTEGER NOT NULL
+);
+"""
+
+
+class CronStore:
+    def __init__(self, home: Path) -> None:
+        self.path = Path(home) / "cron.db"
+        self._conn: sqlite3.Connection | None = None
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fresh = not self.path.exists()
+            try:
+                conn = sqlite3.connect(self.path, isolation_level=None, timeout=15)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
+                conn.executescript(_SCHEMA)
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot open the schedule store {self.path}: {exc}") from None
+            if fresh:
+                with contextlib.suppress(OSError):
+                    os.chmod(self.path, 0o600)  # prompts may be private
+            self._conn = conn
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        db = self.db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"the schedule store {self.path} is busy ({exc}); try again") from None
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    # --- tasks --------------------------------------------------------------------------------
+
+    def add(self, task: dict[str, Any], created_ms: int, first_slot_ms: int) -> dict[str, Any]:
+        """Insert a task; refuses a 51st active task for one agent."""
+        with self._write() as db:
+            (active,) = db.execute(
+                "SELECT COUNT(*) FROM tasks WHERE agent_id = ? AND status = 'active'",
+                (task["agent_id"],),
+            ).fetchone()
+            if active >= MAX_ACTIVE_PER_AGENT:
+                raise UsageError(
+                    f"agent {task['agent_id']} already has {active} active scheduled tasks (the "
+                    f"limit is {MAX_ACTIVE_PER_AGENT}); delete one with `tether cron delete <id>`"
+                )
+            try:
+                db.execute(
+                    "INSERT INTO tasks (id, agent_id, status, created_ms, last_slot_ms, data)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        task["id"],
+                        task["agent_id"],
+                        task["status"],
+                        created_ms,
+                        first_slot_ms,
+                        orjson.dumps(task),
+                    ),
+                )
+            except sqlite3.IntegrityError:
+                raise StoreError(f"a scheduled task {task['id']} already exists") from None
+        return task
+
+    def get(self, task_id: str) -> dict[str, Any]:
+        row = self.db.execute("SELECT data FROM tasks WHERE id = ?", (task_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"no scheduled task {task_id!r}; `tether cron list` shows the tasks")
+        return dict(orjson.loads(row[0]))
+
+    def tasks(self, agent_id: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
+        sql, args = "SELECT data FROM tasks WHERE 1=1", list[str]()
+        if agent_id is not None:
+            sql, args = sql + " AND agent_id = ?", [*args, agent_id]
+        if status is not None:
+            sql, args = sql + " AND status = ?", [*args, status]
+        rows = self.db.execute(sql + " ORDER BY created_ms, id", args).fetchall()
+        return [dict(orjson.loads(r[0])) for r in rows]
+
+    def active(self) -> list[tuple[dict[str, Any], int]]:
+        """Every active task with its last settled slot (ms)."""
+        rows = self.db.execute(
+            "SELECT data, last_slot_ms FROM tasks WHERE status = 'active' ORDER BY created_ms, id"
+        ).fetchall()
+        return [(dict(orjson.loads(data)), slot) for data, slot in rows]
+
+    def delete(self, task_id: str) -> dict[str, Any]:
+        """Remove a task (waiting for a fire in progress); its run log stays until GC."""
+        with self._write() as db:
+            row = db.execute("SELECT data FROM tasks WHERE id = ?", (task_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no scheduled task {task_id!r}; `tether cron list` shows the tasks")
+            db.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
+            db.execute(
+                "UPDATE triggers SET done_ms = -1 WHERE task_id = ? AND done_ms IS NULL", (task_id,)
+            )
+        return dict(orjson.loads(row[0]))
+
+    def gc(self, now_ms: int, older_than_ms: int = 24 * 3_600_000) -> int:
+        """Drop terminal tasks that ended over a day ago (and their run logs)."""
+        with self._write() as db:
+            gone = [
+                r[0]
+                for r in db.execute(
+                    "SELECT id FROM tasks WHERE terminal_ms IS NOT NULL AND terminal_ms < ?",
+                    (now_ms - older_than_ms,),
+                )
+            ]
+            for task_id in gone:
+                db.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
+                db.execute("DELETE FROM runs WHERE task_id = ?", (task_id,))
+        return len(gone)
+
+    # --- firing -------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def firing(self, task_id: str, slot_ms: int | None) -> AsyncIterator[Fire | None]:
+        """Claim `slot_ms` of an active task (None: a manual trigger, any time) and hold the
+        write lock while the caller submits; yields None when the task is gone, no longer
+        active, or that slot was already settled. The caller sets `fire.task`/`fire.record`."""
+        with self._write() as db:
+            row = db.execute(
+                "SELECT data, status, last_slot_ms FROM tasks WHERE id = ?", (task_id,)
+            ).fetchone()
+            if row is None or row[1] != "active" or (slot_ms is not None and row[2] >= slot_ms):
+                yield None
+                return
+            fire = Fire(dict(orjson.loads(row[0])), row[2])
+            yield fire
+            task = fire.task
+            terminal = fire.now_ms if task["status"] in TERMINAL else None
+            new_slot = max(row[2], slot_ms if slot_ms is not None else row[2])
+            db.execute(
+                "UPDATE tasks SET status = ?, last_slot_ms = ?, terminal_ms = ?, data = ?"
+                " WHERE id = ?",
+                (task["status"], new_slot, terminal, orjson.dumps(task), task_id),
+            )
+            if fire.record is not None:
+                self._append_run(db, task_id, fire.now_ms, fire.record)
+
+    def _append_run(
+        self, db: sqlite3.Connection, task_id: str, ts_ms: int, record: dict[str, Any]
+    ) -> None:
+        db.execute(
+            "INSERT INTO runs (task_id, ts_ms, record) VALUES (?, ?, ?)",
+            (task_id, ts_ms, orjson.dumps(record)),
+        )
+        db.execute(
+            "DELETE FROM runs WHERE task_id = ? AND seq <= (SELECT seq FROM runs WHERE task_id = ?"
+            " ORDER BY seq DESC LIMIT 1 OFFSET ?)",
+            (task_id, task_id, RUN_LOG_KEEP),
+        )
+
+    def runs(self, task_id: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The task's latest run records, oldest first."""
+        rows = self.db.execute(
+            "SELECT record FROM runs WHERE task_id = ? ORDER BY seq DESC LIMIT ?", (task_id, limit)
+        ).fetchall()
+        return [dict(orjson.loads(r[0])) for r in reversed(rows)]
+
+    # --- manual triggers ------------------------------------------------------------------------
+
+    def request_trigger(self, task_id: str, now_ms: int) -> int:
+        with self._write() as db:
+            row = db.execute("SELECT status FROM tasks WHERE id = ?", (task_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no scheduled task {task_id!r}; `tether cron list` shows the tasks")
+            if row[0] != "active":
+                raise UsageError(f"scheduled task {task_id} is {row[0]}, not active: it cannot run")
+            cur = db.execute(
+                "INSERT INTO triggers (task_id, requested_ms) VALUES (?, ?)", (task_id, now_ms)
+            )
+            return int(cur.lastrowid or 0)
+
+    def pending_triggers(self) -> list[tuple[int, str]]:
+        return [
+            (int(s), str(t))
+            for s, t in self.db.execute(
+                "SELECT seq, task_id FROM triggers WHERE done_ms IS NULL ORDER BY seq"
+            )
+        ]
+
+    def finish_trigger(self, seq: int, now_ms: int, result: dict[str, Any]) -> None:
+        with self._write() as db:
+            db.execute(
+                "UPDATE triggers SET done_ms = ?, result = ? WHERE seq = ?",
+                (now_ms, orjson.dumps(result), seq),
+            )
+
+    def trigger_result(self, seq: int) -> dict[str, Any] | None:
+        row = self.db.execute(
+            "SELECT done_ms, result FROM triggers WHERE seq = ?", (seq,)
+        ).fetchone()
+        if row is None or row[0] is None:
+            return None
+        if row[1] is None:
+            return {"outcome": "skipped", "reason": "task_cancelled"}
+        return dict(orjson.loads(row[1]))
+
+    # --- the scheduler lease --------------------------------------------------------------------
+
+    def claim_lease(self, owner: str, now_ms: int, ttl_ms: int) -> bool:
+        """Take or renew the scheduler lease; False while another owner's is unexpired."""
+        with self._write() as db:
+            row = db.execute(
+                "SELECT owner, expires_ms FROM leases WHERE name = ?", (LEASE,)
+            ).fetchone()
+            if row is not None and row[0] != owner and row[1] > now_ms:
+                return False
+            db.execute(
+                "INSERT INTO leases (name, owner, expires_ms) VALUES (?, ?, ?) ON CONFLICT(name)"
+                " DO UPDATE SET owner = excluded.owner, expires_ms = excluded.expires_ms",
+                (LEASE, owner, now_ms + ttl_ms),
+            )
+            return True
+
+    def release_lease(self, owner: str) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (LEASE, owner))
+
+    def lease_holder(self, now_ms: int) -> str | None:
+        row = self.db.execute(
+            "SELECT owner FROM leases WHERE name = ? AND expires_ms > ?", (LEASE, now_ms)
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+
+class Fire:
+    """One claimed fire: the task as read (to be updated in place) and the run record to log."""
+
+    def __init__(self, task: dict[str, Any], last_slot_ms: int) -> None:
+        self.task = task
+        self.last_slot_ms = last_slot_ms
+        self.record: dict[str, Any] | None = None
+        self.now_ms = 0

@@ -1,0 +1,321 @@
+"""The scheduler against the real SQLite store with a clock the test moves: fires, missed
+one-shots, deletes, the lease between two schedulers, invalid expressions, full queues."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tether.errors import UsageError
+from tether.runtime.cron.scheduler import Scheduler, SubmitResult
+from tether.runtime.cron.store import MAX_ACTIVE_PER_AGENT, CronStore
+from tether.runtime.cron.tasks import new_task
+
+T0 = int(datetime(2026, 3, 10, 14, 7, 30, tzinfo=UTC).timestamp() * 1000)
+MIN = 60_000
+
+
+@dataclass
+class Clock:
+    now: int = T0
+
+    def now_ms(self) -> int:
+        return self.now
+
+
+@dataclass
+class Inbox:
+    """The seam's other side: a bounded queue per conversation, like the App Server's."""
+
+    capacity: int = 100
+    received: list[tuple[str, str, str]] = field(default_factory=list)
+    fail: str | None = None
+
+    async def submit(self, agent_id: str, conversation: str, text: str) -> SubmitResult:
+        if self.fail == "raise":
+            raise RuntimeError("runtime exploded")
+        if len(self.received) >= self.capacity:
+            return SubmitResult("queue_full", conversation_id=conversation, error="queue is full")
+        self.received.append((agent_id, conversation, text))
+        return SubmitResult(
+            "queued", conversation_id=conversation, queue_item_id=f"q-{len(self.received)}"
+        )
+
+
+def add(store: CronStore, now: int = T0, **kw: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "agent_id": "agent-local-a",
+        "conversation_id": "default",
+        "name": "job",
+        "description": "",
+        "prompt": "do the thing",
+        "every": None,
+        "at": None,
+        "cron": None,
+        "timezone": "UTC",
+        "now_ms": now,
+    }
+    args.update(kw)
+    task, first = new_task(**args)
+    return store.add(task, now, first)
+
+
+def tick(s: Scheduler) -> list[dict[str, Any]]:
+    return asyncio.run(s.tick())
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> CronStore:
+    return CronStore(tmp_path / "home")
+
+
+def test_every_minute_fires_each_minute_once_with_the_wrapped_prompt(store: CronStore) -> None:
+    clock, inbox = Clock(), Inbox()
+    task = add(store, every="1m", name="heartbeat")
+    s = Scheduler(store, inbox, clock)
+    assert tick(s) == []
+    first_slot = T0 - 30_000 + MIN  # 14:08:00
+    clock.now = first_slot + task["jitter_offset_ms"] - 1
+    assert tick(s) == [] and inbox.received == []
+    clock.now += 1
+    [record] = tick(s)
+    assert record["outcome"] == "queued" and record["reason"] == "scheduled_time_matched"
+    assert record["scheduledFor"] == "2026-03-10T14:08:00+00:00"
+    [(agent, conversation, text)] = inbox.received
+    assert (agent, conversation) == ("agent-local-a", "default")
+    assert text.startswith('Scheduled task "heartbeat" is firing.\n')
+    assert text.endswith("Prompt: do the thing") and "(fire #1)" in text
+    assert tick(s) == []  # the same slot never fires twice
+    clock.now += MIN
+    [second] = tick(s)
+    assert "(fire #2)" in inbox.received[1][2]
+    got = store.get(task["id"])
+    assert got["fire_count"] == 2 and got["status"] == "active"
+    assert got["last_run_outcome"] == "queued"
+    assert [r["outcome"] for r in store.runs(task["id"])] == ["queued", "queued"]
+    assert second["queueItemId"] == "q-2"
+
+
+def test_downtime_coalesces_into_one_fire(store: CronStore) -> None:
+    clock, inbox = Clock(), Inbox()
+    task = add(store, every="5m")
+    s = Scheduler(store, inbox, clock)
+    clock.now = T0 + 60 * MIN
+    [record] = tick(s)
+    assert len(inbox.received) == 1 and record["missedCount"] == 11
+    assert store.get(task["id"])["fire_count"] == 1
+
+
+def test_one_shot_fires_once_then_is_fired(store: CronStore) -> None:
+    clock, inbox = Clock(), Inbox()
+    task = add(store, at="in 10m")
+    s = Scheduler(store, inbox, clock)
+    clock.now = T0 + 10 * MIN - 1
+    assert tick(s) == []
+    clock.now += 1
+    [record] = tick(s)
+    assert record["reason"] == "one_off_due" and record["outcome"] == "queued"
+    assert "Recurrence: one-off" in inbox.received[0][2]
+    for _ in range(3):
+        clock.now += MIN
+        assert tick(s) == []
+    assert len(inbox.received) == 1
+    assert store.get(task["id"])["status"] == "fired"
+
+
+def test_one_shot_more_than_five_minutes_late_is_missed(store: CronStore) -> None:
+    clock, inbox = Clock(), Inbox()
+    task = add(store, at="in 10m")
+    clock.now = T0 + 15 * MIN + 1
+    [record] = tick(Scheduler(store, inbox, clock))
+    assert inbox.received == []
+    assert (record["outcome"], record["reason"], record["status"]) == (
+        "missed",
+        "started_too_late",
+        "skipped",
+    )
+    got = store.get(task["id"])
+    assert got["status"] == "missed" and got["missed_count"] == 1
+
+
+def test_one_shot_five_minutes_late_still_fires(store: CronStore) -> None:
+    clock, inbox = Clock(), Inbox()
+    add(store, at="in 10m")
+    clock.now = T0 + 15 * MIN
+    [record] = tick(Scheduler(store, inbox, clock))
+    assert record["outcome"] == "queued" and len(inbox.received) == 1
+
+
+def test_deleted_task_never_fires(store: CronStore) -> None:
+    clock, inbox = Clock(), Inbox()
+    task = add(store, every="1m")
+    s = Scheduler(store, inbox, clock)
+    tick(s)
+    CronStore(store.path.parent).delete(task["id"])  # another process's connection
+    clock.now += 10 * MIN
+    assert tick(s) == [] and inbox.received == []
+
+
+def test_delete_waits_for_a_fire_in_progress(store: CronStore) -> None:
+    """A delete that starts while a fire holds the claim returns after it: never a fire after."""
+    clock = Clock(T0 + 2 * MIN)
+    task = add(store, every="1m")
+    order: list[str] = []
+
+    class SlowInbox(Inbox):
+        async def submit(self, agent_id: str, conversation: str, text: str) -> SubmitResult:
+            other = sqlite3.connect(store.path, timeout=0.05)
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                other.execute("BEGIN IMMEDIATE")  # what `cron delete` would wait on
+            other.close()
+            order.append("submitted")
+            return await super().submit(agent_id, conversation, text)
+
+    tick(Scheduler(store, SlowInbox(), clock))
+    CronStore(store.path.parent).delete(task["id"])
+    order.append("deleted")
+    assert order == ["submitted", "deleted"]
+
+
+def test_two_schedulers_on_one_home_fire_a_slot_once(tmp_path: Path) -> None:
+    clock, inbox = Clock(), Inbox()
+    home = tmp_path / "home"
+    add(CronStore(home), every="1m")
+    a = Scheduler(CronStore(home), inbox, clock, owner="a")
+    b = Scheduler(CronStore(home), inbox, clock, owner="b")
+    assert tick(a) == [] and a.holds_lease(clock.now) and not b.holds_lease(clock.now)
+    for _ in range(5):
+        clock.now += MIN
+        tick(b)
+        tick(a)
+    assert len(inbox.received) == 5
+    assert {r["outcome"] for r in CronStore(home).runs(CronStore(home).tasks()[0]["id"])} == {
+        "queued"
+    }
+
+
+def test_slot_claim_holds_even_if_both_think_they_hold_the_lease(tmp_path: Path) -> None:
+    clock, inbox = Clock(T0 + 3 * MIN), Inbox()
+    home = tmp_path / "home"
+    add(CronStore(home), every="1m")
+    a = Scheduler(CronStore(home), inbox, clock, owner="a")
+    b = Scheduler(CronStore(home), inbox, clock, owner="b")
+    a._lease_until = b._lease_until = clock.now + 80_000  # a stale belief, as after a pause
+
+    async def both() -> None:
+        await asyncio.gather(a.tick(), b.tick())
+
+    asyncio.run(both())
+    assert len(inbox.received) == 1
+
+
+def test_lease_passes_on_when_its_holder_stops_renewing(tmp_path: Path) -> None:
+    clock, inbox = Clock(), Inbox()
+    home = tmp_path / "home"
+    a = Scheduler(CronStore(home), inbox, clock, owner="a")
+    b = Scheduler(CronStore(home), inbox, clock, owner="b")
+    assert a.holds_lease(clock.now) and not b.holds_lease(clock.now)
+    clock.now += 89_000
+    assert not b.holds_lease(clock.now)
+    clock.now += 2_000
+    assert b.holds_lease(clock.now) and not a.holds_lease(clock.now)
+
+
+def test_invalid_stored_expression_logs_one_failure_and_keeps_the_task(store: CronStore) -> None:
+    clock, inbox = Clock(), Inbox()
+    task = add(store, every="1m")
+    broken = {**task, "cron": "99 * * * *"}
+    store.db.execute("UPDATE tasks SET data = ? WHERE id = ?", (orjson.dumps(broken), task["id"]))
+    s = Scheduler(store, inbox, clock)
+    for _ in range(3):
+        clock.now += MIN
+        tick(s)
+    [record] = store.runs(task["id"])
+    assert (record["outcome"], record["reason"]) == ("failed", "invalid_cron")
+    got = store.get(task["id"])
+    assert got["status"] == "active" and got["failed_count"] == 1 and inbox.received == []
+
+
+def test_full_queue_is_recorded_and_the_task_kept(store: CronStore) -> None:
+    clock, inbox = Clock(), Inbox(capacity=0)
+    task = add(store, every="1m")
+    clock.now += 2 * MIN
+    [record] = tick(Scheduler(store, inbox, clock))
+    assert (record["status"], record["outcome"], record["reason"]) == (
+        "error",
+        "failed",
+        "queue_full",
+    )
+    got = store.get(task["id"])
+    assert got["status"] == "active" and got["failed_count"] == 1 and got["fire_count"] == 0
+
+
+def test_a_runtime_that_raises_is_runtime_unavailable_or_scheduler_error(store: CronStore) -> None:
+    clock, inbox = Clock(), Inbox(fail="raise")
+    task = add(store, at="in 1m")
+    clock.now += MIN
+    [record] = tick(Scheduler(store, inbox, clock))
+    assert record["reason"] == "scheduler_error" and "runtime exploded" in record["error"]
+    assert store.get(task["id"])["status"] == "missed"
+
+
+def test_manual_trigger_runs_now_and_settles_the_request(store: CronStore) -> None:
+    clock, inbox = Clock(), Inbox()
+    task = add(store, cron="0 3 * * *")
+    seq = store.request_trigger(task["id"], clock.now)
+    [record] = tick(Scheduler(store, inbox, clock))
+    assert record["reason"] == "manual_trigger" and len(inbox.received) == 1
+    assert store.trigger_result(seq)["outcome"] == "queued"  # type: ignore[index]
+    assert store.get(task["id"])["status"] == "active"
+
+
+def test_trigger_of_a_deleted_task_is_skipped(store: CronStore) -> None:
+    clock, inbox = Clock(), Inbox()
+    task = add(store, every="1h")
+    seq = store.request_trigger(task["id"], clock.now)
+    store.delete(task["id"])
+    tick(Scheduler(store, inbox, clock))
+    assert inbox.received == []
+    assert store.trigger_result(seq) == {"outcome": "skipped", "reason": "task_cancelled"}
+
+
+def test_at_most_fifty_active_tasks_per_agent(store: CronStore) -> None:
+    for _ in range(MAX_ACTIVE_PER_AGENT):
+        add(store, every="1h")
+    with pytest.raises(UsageError, match="50 active"):
+        add(store, every="1h")
+    add(store, every="1h", agent_id="agent-local-other")
+
+
+def test_gc_drops_terminal_tasks_after_a_day(store: CronStore) -> None:
+    clock, inbox = Clock(), Inbox()
+    done = add(store, at="in 1m")
+    kept = add(store, every="1h")
+    s = Scheduler(store, inbox, clock)
+    clock.now += MIN
+    tick(s)
+    clock.now += 25 * 3_600_000
+    tick(s)
+    assert [t["id"] for t in store.tasks()] == [kept["id"]]
+    assert store.runs(done["id"]) == []
+
+
+def test_run_log_is_trimmed(store: CronStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tether.runtime.cron import store as store_module
+
+    monkeypatch.setattr(store_module, "RUN_LOG_KEEP", 5)
+    clock, inbox = Clock(), Inbox()
+    task = add(store, every="1m")
+    s = Scheduler(store, inbox, clock)
+    for _ in range(9):
+        clock.now += MIN
+        tick(s)
+    runs = store.runs(task["id"], limit=100)
+    assert len(runs) == 5 and "(fire #9)" in inbox.received[-1][2]
