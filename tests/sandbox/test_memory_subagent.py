@@ -214,3 +214,54 @@ def test_without_a_backend_the_memory_subagent_runs_and_says_so_once(
 
 def tmp_scratch(home: Path) -> Path:
     return home / "tmp" / "parent-conversation"
+
+
+def test_memory_subagent_on_the_landlock_backend(
+    workdir: Path, tether_home: Path, tmp_path: Path
+) -> None:
+    """The same confinement with Landlock + seccomp alone (TETHER_SANDBOX_BACKEND=landlock)."""
+    from tether.sandbox.landlock import landlock_status
+
+    if landlock_status().abi is None:
+        from tests.requirements import missing
+
+        missing("Landlock", landlock_status().reason)
+    other = tether_home / "agents" / "agent-other" / "memory"
+    other.mkdir(parents=True)
+    (other / "secret.md").write_text("TOP SECRET\n")
+    escape = tmp_path / "home" / "escape.txt"
+    child_script: list[dict[str, Any]] = [
+        {
+            "tool_calls": [
+                bash(f"touch {workdir}/from-memory-subagent.txt"),
+                bash('echo remembered > "$MEMORY_DIR/notes.md" && echo wrote-memory'),
+                bash(f"cat {other}/secret.md"),
+                bash(f"echo x > {escape}"),
+                bash('echo "sandbox=$TETHER_SANDBOX"'),
+            ]
+        },
+        {"text": "memory tidied"},
+    ]
+    parent_script: list[dict[str, Any]] = [{"tool_calls": [memory_call()]}, {"text": "done"}]
+    with FakeProvider(parent_script) as parent, FakeProvider(child_script) as child:
+        env = tether_env(
+            parent.url, MODEL, {"OPENAI_BASE_URL": child.url + "/v1", "OPENAI_API_KEY": "sk-child",
+                                "TETHER_SANDBOX_BACKEND": "landlock"}
+        )
+        run = run_tether(
+            ["-p", "x", "--model", MODEL, "--yolo", "--output-format", "stream-json"],
+            env=env,
+            cwd=workdir,
+            timeout=120,
+        )
+        assert len(child.requests) == 2, run.stdout[-3000:]
+        results = json.dumps(child.requests[1]["body"]["messages"][-5:])
+    assert run.code == 0, run.stderr
+    parent_id = run.events[0]["agent_id"]
+    report = run.of_type("message", "tool_return_message")[0]["tool_return"]
+    assert "status=completed" in report and "memory tidied" in report, report
+    assert not (workdir / "from-memory-subagent.txt").exists()
+    memory = tether_home / "agents" / parent_id / "memory"
+    assert (memory / "notes.md").read_text() == "remembered\n" and "wrote-memory" in results
+    assert "TOP SECRET" not in results and not escape.exists()
+    assert "sandbox=landlock" in results

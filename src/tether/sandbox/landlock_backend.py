@@ -61,6 +61,18 @@ def mounted_read_only(policy: SandboxPolicy) -> list[Path]:
     ]
 
 
+def mounted_hidden(policy: SandboxPolicy) -> list[Path]:
+    """The denied roots inside writable ones (other agents' trees in a subagent's tether home):
+    hidden by `--hide` mounts when a user namespace is available, so their writable parent is
+    not split (and new entries can still be created beside them)."""
+    return [
+        d
+        for d in policy.denied_roots
+        if os.path.lexists(d)
+        and any(d != w and d.is_relative_to(w) for w in policy.writable_roots)
+    ]
+
+
 def landlock_grants(
     policy: SandboxPolicy,
     entries: Callable[[str], Sequence[tuple[str, bool]]] = _entries_on_disk,
@@ -151,12 +163,26 @@ def render_landlock(
         raise SandboxError("the Landlock-only sandbox needs Landlock (ABI >= 1)")
     args = [str(helper), "--restrict-reads"]
     mounted = mounted_read_only(policy) if mounts else []
-    for path in mounted:
-        if os.path.lexists(path):
+    hidden = mounted_hidden(policy) if mounts else []
+    # Mounts apply parents first; a writable root beneath a protected path is bound writable
+    # again on top (the memory dir inside a read-only agent tree), as bwrap's later --bind does.
+    reopened = [
+        w for w in policy.writable_roots if any(w != m and w.is_relative_to(m) for m in mounted)
+    ]
+    ops = sorted(
+        [(p, "ro") for p in mounted] + [(w, "rw") for w in reopened] + [(d, "hide") for d in hidden],
+        key=lambda op: len(op[0].parts),
+    )
+    for path, kind in ops:
+        if kind == "hide":
+            args += ["--hide", str(path)]
+        elif kind == "rw":
+            args += ["--writable-mount", str(path)]
+        elif os.path.lexists(path):
             args += ["--protect", str(path)]
         elif path.name in PROTECTED_NAMES:
             args += ["--protect-dir", str(path)]  # occupy the name, as bwrap does
-    for path, grant in landlock_grants(policy, mounted=mounted):
+    for path, grant in landlock_grants(policy, mounted=[*mounted, *hidden]):
         args += [_FLAG[grant], str(path)]
     if not policy.network:
         args.append("--no-net")

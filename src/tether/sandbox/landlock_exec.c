@@ -2,7 +2,8 @@
  *
  *   landlock-exec [--rw PATH]... [--ro PATH]... [--list DIR]... [--restrict-reads]
  *                 [--no-net] [--scope] [--drop-caps] [--seccomp-fd N]
- *                 [--cgroup PROCS_FILE | --nproc N] [--protect PATH]... [--protect-dir DIR]...
+ *                 [--cgroup PROCS_FILE | --nproc N] [--protect PATH | --protect-dir DIR |
+ *                 --writable-mount PATH | --hide PATH]...
  *                 -- PROGRAM [ARG]...
  *
  * Two uses. Inside bubblewrap, after its mounts (a Landlock-restricted process may not change
@@ -23,7 +24,10 @@
  * mount in a private user + mount namespace (the Landlock-only backend's answer to Landlock's
  * inability to take a right away beneath a writable directory: `.git` inside the workspace);
  * --protect-dir first creates DIR empty if it is missing (like bwrap, it stays behind, inert),
- * so it cannot be created later. Any failure exits 126 (125 for the cgroup)
+ * so it cannot be created later; --writable-mount binds PATH writable again (a writable root
+ * beneath a protected one); --hide covers PATH with an empty read-only tmpfs (a directory) or
+ * /dev/null (a file), as bwrap does for denied paths inside writable ones; all in argument
+ * order, parents first. Any failure exits 126 (125 for the cgroup)
  * before the command runs: nothing runs half-confined. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -134,7 +138,22 @@ static int protect_paths(int argc, char **argv, int end) {
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return die("making mounts private");
     for (int k = 1; k < end; k++) {
         int make = strcmp(argv[k], "--protect-dir") == 0;
-        if (!make && strcmp(argv[k], "--protect") != 0) continue;
+        int writable = strcmp(argv[k], "--writable-mount") == 0;
+        if (strcmp(argv[k], "--hide") == 0) {
+            const char *hidden = argv[++k];
+            struct stat st;
+            if (lstat(hidden, &st) != 0) continue; /* nothing to hide */
+            if (S_ISDIR(st.st_mode)) {
+                if (mount("tmpfs", hidden, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                          "size=4k,mode=0555") != 0) return die(hidden);
+            } else if (mount("/dev/null", hidden, NULL, MS_BIND, NULL) != 0 ||
+                       mount(NULL, hidden, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID |
+                             MS_NODEV | MS_NOEXEC, NULL) != 0) {
+                return die(hidden);
+            }
+            continue;
+        }
+        if (!make && !writable && strcmp(argv[k], "--protect") != 0) continue;
         const char *path = argv[++k];
         if (make && mkdir(path, 0755) != 0 && errno != EEXIST) return die(path);
         struct statvfs sv;
@@ -144,7 +163,7 @@ static int protect_paths(int argc, char **argv, int end) {
         }
         if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) != 0) return die(path);
         /* A remount in a user namespace must keep the flags the mount is locked with. */
-        unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY;
+        unsigned long flags = MS_REMOUNT | MS_BIND | (writable ? 0 : MS_RDONLY);
         if (sv.f_flag & ST_NOSUID) flags |= MS_NOSUID;
         if (sv.f_flag & ST_NODEV) flags |= MS_NODEV;
         if (sv.f_flag & ST_NOEXEC) flags |= MS_NOEXEC;
@@ -201,7 +220,8 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--drop-caps") == 0) { caps = 1; continue; }
         if (strcmp(argv[i], "--cgroup") == 0 && i + 1 < argc) { cgroup = argv[++i]; continue; }
         if (strcmp(argv[i], "--nproc") == 0 && i + 1 < argc) { nproc = atol(argv[++i]); continue; }
-        if ((strcmp(argv[i], "--protect") == 0 || strcmp(argv[i], "--protect-dir") == 0) &&
+        if ((strcmp(argv[i], "--protect") == 0 || strcmp(argv[i], "--protect-dir") == 0 ||
+             strcmp(argv[i], "--writable-mount") == 0 || strcmp(argv[i], "--hide") == 0) &&
             i + 1 < argc) { protect = 1; i++; continue; }
         if (strcmp(argv[i], "--restrict-reads") == 0) { restrict_reads = 1; continue; }
         if (strcmp(argv[i], "--seccomp-fd") == 0 && i + 1 < argc) { seccomp = atoi(argv[++i]); continue; }
@@ -253,7 +273,8 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[k], "--list") == 0) access = FS_READ_DIR;
         else if (strcmp(argv[k], "--cgroup") == 0 || strcmp(argv[k], "--nproc") == 0 ||
                  strcmp(argv[k], "--seccomp-fd") == 0 || strcmp(argv[k], "--protect") == 0 ||
-                 strcmp(argv[k], "--protect-dir") == 0) { k++; continue; }
+                 strcmp(argv[k], "--protect-dir") == 0 || strcmp(argv[k], "--writable-mount") == 0 ||
+                 strcmp(argv[k], "--hide") == 0) { k++; continue; }
         else continue;
         /* Inside bwrap (no --restrict-reads) reads are not handled, so they cannot be granted. */
         access &= attr.fs;

@@ -38,6 +38,7 @@ from tether.sandbox.seccomp import SUPPORTED_MACHINES, seccomp_fd, seccomp_progr
 Backend = Literal["bwrap", "landlock", "seatbelt"]
 BackendChoice = Literal["auto", "bwrap", "landlock"]
 BACKEND_CHOICES: tuple[str, ...] = ("auto", "bwrap", "landlock")
+BACKEND_ENV = "TETHER_SANDBOX_BACKEND"
 PidsMethod = Literal["cgroup", "rlimit"]
 
 _INSTALL_HINT = (
@@ -251,6 +252,8 @@ def wrap_command(
     check_layout(policy)
     status = status or probe()
     home = _tether_home(child_env)
+    if backend == "auto":  # callers without settings (the memory subagent) follow the variable
+        backend = env.get(BACKEND_ENV, "").strip().lower() or "auto"
     chosen, why = choose_backend(status, backend, home)
     if chosen is None:
         if policy.kind in _FAIL_CLOSED:
@@ -303,7 +306,11 @@ def _wrap_landlock(
     home: Path,
 ) -> WrappedCommand:
     from tether.sandbox.landlock import helper_path, userns_mounts_ok
-    from tether.sandbox.landlock_backend import mounted_read_only, render_landlock
+    from tether.sandbox.landlock_backend import (
+        mounted_hidden,
+        mounted_read_only,
+        render_landlock,
+    )
 
     helper, why = helper_path(home)
     if helper is None or status.landlock_abi is None:
@@ -320,7 +327,8 @@ def _wrap_landlock(
             helper=helper,
             abi=status.landlock_abi,
             seccomp_fd=fd,
-            mounts=bool(mounted_read_only(policy)) and userns_mounts_ok(helper),
+            mounts=bool(mounted_read_only(policy) or mounted_hidden(policy))
+            and userns_mounts_ok(helper),
         )
     except BaseException:
         os.close(fd)
