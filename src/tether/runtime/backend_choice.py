@@ -123,9 +123,33 @@ def build_backend(
         tags=flags.tags, remember=home / "state" / "last-server-agents.json", cwd=cwd,
     ))
     backend = ApiBackend(client, stash_dir=home / "state" / "server-answers")
-    session = Session(agent_record(hosted.agent, hosted.model), hosted.conversation_id,
-                      hosted.model, hosted.created_agent)
+    record = agent_record(hosted.agent, hosted.model)
+    mirror_locally(home, record, hosted.conversation_id)
+    session = Session(record, hosted.conversation_id, hosted.model, hosted.created_agent)
     return session, backend
+
+
+def mirror_locally(home: Path, agent: Any, conversation_id: str) -> None:
+    """Local records under the server's ids: every frontend takes the same cross-process turn
+    lock and keeps its effect checkpoints for a hosted conversation as for a local one. The
+    history itself stays on the server (the local transcript of a mirror stays empty)."""
+    from tether.backends.local.records import ConversationRecord, utc_now_iso
+    from tether.backends.local.store import LocalStore
+    from tether.errors import NotFound
+
+    store = LocalStore(home)
+    store.save_agent(agent)
+    if conversation_id == "default":
+        return
+    try:
+        store.get_conversation(conversation_id, agent.id)
+    except NotFound:
+        now = utc_now_iso()
+        store.save_conversation(ConversationRecord(
+            id=conversation_id, agent_id=agent.id, archived=False, archived_at=None,
+            created_at=now, updated_at=now, last_message_at=None, summary=None,
+            in_context_message_ids=(), model_settings={"backend": "cloud"},
+        ))
 
 
 def agent_record(agent: Mapping[str, Any], model: str) -> Any:

@@ -127,11 +127,11 @@ def agent_model(agent: Mapping[str, Any]) -> str:
 
 async def pending_approvals(client: LettaClient, conversation: ConversationRef) -> list[str]:
     """Tool call ids the server asked approval for and never got an answer to (newest last)."""
-    if conversation.conversation_id == "default":
-        path = f"/v1/agents/{conversation.agent_id}/messages"
-    else:
-        path = f"/v1/conversations/{conversation.conversation_id}/messages"
-    messages = await client.request("GET", path, query={"order": "desc", "limit": 50})
+    default = conversation.conversation_id == "default"
+    messages = await client.request(
+        "GET", f"/v1/conversations/{conversation.conversation_id}/messages",
+        query={"order": "desc", "limit": 50, "agent_id": conversation.agent_id if default else None},
+    )
     answered: set[str] = set()
     pending: list[str] = []
     for m in messages or []:  # newest first

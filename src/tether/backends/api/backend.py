@@ -146,11 +146,12 @@ class ApiBackend:
                             break  # everything the run said arrived; only [DONE] was lost
                         raise
                     reattaches += 1
+                    again: dict[str, Any] = {"run_id": mapper.run_id, "batch_size": 1000,
+                                             "starting_after": mapper.last_seq, "include_pings": True}
+                    if conversation.conversation_id == "default":
+                        again["agent_id"] = conversation.agent_id
                     stream = self.client.stream(
-                        f"/v1/runs/{mapper.run_id}/stream",
-                        {"starting_after": mapper.last_seq, "batch_size": 1000,
-                         "include_pings": True},
-                    )
+                        f"/v1/conversations/{conversation.conversation_id}/stream", again)
             tail = mapper.finish()
             if mapper.stop is None and mapper.error is None:
                 tail.append(ErrorChunk(
@@ -171,13 +172,12 @@ class ApiBackend:
 
     async def _cancel(self, conversation: ConversationRef, run_id: str) -> None:
         """An aborted send: stop the run on the server too (best effort, bounded)."""
+        default = conversation.conversation_id == "default"
         with contextlib.suppress(ProviderError, TimeoutError, asyncio.CancelledError):
             async with asyncio.timeout(5):
                 await self.client.request(
                     "POST", f"/v1/conversations/{conversation.conversation_id}/cancel",
-                    {"agent_id": conversation.agent_id} if conversation.conversation_id == "default"
-                    else None, query={"agent_id": conversation.agent_id}
-                    if conversation.conversation_id == "default" else None, timeout_s=5,
+                    query={"agent_id": conversation.agent_id} if default else None, timeout_s=5,
                 )
 
     async def _deny_pending(self, conversation: ConversationRef) -> list[dict[str, Any]]:

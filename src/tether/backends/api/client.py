@@ -193,6 +193,8 @@ class LettaClient:
                         if event.data.strip() == "[DONE]":
                             done = True
                             continue
+                        # After an `event: error` frame the server may close without [DONE].
+                        done = done or event.event == "error"
                         yield LettaEvent(self._event_json(event.data), event.event == "error")
                 for event in parser.finish():
                     if event.data.strip() == "[DONE]":

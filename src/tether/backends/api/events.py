@@ -218,6 +218,7 @@ class EventMapper:
                                         "letta_stop_reason", "", False, self.run_id)
                 out.append(self.error)
         self.stop = StopReason(name, self.run_id)
+        out.append(self.stop)
         return out
 
     def _error(self, data: dict[str, Any]) -> list[Chunk]:
