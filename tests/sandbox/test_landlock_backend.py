@@ -216,3 +216,18 @@ def test_a_command_inside_the_landlock_sandbox_is_proven_nested(abi: int, tmp_pa
     done = _run(policy, f"PYTHONPATH={src} {sys.executable} -c {shlex.quote(code)}", ws, home)
     assert done.stdout.strip() == "True ['true']", done.stderr
     assert not inside_tether_sandbox()
+
+
+def test_a_workspace_that_holds_the_credentials_still_hides_them(abi: int, tmp_path: Path) -> None:
+    """cwd = $HOME: ~/.ssh and ~/.netrc lie inside the writable root; hidden by mounts there,
+    while the rest of the home stays writable (new files at the top too)."""
+    _ws, home, _outside, tmp = _world(tmp_path)
+    policy = workspace_policy(home, tmp_dir=tmp, home=home)
+    done = _run(policy, (
+        "cat .ssh/id_rsa .netrc; touch .ssh/planted; echo x > .netrc; rm -rf .ssh; "
+        "echo new > top.txt && cat top.txt"
+    ), home, home)
+    assert CANARY not in done.stdout + done.stderr
+    assert (home / ".ssh" / "id_rsa").read_text() == CANARY and (home / ".netrc").read_text() == CANARY
+    assert not (home / ".ssh" / "planted").exists()
+    assert (home / "top.txt").read_text() == "new\n", done.stderr
