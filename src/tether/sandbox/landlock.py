@@ -1,12 +1,13 @@
 """Landlock (the kernel's unprivileged access control): detection, and the exec helper.
 
-bwrap confines with mounts; where the kernel has Landlock, every sandboxed command also runs
-under `landlock-exec` (landlock_exec.c, compiled with the system C compiler on first use into
-`$TETHER_HOME/cache/`): writes are denied outside the policy's writable roots and, with the
-network off, TCP bind/connect too (ABI ≥ 4) — a second, independent layer beneath bwrap's.
-It runs inside bwrap, after the mounts, because a Landlock-restricted process may not change
-mounts. No compiler, or `TETHER_LANDLOCK=0`, means bwrap + seccomp alone (said by
-`tether sandbox status`).
+`landlock-exec` (landlock_exec.c, compiled with the system C compiler on first use into
+`$TETHER_HOME/cache/`) has two uses. Beneath bwrap, after its mounts (a Landlock-restricted
+process may not change mounts), it is a second, independent layer: writes are denied outside the
+policy's writable roots and, with the network off, TCP bind/connect too (ABI ≥ 4); no compiler,
+or `TETHER_LANDLOCK=0`, means bwrap + seccomp alone. Without bwrap it is the whole sandbox (see
+`landlock_backend`): reads too, scopes, capabilities dropped, the strict seccomp filter, and
+read-only/hidden mounts in a private user namespace where one is allowed (`userns_mounts_ok`).
+`tether sandbox status` says which.
 """
 
 from __future__ import annotations

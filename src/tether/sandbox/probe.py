@@ -2,15 +2,14 @@
 
 `probe()` runs once per process (cached): bwrap on PATH, `bwrap --version`, a real user-namespace
 start, a real seccomp load; on macOS `/usr/bin/sandbox-exec`; Landlock's ABI; how a pids limit
-can be enforced.
+can be enforced (`sandbox.pids`).
 
-Pids limits: bwrap has none of its own. Where a pids cgroup is writable (root, or a delegated
-cgroup v2 subtree) every sandbox with the same `pids_limit` joins one shared, persistent cgroup
-`tether-sandbox-pids-<N>` (created on first use, never removed, so nothing leaks per run): `N`
-bounds all those sandboxes' processes together. Otherwise `prlimit --nproc` is used, set to `N`
-plus the processes already running because RLIMIT_NPROC counts the user's processes system-wide;
-it does not bind root, so a root run without a writable pids cgroup has no count bound (only the
-caller's timeout and the PID namespace). The status says which one applies.
+Backends (`choose_backend`): bubblewrap first (mounts, namespaces, seccomp, Landlock beneath);
+without a usable bwrap, Landlock + seccomp alone (`landlock_backend`); Seatbelt on macOS. The
+choice can be forced with `backend="bwrap"|"landlock"` (from `sandbox.backend` or
+`TETHER_SANDBOX_BACKEND`); a forced backend that does not work here fails closed, naming why.
+An inherited `TETHER_SANDBOX` is believed only when the kernel confirms tether's filter holds this
+process (`seccomp.inside_tether_sandbox`).
 """
 
 from __future__ import annotations
@@ -31,6 +30,14 @@ from typing import Literal
 
 from tether.sandbox.bwrap import SANDBOX_ENV, render_bwrap
 from tether.sandbox.landlock import landlock_status
+from tether.sandbox.pids import (
+    CGROUP_PREFIX,
+    PidsMethod,
+    ensure_cgroup,
+    pids_method,
+    running_processes,
+    shell_prefix,
+)
 from tether.sandbox.policy import SandboxError, SandboxPolicy, check_layout
 from tether.sandbox.seatbelt import SANDBOX_EXEC, render_seatbelt
 from tether.sandbox.seccomp import SUPPORTED_MACHINES, seccomp_fd, seccomp_program
@@ -39,14 +46,12 @@ Backend = Literal["bwrap", "landlock", "seatbelt"]
 BackendChoice = Literal["auto", "bwrap", "landlock"]
 BACKEND_CHOICES: tuple[str, ...] = ("auto", "bwrap", "landlock")
 BACKEND_ENV = "TETHER_SANDBOX_BACKEND"
-PidsMethod = Literal["cgroup", "rlimit"]
 
 _INSTALL_HINT = (
     "bubblewrap (bwrap) is not installed: apt-get install bubblewrap "
     "(Debian/Ubuntu), dnf install bubblewrap (Fedora), pacman -S bubblewrap (Arch)"
 )
 _PROBE_TIMEOUT_S = 10.0
-_CGROUP_PREFIX = "tether-sandbox-pids-"
 _log = logging.getLogger("tether.sandbox")
 
 
@@ -112,7 +117,7 @@ def probe() -> SandboxStatus:
     reasons: list[str] = []
     if landlock.abi is None:
         reasons.append(f"landlock: {landlock.reason}")
-    pids, cgroup_root, pids_reason = _pids_method()
+    pids, cgroup_root, pids_reason = pids_method()
     if pids_reason:
         reasons.append(pids_reason)
     fallback: Backend | None = "landlock" if _landlock_only_possible(landlock.abi) else None
@@ -161,7 +166,7 @@ def format_status(status: SandboxStatus) -> str:
     else:
         backend = "none: workspace sandboxes will refuse to run"
     if status.pids == "cgroup":
-        pids = f"cgroup ({status.pids_cgroup_root}/{_CGROUP_PREFIX}<N>)"
+        pids = f"cgroup ({status.pids_cgroup_root}/{CGROUP_PREFIX}<N>)"
     elif status.pids == "rlimit":
         pids = "prlimit --nproc (per user, approximate)"
     else:
@@ -267,7 +272,7 @@ def wrap_command(
         return WrappedCommand(render_seatbelt(policy, argv), (), child_env, "seatbelt")
     if chosen == "landlock":
         return _wrap_landlock(policy, argv, status, child_env, home)
-    prefix = _pids_prefix(policy.pids_limit, status)
+    prefix = shell_prefix(policy.pids_limit, status.pids, status.pids_cgroup_root)
     if not status.seccomp and policy.kind in _FAIL_CLOSED:
         raise SandboxError(
             f"cannot run the command in the {policy.kind} sandbox: the seccomp filter cannot be "
@@ -341,7 +346,7 @@ def _wrap_landlock(
         if group is not None:
             pids = ["--cgroup", str(group / "cgroup.procs")]
         elif status.pids == "rlimit":
-            pids = ["--nproc", str(policy.pids_limit + _running_processes())]
+            pids = ["--nproc", str(policy.pids_limit + running_processes())]
     return WrappedCommand([wrapped[0], *pids, *wrapped[1:]], (fd,), child_env, "landlock")
 
 
@@ -381,83 +386,7 @@ def pids_cgroup(limit: int, status: SandboxStatus | None = None) -> Path | None:
     status = status or probe()
     if status.pids != "cgroup" or status.pids_cgroup_root is None:
         return None
-    return _ensure_cgroup(status.pids_cgroup_root, limit)
-
-
-@functools.cache
-def _ensure_cgroup(root: str, limit: int) -> Path:
-    group = Path(root) / f"{_CGROUP_PREFIX}{limit}"
-    try:
-        group.mkdir(exist_ok=True)
-        (group / "pids.max").write_text(f"{limit}\n")
-    except OSError as exc:
-        raise SandboxError(f"cannot set up the sandbox pids cgroup {group}: {exc}") from exc
-    return group
-
-
-def _pids_prefix(limit: int | None, status: SandboxStatus) -> list[str]:
-    if limit is None:
-        return []
-    group = pids_cgroup(limit, status)
-    if group is not None:
-        # Join the cgroup, then become bwrap: everything bwrap starts is counted.
-        script = (
-            '{ echo $$ > "$1"; } 2>/dev/null || '
-            '{ echo "tether sandbox: cannot join pids cgroup $1" >&2; exit 125; }; '
-            'shift; exec "$@"'
-        )
-        return ["/bin/sh", "-c", script, "tether-sandbox", str(group / "cgroup.procs")]
-    prlimit = shutil.which("prlimit")
-    if status.pids == "rlimit" and prlimit is not None:
-        bound = limit + _running_processes()
-        return [prlimit, f"--nproc={bound}:{bound}", "--"]
-    return []
-
-
-def _pids_method() -> tuple[PidsMethod | None, str | None, str | None]:
-    root = _writable_pids_hierarchy()
-    if root is not None:
-        return "cgroup", root, None
-    if os.geteuid() == 0:
-        why = (
-            "pids limit not enforced: no writable pids cgroup, and RLIMIT_NPROC does not bind root"
-        )
-        return None, None, why
-    if shutil.which("prlimit") is None:
-        return None, None, "pids limit not enforced: no writable pids cgroup and no prlimit"
-    return "rlimit", None, None
-
-
-def _writable_pids_hierarchy() -> str | None:
-    try:
-        mountinfo = Path("/proc/self/mountinfo").read_text()
-    except OSError:
-        return None
-    for line in mountinfo.splitlines():
-        left, _, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if len(fields) < 5 or len(tail) < 3:
-            continue
-        mount_point = fields[4].replace("\\040", " ")
-        v1_pids = tail[0] == "cgroup" and "pids" in tail[2].split(",")
-        v2_pids = tail[0] == "cgroup2" and _v2_has_pids(mount_point)
-        if (v1_pids or v2_pids) and os.access(mount_point, os.W_OK):
-            return mount_point
-    return None
-
-
-def _v2_has_pids(mount_point: str) -> bool:
-    try:
-        return "pids" in Path(mount_point, "cgroup.subtree_control").read_text().split()
-    except OSError:
-        return False
-
-
-def _running_processes() -> int:
-    try:
-        return sum(1 for name in os.listdir("/proc") if name.isdigit())
-    except OSError:
-        return 0
+    return ensure_cgroup(status.pids_cgroup_root, limit)
 
 
 def _bwrap_version(bwrap: str) -> str | None:
