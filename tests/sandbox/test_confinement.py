@@ -336,3 +336,24 @@ def test_system_secrets_and_raw_devices_stay_unreadable(box: Box) -> None:
     script = "; ".join(f"head -c 64 {p} >/dev/null 2>&1 && echo READ:{p}" for p in targets)
     done = box.run(script)
     assert "READ:" not in done.stdout, done.stdout
+
+
+def test_credentials_behind_symlinks_stay_hidden(box: Box) -> None:
+    """~/.netrc and ~/.config/gh as links into a dotfiles folder: hidden where they live too."""
+    dotfiles = box.root / "dotfiles"
+    (dotfiles / "gh").mkdir(parents=True)
+    (dotfiles / "netrc").write_text(f"password {CANARY}\n")
+    (dotfiles / "gh" / "hosts.yml").write_text(f"token: {CANARY}\n")
+    (box.home / ".netrc").unlink()
+    (box.home / ".netrc").symlink_to(dotfiles / "netrc")
+    import shutil
+
+    shutil.rmtree(box.home / ".config" / "gh")
+    (box.home / ".config" / "gh").symlink_to(dotfiles / "gh")
+    sandbox = confinement_sandbox(box.env, {}, box.project, box.tether_home, box.scratch)
+    assert sandbox is not None
+    box.sandbox = sandbox
+    done = box.run(
+        f"cat ~/.netrc ~/.config/gh/hosts.yml {dotfiles}/netrc {dotfiles}/gh/hosts.yml"
+    )
+    assert CANARY not in done.stdout + done.stderr

@@ -78,6 +78,7 @@ def landlock_grants(
     entries: Callable[[str], Sequence[tuple[str, bool]]] = _entries_on_disk,
     exists: Callable[[str], bool] = os.path.lexists,
     mounted: Sequence[Path] = (),
+    resolve: Callable[[str], str] | None = os.path.realpath,
 ) -> list[tuple[Path, Grant]]:
     """The (path, grant) rules that enforce `policy` with Landlock alone (see module doc);
     `mounted` paths are kept read-only by mounts instead, so they split nothing."""
@@ -89,6 +90,13 @@ def landlock_grants(
     # A hidden path that is not there has nothing to hide (and nothing in a read-only sandbox
     # can create it); a read-only name that is missing stays, since a writable parent could.
     rules = {p: a for p, a in rules.items() if a != "deny" or exists(p)}
+    # A hidden path that is a link (~/.netrc -> dotfiles/netrc), or lies under one, is hidden
+    # where it really lives too: the link itself gets no grant, but its target would.
+    for path, access in list(rules.items()):
+        if access == "deny" and resolve is not None:
+            real = resolve(path)
+            if real != path:
+                rules.setdefault(real, "deny")
     rules.setdefault("/dev", "deny")
     for device in DEVICES:
         rules.setdefault(str(device), "write")
