@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import socket
 import subprocess
 import threading
@@ -22,6 +23,8 @@ import pytest
 
 from tests.backends.api.hosted import MODEL, Hosted, hosted_server
 from tests.e2e.support import TETHER
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -161,14 +164,16 @@ def test_another_active_run_is_the_busy_error(letta: Hosted, project: Path) -> N
     assert users == ["hi", "slow"]  # the refused message was never added
 
 
-def _wait_for_run(letta: Hosted, conversation: str, timeout_s: float = 30) -> None:
+def _wait_for_run(letta: Hosted, conversation: str, timeout_s: float = 30) -> str:
+    """The id of the conversation's active run, once there is one."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         active = letta.api("GET", f"/v1/runs/?conversation_id={conversation}&active=true")
-        if any(r.get("status") in ("created", "running") for r in active or []):
-            return
+        for run in active or []:
+            if run.get("status") in ("created", "running"):
+                return str(run["id"])
         time.sleep(0.2)
-    raise AssertionError("the slow run never became active")
+    raise AssertionError("no run became active")
 
 
 class CuttingProxy:
@@ -321,3 +326,96 @@ def test_the_saved_default_backend(letta: Hosted, project: Path, tether_home: Pa
     assert _init(run)["conversation_id"].startswith("conv-")  # a server conversation
     local = run_tether(["--backend", "local", "-p", "hi"], env=letta.env(), cwd=project)
     assert "No model configured" in local.stderr  # the one-off override reached the local path
+
+
+SDK = ROOT / ".cache" / "letta-sdk" / "node_modules" / "@letta-ai" / "letta-code-sdk" / "dist" / "index.js"
+SHIM = """\
+import { spawn } from "node:child_process";
+const child = spawn(process.env.TETHER_BIN, process.argv.slice(2), { stdio: "inherit" });
+for (const sig of ["SIGTERM", "SIGINT"]) process.on(sig, () => child.kill(sig));
+child.on("exit", (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
+"""
+DRIVER = """\
+import { createSession } from "SDK_URL";
+const out = (obj) => process.stdout.write(JSON.stringify(obj) + "\\n");
+const asked = [];
+const session = createSession(undefined, {
+  model: "MODEL",
+  cwd: process.env.WORKDIR,
+  canUseTool: async (toolName, toolInput) => {
+    asked.push({ toolName, toolInput });
+    return { behavior: "allow" };
+  },
+});
+for (const prompt of ["say hello", "write the file"]) {
+  await session.send(prompt);
+  for await (const msg of session.stream()) out({ prompt, ...msg });
+}
+out({ type: "asked", asked, agentId: session.agentId, conversationId: session.conversationId });
+session.close();
+"""
+
+
+def test_the_letta_code_sdk_drives_tether_on_the_cloud_backend(
+    letta: Hosted, project: Path, tmp_path: Path, tether_home: Path
+) -> None:
+    if not (SDK.exists() and shutil.which("node")):
+        pytest.fail("the Letta Code SDK is required: ./scripts/install-letta-sdk (needs npm)")
+    from tests.e2e.support import run_tether
+
+    assert run_tether(["backend", "cloud"], env=letta.env(), cwd=project).code == 0
+    shim, driver = tmp_path / "letta-shim.mjs", tmp_path / "driver.mjs"
+    shim.write_text(SHIM)
+    driver.write_text(DRIVER.replace("SDK_URL", SDK.as_uri()).replace("MODEL", MODEL))
+    letta.script([
+        {"text": "Hello through the server"},
+        {"tool_calls": [{"name": "Bash", "arguments": {"command": "echo sdk > sdk.txt",
+                                                       "description": "write"}, "id": "call_sdk1"}]},
+        {"text": "wrote it"},
+    ])
+    env = letta.env(LETTA_CLI_PATH=str(shim), TETHER_BIN=TETHER, WORKDIR=str(project))
+    proc = subprocess.run(["node", str(driver)], capture_output=True, text=True, env=env,
+                          cwd=project, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    results = [m for m in lines if m.get("type") == "result"]
+    assert [r.get("success", r.get("subtype") == "success") for r in results] == [True, True], results
+    assert "Hello through the server" in "".join(
+        str(m.get("content")) for m in lines if m.get("type") == "assistant")
+    summary = lines[-1]
+    assert summary["asked"][0]["toolName"] == "Bash"  # tether asked the SDK, then ran it here
+    assert (project / "sdk.txt").read_text() == "sdk\n"
+    # It was tether on the server, not the SDK's bundled CLI: the agent and its history are there.
+    assert summary["agentId"].startswith("agent-") and summary["conversationId"].startswith("conv-")
+    history = letta.history(summary["conversationId"])
+    assert [m["content"] for m in history if m["message_type"] == "user_message"] == [
+        "say hello", "write the file"]
+    ret = next(m for m in history if m["message_type"] == "tool_return_message")
+    assert ret["tool_call_id"] == "call_sdk1" and ret["status"] == "success"
+
+
+def test_an_interrupt_cancels_the_run_on_the_server(letta: Hosted, project: Path) -> None:
+    import signal
+
+    letta.script([{"text": "made"}, {"text": "too late", "delay_ms": 8000}])
+    made = letta.run(["-p", "hi", "-m", MODEL, "--output-format", "stream-json"], project)
+    conversation = _init(made)["conversation_id"]
+    proc = subprocess.Popen([TETHER, "--backend", "cloud", "-p", "slow", "--conversation",
+                             conversation, "--output-format", "stream-json"], env=letta.env(),
+                            cwd=project, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        run_id = _wait_for_run(letta, conversation)
+        time.sleep(0.5)  # the stream is open
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    deadline = time.monotonic() + 20
+    while letta.api("GET", f"/v1/runs/{run_id}")["status"] not in ("cancelled", "completed", "failed"):
+        assert time.monotonic() < deadline, "the run never ended"
+        time.sleep(0.2)
+    assert letta.api("GET", f"/v1/runs/{run_id}")["status"] == "cancelled"
+    assert "too late" not in out
