@@ -10,8 +10,21 @@ import pytest
 
 from tether.tools.arguments import checked_text, paths_from, text_problem
 from tether.tools.builtin import builtin_tools
+from tether.tools.toolsets import TOOLSETS
 
 from .support import run_tool
+
+PATCH = "*** Begin Patch\n*** Add File: b.txt\n+x\n*** End Patch"
+
+
+def every_builtin_tool() -> list[Any]:
+    """One instance of each built-in tool of every toolset (AskUserQuestion included)."""
+    seen: dict[str, Any] = {}
+    for toolset in TOOLSETS:
+        for tool in builtin_tools(toolset, ask_user=True):
+            seen.setdefault(tool.name, tool)
+    return list(seen.values())
+
 
 GOOD: dict[str, dict[str, Any]] = {
     "Bash": {"command": "true", "description": "d"},
@@ -31,15 +44,46 @@ GOOD: dict[str, dict[str, Any]] = {
     "TodoWrite": {"todos": [{"content": "c", "status": "pending", "activeForm": "a"}]},
     "TaskOutput": {"task_id": "bash_1", "block": False, "timeout": 0},
     "TaskStop": {"task_id": "bash_1"},
+    "AskUserQuestion": {
+        "questions": [{"question": "q", "header": "h", "options": [{"label": "a"}], "multiSelect": False}]
+    },
+    "Monitor": {"description": "d", "command": "true"},
+    "EnterWorktree": {"name": "w"},
+    "ExitWorktree": {"action": "keep"},
+    "SetWorkingDirectory": {"path": "."},
+    "TaskCreate": {"subject": "s", "description": "d", "activeForm": "a"},
+    "TaskGet": {"taskId": "1"},
+    "TaskList": {},
+    "TaskUpdate": {"taskId": "1", "status": "completed", "subject": "s"},
+    "exec_command": {"cmd": "true", "description": "d", "workdir": "."},
+    "write_stdin": {"session_id": 1, "chars": "x"},
+    "ApplyPatch": {"input": PATCH},
+    "apply_patch": {"input": PATCH},
+    "UpdatePlan": {"plan": [{"step": "s", "status": "pending"}], "explanation": "e"},
+    "update_plan": {"plan": [{"step": "s", "status": "pending"}], "explanation": "e"},
+    "ViewImage": {"path": "a.txt"},
+    "view_image": {"path": "a.txt"},
+    "run_shell_command": {"command": "true", "description": "d", "directory": "."},
+    "read_file": {"absolute_path": "a.txt"},
+    "write_file": {"file_path": "b.txt", "content": "x"},
+    "replace": {"file_path": "a.txt", "old_string": "hello", "new_string": "bye"},
+    "list_directory": {"path": "."},
+    "glob": {"pattern": "*.txt", "path": "."},
+    "search_file_content": {"pattern": "hello", "path": ".", "include": "*.txt"},
+    "write_todos": {"todos": [{"description": "d", "status": "pending"}]},
+    "read_many_files": {"paths": ["a.txt"]},
 }
 # Arguments that are data (file content), where a NUL is a byte like any other.
-CONTENT = {("Write", "content"), ("Edit", "old_string"), ("Edit", "new_string")}
+CONTENT = {
+    ("Write", "content"), ("Edit", "old_string"), ("Edit", "new_string"), ("write_file", "content"),
+    ("replace", "old_string"), ("replace", "new_string"),
+}  # fmt: skip
 BAD = {"nul": "a\0b", "surrogate": "a\ud800b"}
 
 
 def _string_arguments() -> list[tuple[str, str, str]]:
     """(tool, argument, kind of bad text); content arguments may hold NUL bytes."""
-    names = {tool.name for tool in builtin_tools()}
+    names = {tool.name for tool in every_builtin_tool()}
     assert names == set(GOOD), "a new built-in tool needs a row in GOOD"
     return [
         (tool, arg, kind)
@@ -51,7 +95,7 @@ def _string_arguments() -> list[tuple[str, str, str]]:
 
 
 def _tool(name: str) -> Any:
-    return next(t for t in builtin_tools() if t.name == name)
+    return next(t for t in every_builtin_tool() if t.name == name)
 
 
 @pytest.mark.parametrize(("name", "argument", "kind"), _string_arguments())

@@ -54,6 +54,8 @@ class RunFlags:
     mcp_config: list[str] = field(default_factory=list)  # --mcp-config FILE|JSON, repeatable
     strict_mcp_config: bool = False  # --strict-mcp-config: only the --mcp-config servers
     backend: str | None = None  # --backend local|cloud|api; None: the saved default (runtime/backend_choice)
+    toolset: str = "auto"  # --toolset auto|default|codex|codex_snake|gemini (tools/toolsets.py)
+    base_tools: list[str] | None = None  # --base-tools a,b: built-in tools instead of the toolset's
 
 
 class _Parser(argparse.ArgumentParser):
@@ -111,6 +113,8 @@ def _parser() -> _Parser:
     p.add_argument("--no-memfs", action="store_true")  # ignored, as in the reference
     p.add_argument("--tags")
     p.add_argument("--tools", help='comma list of the tools to offer ("" for none)')
+    p.add_argument("--toolset", default="auto", help="auto | default | codex | codex_snake | gemini")
+    p.add_argument("--base-tools", help="comma list of built-in tools offered instead of the toolset's")
     p.add_argument("--no-mods", action="store_true", help="load no mods this run")
     p.add_argument("--mcp-config", action="append", default=[], metavar="FILE|JSON",
                    help='MCP servers to start: a file or inline JSON {"mcpServers": {...}}; repeatable')
@@ -164,6 +168,10 @@ def parse_run_flags(argv: Sequence[str], *, stdin_is_tty: bool | None = None) ->
     flags.tags = [t.strip() for t in (ns.tags or "").split(",") if t.strip()]
     if ns.tools is not None:
         flags.tools = [t.strip() for t in ns.tools.split(",") if t.strip()]
+    from tether.tools.toolsets import TOOLSET_CHOICES, parse_base_tools
+
+    flags.toolset = _choice("--toolset", ns.toolset, TOOLSET_CHOICES)
+    flags.base_tools = parse_base_tools(ns.base_tools)
     _validate_compat(ns)
     flags.reflection_trigger = ns.reflection_trigger
     flags.reflection_step_count = _positive_int("--reflection-step-count", ns.reflection_step_count)

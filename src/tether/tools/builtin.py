@@ -2,47 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tether.core.tools import Tool, ToolRegistry
-from tether.tools.bash import BashTool
-from tether.tools.edit import EditTool, MultiEditTool
-from tether.tools.files import ReadTool, WriteTool
-from tether.tools.listing import LSTool
-from tether.tools.search import GlobTool, GrepTool
-from tether.tools.tasks import TaskOutputTool, TaskStopTool
-from tether.tools.todo import TodoWriteTool
+from tether.tools.toolsets import TOOLSETS, toolset_tools
 
-BUILTIN_TOOL_NAMES: tuple[str, ...] = (
-    "Bash",
-    "Read",
-    "Write",
-    "Edit",
-    "MultiEdit",
-    "Glob",
-    "Grep",
-    "LS",
-    "TodoWrite",
-    "TaskOutput",
-    "TaskStop",
-)
+# The default toolset as a one-shot headless run sees it (AskUserQuestion needs someone to ask).
+BUILTIN_TOOL_NAMES: tuple[str, ...] = tuple(n for n in TOOLSETS["default"] if n != "AskUserQuestion")
 
 
-def builtin_tools() -> list[Tool]:
+def builtin_tools(
+    toolset: str | None = "default",
+    *,
+    model: str | None = None,
+    base_tools: Sequence[str] | None = None,
+    ask_user: bool = False,
+) -> list[Tool]:
     """Fresh instances (per registry: the Bash and TodoWrite fallbacks keep per-instance state)."""
-    return [
-        BashTool(),
-        ReadTool(),
-        WriteTool(),
-        EditTool(),
-        MultiEditTool(),
-        GlobTool(),
-        GrepTool(),
-        LSTool(),
-        TodoWriteTool(),
-        TaskOutputTool(),
-        TaskStopTool(),
-    ]
+    return toolset_tools(toolset, model=model, base_tools=base_tools, ask_user=ask_user)
 
 
-def register_builtin_tools(registry: ToolRegistry) -> None:
-    for tool in builtin_tools():
+def register_builtin_tools(
+    registry: ToolRegistry,
+    toolset: str | None = "default",
+    *,
+    model: str | None = None,
+    base_tools: Sequence[str] | None = None,
+    ask_user: bool = False,
+) -> None:
+    """Register the toolset's tools (`auto` picks by `model`; see `tools.toolsets`)."""
+    for tool in builtin_tools(toolset, model=model, base_tools=base_tools, ask_user=ask_user):
         registry.register(tool)
