@@ -83,7 +83,8 @@ def test_hook_stdin_and_env_and_post_tool_context(workdir: Path, tether_home: Pa
 
 
 def test_permission_request_hook_allows_an_ask(workdir: Path, tether_home: Path) -> None:
-    write_user_hooks(tether_home, {"PermissionRequest": command_hook("exit 0")})
+    allow = json.dumps({"hookSpecificOutput": {"decision": {"behavior": "allow"}}})
+    write_user_hooks(tether_home, {"PermissionRequest": command_hook(f"echo '{allow}'")})
     run, _ = run_with(workdir, [{"tool_calls": [bash("touch allowed-by-hook")]}, {"text": "ok"}])  # standard mode
     assert run.code == 0, run.stderr
     assert (workdir / "allowed-by-hook").exists()

@@ -128,6 +128,7 @@ def test_hook_environment_and_payload(workdir: Path, tether_home: Path, tmp_path
                 "TETHER_CONVERSATION_ID")
         json.dump({"event": event, "env": {k: os.environ.get(k) for k in keys}, "cwd": os.getcwd()},
                   open("seen.json", "w"))
+        print(json.dumps({"hookSpecificOutput": {"decision": {"behavior": "allow"}}}))
     """)
     settings(tether_home, {"PermissionRequest": group(cmd)})
     run, _ = run_with(workdir, [{"tool_calls": [bash("touch asked")]}, {"text": "ok"}])  # standard: asks
@@ -139,7 +140,7 @@ def test_hook_environment_and_payload(workdir: Path, tether_home: Path, tmp_path
                            "TETHER_CONVERSATION_ID": None}
     assert seen["cwd"] == str(workdir) and seen["event"]["agent_id"] == agent
     assert seen["event"]["permission"] == {"type": "tool", "scope": "Bash"}
-    assert (workdir / "asked").exists()  # exit 0 of every PermissionRequest hook allows
+    assert (workdir / "asked").exists()  # the hook's JSON allow (issue 18: a bare exit 0 approves nothing)
 
 
 def test_prompt_hook_asks_the_sessions_model_and_blocks(workdir: Path, tether_home: Path) -> None:

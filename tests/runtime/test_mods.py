@@ -529,7 +529,8 @@ def test_user_prompt_submit_blocks_or_adds_context(tmp_path: Path) -> None:
 
     payload = json.loads((tmp_path / "ups.json").read_text())
     assert payload == {"event_type": "UserPromptSubmit", "working_directory": str(tmp_path),
-                       "session_id": "agent-x", "prompt": "hello", "is_command": False}
+                       "session_id": "agent-x", "prompt": "hello", "is_command": False,
+                       "hook_event_name": "UserPromptSubmit", "cwd": str(tmp_path)}  # Claude Code's names
     blocked = asyncio.run(runner.user_prompt_submit("my secret", is_command=True))
     assert blocked.blocked is not None and blocked.blocked.endswith("no secrets")
 

@@ -1,9 +1,12 @@
 """Hooks: user commands run at lifecycle points, configured in settings (reference §9).
 
-A command hook is a shell command that gets the event as JSON on stdin. Exit 0 allows (stdout
-may carry `hookSpecificOutput`), exit 2 blocks (stderr goes back to the model), anything else is
-an error. tether treats a PreToolUse error as a block: a crashing guard never lets a call
-through. Timeouts send SIGTERM to the hook's process group, then SIGKILL a second later.
+A command hook is a shell command that gets the event as JSON on stdin (the reference's fields
+and Claude Code's: `hook_event_name`, `cwd`, `tool_use_id`, `tool_response`). Exit 0 allows,
+exit 2 blocks (stderr goes back to the model), anything else is an error. On exit 0, stdout in
+Claude Code's JSON shape decides (`runtime/hook_output.py`): a deny or block there blocks even
+with exit 0, and JSON tether cannot read is an error. tether treats a PreToolUse error as a
+block: a crashing guard never lets a call through. Timeouts send SIGTERM to the hook's process
+group, then SIGKILL a second later. The turn engine's adapters are in `runtime/hook_adapters.py`.
 
 A prompt hook asks the session's model (or the hook's `model`) to judge the event: the reply
 must be JSON `{"ok": true}` (allow) or `{"ok": false, "reason": "…"}` (block); anything else,
@@ -28,6 +31,7 @@ from typing import Any, Literal
 import orjson
 
 from tether.errors import UsageError
+from tether.runtime.hook_output import HookOutput, HookOutputError, parse_hook_output
 
 TOOL_EVENTS = ("PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest")
 SIMPLE_EVENTS = (
@@ -101,17 +105,28 @@ class HookResult:
     stdout: str
     stderr: str
     exit_code: int | None  # None: timed out or could not start
+    output: HookOutput = HookOutput()  # the JSON decisions of an exit-0 hook
 
     @property
     def feedback(self) -> str:
         if self.decision == "block":
-            return f"[{self.command}]: {self.stderr.strip()}"
+            return f"[{self.command}]: {self.output.block_reason or self.stderr.strip()}"
         if self.decision == "error":
             why = self.stderr.strip() or (
                 f"exit code {self.exit_code}" if self.exit_code is not None else "did not finish"
             )
             return f"Hook error: [{self.command}]: {why}"
         return ""
+
+    @property
+    def plain_text(self) -> str:
+        """Exit-0 stdout that is not hook JSON (context for UserPromptSubmit / SessionStart)."""
+        return "" if self.output.is_json or self.decision != "allow" else self.stdout.strip()
+
+    @property
+    def context(self) -> str:
+        """What this hook adds for the model: additionalContext, else its plain stdout."""
+        return self.output.context or self.plain_text
 
     def specific_output(self) -> dict[str, Any]:
         try:
@@ -217,9 +232,13 @@ class HookRunner:
         self.agent_id = agent_id
         self.session_id = session_id
         self.ask_model = ask_model  # prompt hooks; None: they report an error (never allow)
+        # Set by a hook's `continue: false`: from then on no tool call of the session runs.
+        self.stopped: str | None = None
 
     def payload(self, event: str, **fields: Any) -> dict[str, Any]:
-        base: dict[str, Any] = {"event_type": event, "working_directory": str(self.cwd)}
+        # The reference's names, and Claude Code's beside them so its hook scripts read theirs.
+        base: dict[str, Any] = {"event_type": event, "working_directory": str(self.cwd),
+                                "hook_event_name": event, "cwd": str(self.cwd)}
         if self.session_id:
             base["session_id"] = self.session_id
         if self.agent_id and event in TOOL_EVENTS:
@@ -245,7 +264,8 @@ class HookRunner:
         if isinstance(hook, HookPrompt):
             return await self._run_prompt(hook, payload)
         env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
-        env.update(TETHER_HOOK_EVENT=event, TETHER_WORKING_DIR=str(self.cwd), USER_CWD=str(self.cwd))
+        env.update(TETHER_HOOK_EVENT=event, TETHER_WORKING_DIR=str(self.cwd), USER_CWD=str(self.cwd),
+                   CLAUDE_PROJECT_DIR=str(self.cwd))
         if self.agent_id:
             env.update(TETHER_AGENT_ID=self.agent_id, AGENT_ID=self.agent_id)
         try:
@@ -263,9 +283,8 @@ class HookRunner:
         except asyncio.CancelledError:
             await _kill_group(proc)
             raise
-        code = proc.returncode
-        decision: Decision = "allow" if code == 0 else "block" if code == 2 else "error"
-        return HookResult(hook.command, decision, out.decode(errors="replace"), err.decode(errors="replace"), code)
+        return command_result(hook.command, event, proc.returncode, out.decode(errors="replace"),
+                              err.decode(errors="replace"))
 
     async def _run_prompt(self, hook: HookPrompt, payload: dict[str, Any]) -> HookResult:
         if self.ask_model is None:
@@ -348,13 +367,15 @@ class EventOutcome:
     context: str = ""
     errors: tuple[str, ...] = ()
     results: tuple[HookResult, ...] = ()
+    stopped: str | None = None  # a hook's `continue: false` (its stopReason): end the session
 
     @classmethod
     def of(cls, results: Sequence[HookResult], *, context: bool = False) -> EventOutcome:
         blocked = next((r.feedback for r in results if r.decision == "block"), None)
-        notes = [r.stdout.strip() for r in results if context and r.decision == "allow" and r.stdout.strip()]
+        notes = [r.context for r in results if context and r.decision == "allow" and r.context]
         errors = tuple(r.feedback for r in results if r.decision == "error")
-        return cls(blocked, "\n".join(notes), errors, tuple(results))
+        stopped = next((r.output.stop_reason for r in results if r.output.stop_reason), None)
+        return cls(blocked, "\n".join(notes), errors, tuple(results), stopped)
 
 
 def _prompt_verdict(reply: str) -> tuple[bool, str] | None:
@@ -412,6 +433,19 @@ def provider_model_call(provider: Any, model_id: str, home: Path, env: Mapping[s
     return ask
 
 
+def command_result(command: str, event: str, code: int | None, stdout: str, stderr: str) -> HookResult:
+    """Exit 2 blocks, other non-zero is an error; on exit 0 the JSON output decides."""
+    if code != 0:
+        return HookResult(command, "block" if code == 2 else "error", stdout, stderr, code)
+    try:
+        output = parse_hook_output(stdout, event)
+    except HookOutputError as exc:
+        why = f"{stderr.strip()}\n{exc}".strip()
+        return HookResult(command, "error", stdout, why, code)
+    decision: Decision = "block" if output.block_reason is not None else "allow"
+    return HookResult(command, decision, stdout, stderr, code, output)
+
+
 async def _kill_group(proc: asyncio.subprocess.Process) -> None:
     for sig, grace in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 5.0)):
         try:
@@ -429,65 +463,9 @@ async def _kill_group(proc: asyncio.subprocess.Process) -> None:
         pass
 
 
-# --- the turn engine's view ----------------------------------------------------------------
+# The turn engine's adapters live beside this module; imported here so callers keep one name.
+from tether.runtime.hook_adapters import SessionPermissionHooks, SessionToolHooks  # noqa: E402
 
-
-class SessionToolHooks:
-    """PreToolUse / PostToolUse / PostToolUseFailure for the turn engine (`core.execution.ToolHooks`)."""
-
-    def __init__(self, runner: HookRunner) -> None:
-        self.runner = runner
-
-    async def before(self, call: Any) -> Any:
-        from tether.core.execution import PreToolVerdict
-
-        payload = self.runner.payload(
-            "PreToolUse", tool_name=call.name, tool_input=dict(call.args), tool_call_id=call.tool_call_id
-        )
-        updated: dict[str, Any] = {}
-        for result in await self.runner.run_sequential("PreToolUse", payload, call.name):
-            if result.decision != "allow":  # block, or an error: a broken guard must not fail open
-                return PreToolVerdict(blocked=result.feedback)
-            new_input = result.specific_output().get("updatedInput")
-            if isinstance(new_input, dict):
-                updated.update(new_input)
-        return PreToolVerdict(updated_args=updated or None)
-
-    async def after(self, call: Any, result: Any) -> str | None:
-        failed = result.is_error
-        event = "PostToolUseFailure" if failed else "PostToolUse"
-        fields: dict[str, Any] = {"tool_name": call.name, "tool_input": dict(call.args), "tool_call_id": call.tool_call_id}
-        if failed:
-            fields["error_message"] = result.output
-        else:
-            fields["tool_result"] = {"status": result.status, "output": result.output}
-        notes: list[str] = []
-        for r in await self.runner.run_parallel(event, self.runner.payload(event, **fields), call.name):
-            context = r.specific_output().get("additionalContext")
-            if isinstance(context, str) and context.strip():
-                notes.append(context.strip())
-            if r.decision != "allow":
-                notes.append(r.feedback)
-        return "\n".join(notes) or None
-
-
-class SessionPermissionHooks:
-    """PermissionRequest hooks: exit 2 denies, a clean exit 0 of every hook allows."""
-
-    def __init__(self, runner: HookRunner) -> None:
-        self.runner = runner
-
-    async def decide(self, item: Any) -> tuple[str, str] | None:
-        call = item.call
-        if not self.runner.config.commands("PermissionRequest", call.name):
-            return None
-        payload = self.runner.payload(
-            "PermissionRequest", tool_name=call.name, tool_input=item.args, tool_call_id=call.tool_call_id,
-            permission={"type": "tool", "scope": call.name},
-        )
-        results = await self.runner.run_sequential("PermissionRequest", payload, call.name)
-        if any(r.decision == "block" for r in results):
-            return "deny", next(r.feedback for r in results if r.decision == "block")
-        if results and all(r.decision == "allow" for r in results):
-            return "allow", "allowed by a PermissionRequest hook"
-        return None  # a failing hook decides nothing: the call stays `ask`
+__all__ = ["EVENTS", "EventOutcome", "HookConfig", "HookResult", "HookRunner",
+           "SessionPermissionHooks", "SessionToolHooks", "command_result", "merge_hooks",
+           "parse_hooks", "provider_model_call"]
