@@ -100,3 +100,31 @@ def test_sandboxed_commands_cannot_write_tethers_scratch(tmp_path: Path, backend
     tasks = BackgroundTasks(scratch)
     _start(tasks, "echo log", ws)
     assert target.read_text() == "keep\n"
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_tether_home_inside_the_workspace_stays_read_only(tmp_path: Path, backend: str) -> None:
+    """cwd = $HOME with TETHER_HOME under it: the workspace is writable, tether's state is not."""
+    if backend == "bwrap":
+        need_bwrap(seccomp=True)
+    elif landlock_status().abi is None:
+        missing("Landlock", landlock_status().reason)
+    home = tmp_path / "home"
+    th = home / ".local" / "share" / "tether"
+    (th / "agents").mkdir(parents=True)
+    (th / "settings.json").write_text("{}")
+    scratch = th / "tmp" / "conv"
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "TETHER_HOME": str(th),
+           "TETHER_FS_SANDBOX": "1", "TETHER_SANDBOX_BACKEND": backend}
+    sandbox = shell_sandbox_from(env, None, home, th, scratch)
+    assert sandbox is not None
+    script = (
+        f"echo '{{\"hooks\": 1}}' > {th}/settings.json; touch {th}/agents/planted; "
+        f"touch {scratch}/bash_9.log; echo ws > notes.txt; echo tmp > $TMPDIR/t && cat $TMPDIR/t"
+    )
+    with sandbox.wrap(["bash", "-c", script], home, env) as wrapped:
+        done = subprocess.run(wrapped.argv, env=wrapped.env, pass_fds=wrapped.pass_fds, cwd=home,
+                              capture_output=True, text=True, timeout=30)
+    assert (th / "settings.json").read_text() == "{}", done.stderr
+    assert not (th / "agents" / "planted").exists() and not (scratch / "bash_9.log").exists()
+    assert (home / "notes.txt").read_text() == "ws\n" and done.stdout == "tmp\n", done.stderr

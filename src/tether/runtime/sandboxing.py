@@ -202,6 +202,12 @@ def shell_sandbox_from(
     keys = tether_home.expanduser().absolute() / "providers"
     if not policy.writable_roots[0].is_relative_to(keys):
         policy = replace(policy, denied_roots=(*policy.denied_roots, keys))
+    # tether's own state inside the workspace (cwd = $HOME, TETHER_HOME under it) stays
+    # read-only: settings, agents, background logs; the private tmp inside it stays writable.
+    home = tether_home.expanduser().absolute().resolve()
+    root = policy.writable_roots[0]
+    if home != root and home.is_relative_to(root):
+        policy = replace(policy, readonly_roots=(*policy.readonly_roots, home))
     import hashlib
 
     digest = hashlib.sha256(str(policy.writable_roots[0]).encode()).hexdigest()[:12]
