@@ -498,3 +498,30 @@ def test_a_scoped_client_cannot_join_a_runtime_another_client_started_over_tethe
                 assert joined["success"] is False and "contains TETHER_HOME" in joined["error"]
 
         asyncio.run(scenario())
+
+
+def test_no_client_moves_a_runtime_into_tether_home(
+    project: Path, tether_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    link = tmp_path / "looks-harmless"
+    link.symlink_to(tether_home, target_is_directory=True)
+    with FakeProvider([{"text": "hi"}]) as fake:
+        point_at(fake, monkeypatch)
+
+        async def scenario() -> None:
+            async with InProcess(project) as srv, srv.connect() as ws:
+                c = Client(ws)
+                runtime = (await c.start(project))["runtime"]
+                (tether_home / "agents").mkdir(exist_ok=True)
+                dotdot = tether_home / "agents" / ".."  # resolves back to TETHER_HOME
+                for n, target in enumerate((tether_home, link, dotdot)):
+                    await c.send({"type": "change_device_state", "request_id": f"c{n}",
+                                  "runtime": runtime, "payload": {"cwd": str(target)}})
+                    error = await c.of_type("error", request_id=f"c{n}")
+                    assert "inside TETHER_HOME" in error["message"], error
+                await c.send({"type": "sync", "request_id": "s", "runtime": runtime})
+                status = await c.of_type("update_device_status")
+                cwd = status["device_status"]["current_working_directory"]
+                assert cwd == str(project.resolve())
+
+        asyncio.run(scenario())
