@@ -132,9 +132,14 @@ def test_turns_of_a_long_lived_process_share_the_connection(workdir: Path) -> No
 
     with FakeProvider([{"text": f"turn {i}"} for i in range(3)], keep_alive=True, tls=True) as fake:
         client = Client(fake.url, workdir, env_extra={"SSL_CERT_FILE": str(fake.ca_file)})
-        for i in range(3):
-            client.user(f"hello {i}")
-            assert client.result()["result"] == f"turn {i}"
+        try:
+            for i in range(3):
+                client.user(f"hello {i}")
+                assert client.result()["result"] == f"turn {i}"
+        except BaseException:
+            client.proc.kill()  # no stray process or open pipes when the test fails
+            client.close()
+            raise
         assert client.close() == 0
         stats = fake.stats()
     assert stats == {"connections": 1, "handshakes": 1, "resumed_handshakes": 0, "requests": 3}

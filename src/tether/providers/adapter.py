@@ -7,31 +7,16 @@ default a cut stream, never a silent success).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing, suppress
+from contextlib import aclosing
 from typing import Any, Protocol
 
-from tether.errors import ProviderError
 from tether.protocol.chunks import Chunk
 from tether.protocol.llm import ProviderRequest
 from tether.providers.base import Endpoint
 from tether.providers.http import cut, post_sse
 from tether.providers.retry import DEFAULT_RETRY, RetryPolicy, with_retries
 from tether.providers.sse import SSEEvent
-
-# How long the end of a body may trail its terminal event before the connection is dropped
-# rather than kept for the next step (normally the chunked terminator arrives with the event).
-_TRAILING_S = 0.25
-
-
-async def _finish_body(sse: AsyncIterator[SSEEvent]) -> None:
-    """Read past the terminal event to the end of the body, so the connection can be reused;
-    a server that keeps talking costs its connection, never the turn's answer."""
-    with suppress(TimeoutError, ProviderError):
-        async with asyncio.timeout(_TRAILING_S):
-            async for _ in sse:
-                pass
 
 
 class EventMapper(Protocol):
@@ -73,15 +58,16 @@ class SSEAdapter:
         events = self.events()
         error: BaseException | None = None
         try:
-            async with aclosing(
-                post_sse(self.endpoint, url, self.headers(), self.body(request))
-            ) as sse:
+            # `post_sse` stops at `done` itself, so the transport may keep the connection.
+            post = post_sse(
+                self.endpoint, url, self.headers(), self.body(request), done=lambda: events.done
+            )
+            async with aclosing(post) as sse:
                 async for event in sse:
                     for chunk in events.feed(event):
                         yield chunk
-                    if events.done:
-                        await _finish_body(sse)
-                        return
+            if events.done:
+                return
         except (
             Exception
         ) as exc:  # handed to `finish`, which re-raises unless the dialect knows better

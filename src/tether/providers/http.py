@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 import orjson
@@ -30,9 +30,19 @@ _QUOTA_MARKERS = ("insufficient_quota", "quota", "billing", "usage_limit_reached
 
 
 async def post_sse(
-    endpoint: Endpoint, url: str, headers: Mapping[str, str], body: dict[str, Any]
+    endpoint: Endpoint,
+    url: str,
+    headers: Mapping[str, str],
+    body: dict[str, Any],
+    *,
+    done: Callable[[], bool] | None = None,
 ) -> AsyncGenerator[SSEEvent, None]:
-    """POST `body` as JSON and yield the SSE events of the answer; raise tether errors on failure."""
+    """POST `body` as JSON and yield the SSE events of the answer; raise tether errors on failure.
+
+    `done()` turning True after an event (the dialect's terminal event) ends the iteration
+    there: the transport then reads what is left of the body (normally just its end) and keeps
+    the connection for the next request, where a caller that stopped iterating would close it.
+    """
     from tether import __version__
     from tether.providers import transport
 
@@ -59,6 +69,8 @@ async def post_sse(
             async for piece in response.iter_bytes():
                 for event in parser.feed(piece):
                     yield event
+                    if done is not None and done():
+                        return
             for event in parser.finish():
                 yield event
     except transport.TimedOut as exc:
