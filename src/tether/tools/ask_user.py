@@ -21,10 +21,9 @@ MAX_QUESTIONS = 4
 MAX_OPTIONS = 4
 
 DESCRIPTION = """\
-Asks the user 1-4 multiple-choice questions when you need their decision (preferences, \
-ambiguous requirements, a choice between approaches). Each question has a short `header` \
-(<=12 chars), 2-4 `options` ({label, description}) and `multiSelect`; the user may also type \
-their own answer. Returns the answers."""
+Asks the user 1-4 multiple-choice questions when you need their decision. Each has a short \
+`header`, 2-4 `options` ({label, description}) and `multiSelect`; the user may also type an \
+answer of their own."""
 
 PARAMETERS: dict[str, Any] = {
     "type": "object",

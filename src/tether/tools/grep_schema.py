@@ -52,71 +52,19 @@ shows the number of matching lines per file.
 GREP_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "pattern": {
-            "type": "string",
-            "description": "The regular expression pattern to search for in file contents",
-        },
-        "path": {
-            "type": "string",
-            "description": "File or directory to search in. Defaults to the working directory.",
-        },
-        "glob": {
-            "type": "string",
-            "description": 'Glob pattern to filter files (e.g. "*.js", "*.{ts,tsx}")',
-        },
-        "output_mode": {
-            "type": "string",
-            "enum": list(OUTPUT_MODES),
-            "description": (
-                'Output mode: "content" shows matching lines (supports -A/-B/-C context, -n line '
-                'numbers, head_limit), "files_with_matches" shows file paths (supports '
-                'head_limit), "count" shows match counts (supports head_limit). Defaults to '
-                '"files_with_matches".'
-            ),
-        },
-        "-B": {
-            "type": "number",
-            "description": 'Lines to show before each match. Requires output_mode: "content".',
-        },
-        "-A": {
-            "type": "number",
-            "description": 'Lines to show after each match. Requires output_mode: "content".',
-        },
-        "-C": {
-            "type": "number",
-            "description": (
-                'Lines to show before and after each match. Requires output_mode: "content".'
-            ),
-        },
-        "-n": {
-            "type": "boolean",
-            "description": (
-                'Show line numbers in output. Requires output_mode: "content". Defaults to true.'
-            ),
-        },
-        "-i": {"type": "boolean", "description": "Case insensitive search"},
-        "type": {
-            "type": "string",
-            "description": "File type to search, e.g. py, js, ts, rust, go, java, md, json.",
-        },
-        "head_limit": {
-            "type": "number",
-            "description": (
-                "Limit output to the first N lines/entries (like `| head -N`) in every output "
-                "mode. 0 or absent means no limit (the 10000-character cap still applies)."
-            ),
-        },
-        "offset": {
-            "type": "number",
-            "description": "Skip the first N lines/entries before applying head_limit. Default 0.",
-        },
-        "multiline": {
-            "type": "boolean",
-            "description": (
-                "Enable multiline mode where . matches newlines and patterns can span lines. "
-                "Default: false."
-            ),
-        },
+        "pattern": {"type": "string", "description": "The regular expression to search for"},
+        "path": {"type": "string", "description": "File or directory (default: working directory)"},
+        "glob": {"type": "string", "description": 'Filter files, e.g. "*.js", "*.{ts,tsx}"'},
+        "output_mode": {"type": "string", "enum": list(OUTPUT_MODES)},
+        "-B": {"type": "number", "description": "Lines before each match (content mode)"},
+        "-A": {"type": "number", "description": "Lines after each match (content mode)"},
+        "-C": {"type": "number", "description": "Lines around each match (content mode)"},
+        "-n": {"type": "boolean", "description": "Line numbers (content mode; default true)"},
+        "-i": {"type": "boolean", "description": "Case insensitive"},
+        "type": {"type": "string", "description": "File type: py, js, ts, rust, go, java, md, json…"},
+        "head_limit": {"type": "number", "description": "Only the first N lines/entries"},
+        "offset": {"type": "number", "description": "Skip the first N lines/entries"},
+        "multiline": {"type": "boolean", "description": "`.` matches newlines; patterns span lines"},
     },
     "required": ["pattern"],
     "additionalProperties": False,

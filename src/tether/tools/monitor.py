@@ -28,11 +28,10 @@ MAX_TIMEOUT_MS = 3_600_000
 TAIL_CHARS = 4_000
 
 DESCRIPTION = """\
-Waits for a condition instead of polling: runs `command` (a watcher such as `until curl -sf \
-localhost:3000; do sleep 1; done` or `tail -f log | grep -m1 Ready`) until it exits or \
-`timeout_ms` passes (default 300000, max 3600000), then returns its exit status and the end \
-of its output. `persistent: true` runs it in the background and notifies you when it exits. \
-Give `task_id` instead of `command` to wait for a background task to finish."""
+Waits for a condition instead of polling: runs the watcher `command` (e.g. `until curl -sf \
+localhost:3000; do sleep 1; done`) until it exits or `timeout_ms` passes (default 300000, max \
+3600000) and returns its status and output tail. `persistent`: run it in the background, \
+notified on exit. `task_id` instead of `command`: wait for that background task."""
 
 PARAMETERS: dict[str, Any] = {
     "type": "object",

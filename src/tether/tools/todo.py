@@ -22,22 +22,11 @@ TODOS_UPDATED = (
 )
 
 TODO_DESCRIPTION = """\
-Creates and updates a structured task list for the current session, so progress on multi-step \
-work stays visible to you and the user.
-
-When to use it:
-- Tasks with three or more distinct steps, or that need careful planning.
-- When the user gives several tasks at once, or asks for a todo list.
-- Right after receiving new instructions: capture the requirements as todos.
-- When you start a task, mark it `in_progress` before working on it (ideally only one at a time); \
-mark it `completed` as soon as it is fully done, and add follow-up tasks you discover.
-
-When not to use it: a single trivial step, or purely conversational requests.
-
-Each call replaces the whole list. Every item has `content` (imperative form, e.g. "Run the \
-tests"), `activeForm` (present continuous, e.g. "Running the tests") and `status` (pending, \
-in_progress or completed). Only mark a task completed when it is really done: not while tests \
-fail or work is partial."""
+Creates and updates a structured task list for this session, so progress on multi-step work \
+stays visible. Use it for work with three or more steps or several requests at once; skip it \
+for a single trivial step. Each call replaces the whole list; every item has `content` \
+(imperative: "Run the tests"), `activeForm` ("Running the tests") and `status`. Keep one item \
+`in_progress`, and mark items `completed` only when really done (not while tests fail)."""
 
 TODO_PARAMETERS: dict[str, Any] = {
     "type": "object",

@@ -45,14 +45,12 @@ def worktrees_root(ctx: ToolRunContext) -> Path:
 
 
 ENTER_DESCRIPTION = """\
-Creates a git worktree (a separate checkout on a new branch `tether/<name>`) for this \
-conversation and moves the working directory into it, so changes stay apart from the main \
-checkout. Only when the user asks for a worktree."""
+Creates a git worktree (a checkout on a new branch `tether/<name>`) for this conversation and \
+moves the working directory into it. Only when the user asks for one."""
 
 EXIT_DESCRIPTION = """\
-Leaves the worktree EnterWorktree made, back to the original directory. `action`: "keep" \
-(default) leaves it on disk; "remove" deletes it (refused with uncommitted changes unless \
-`discard_changes` is true)."""
+Leaves EnterWorktree's worktree for the original directory. `action`: "keep" (default) or \
+"remove" (refused with uncommitted changes unless `discard_changes`)."""
 
 
 class EnterWorktreeTool:
