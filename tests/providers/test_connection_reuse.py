@@ -143,3 +143,43 @@ def test_turns_of_a_long_lived_process_share_the_connection(workdir: Path) -> No
         assert client.close() == 0
         stats = fake.stats()
     assert stats == {"connections": 1, "handshakes": 1, "resumed_handshakes": 0, "requests": 3}
+
+
+def test_a_reused_connection_dropped_after_the_request_is_an_error_not_a_resend() -> None:
+    """Through the adapter and its retries: the server read step 2's request and closed
+    without answering, so it may have run it; tether reports the error and sends nothing
+    again (the retry policy would resend a fresh-connection failure)."""
+    from tests.providers.test_pool import Conn, RawServer
+    from tether.errors import StreamCut
+    from tether.testing.fake_dialects import EVENT_BUILDERS, Plan
+
+    events = EVENT_BUILDERS["anthropic"](Plan.from_turn({"text": "one"}, {}), {}, lambda: 1)
+    stream = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+
+    def answer_then_vanish(conn: Conn) -> None:
+        conn.read_request()
+        conn.answer(head, stream)
+        conn.read_request()
+        conn.close()
+
+    server = RawServer(answer_then_vanish)
+    provider = make_provider("anthropic", server)  # type: ignore[arg-type]
+
+    async def main() -> BaseException | None:
+        assert text_of([c async for c in provider.stream(request(user("one")))]) == "one"
+        try:
+            [c async for c in provider.stream(request(user("two")))]
+        except StreamCut as exc:
+            return exc
+        return None
+
+    try:
+        error = asyncio.run(main())
+    finally:
+        server.close()
+    assert isinstance(error, StreamCut) and not error.retryable
+    assert "not sent again" in str(error)
+    assert len(server.requests) == 2 and len(server.connections) == 1
