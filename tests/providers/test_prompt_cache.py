@@ -203,3 +203,16 @@ def test_a_headless_tool_turn_reports_cache_usage_per_step(tmp_path: Path) -> No
     # The real system prompt and tools: one breakpoint on the prefix, one rolling.
     for body in bodies:
         assert marks(body)[0] == "system.0" and 2 <= len(marks(body)) <= 4
+
+
+def test_a_memory_update_follows_the_last_breakpoint() -> None:
+    """A memory change sent mid-conversation goes after every breakpoint, so the cached
+    prefix (and the previous step's entry) stays valid."""
+    history = session(3)[-1]
+    plain = build_body(ProviderRequest("m", "sys", history))
+    updated = build_body(ProviderRequest("m", "sys", history, memory_update="<memory_update/>"))
+    assert marks(updated) == marks(plain)
+    last = updated["messages"][-1]["content"]
+    assert last[-1] == {"type": "text", "text": "<memory_update/>"}
+    assert "cache_control" in last[-2]
+    assert without_marks(updated["messages"][:-1]) == without_marks(plain["messages"][:-1])

@@ -62,6 +62,9 @@ def build_body(request: ProviderRequest) -> dict[str, Any]:
     if request.tools:
         body["tools"] = [_tool(t) for t in request.tools]
     mark_cache_breakpoints(body)
+    if request.memory_update:
+        # After the last breakpoint: a memory change costs its own tokens, never the cache.
+        _append_after_breakpoints(body["messages"], request.memory_update)
     budget = _THINKING_BUDGET.get(request.reasoning_effort or "")
     if budget is not None:
         budget = min(budget, request.max_tokens - 1)
@@ -102,6 +105,14 @@ def mark_cache_breakpoints(body: dict[str, Any]) -> None:
     )
     if assistant is not None and assistant > 0:
         _mark_last_block(messages, assistant - 1)
+
+
+def _append_after_breakpoints(messages: list[dict[str, Any]], text: str) -> None:
+    block = {"type": "text", "text": text}
+    if messages and messages[-1].get("role") == "user":
+        messages[-1]["content"].append(block)
+    else:
+        messages.append({"role": "user", "content": [block]})
 
 
 def _mark_last_block(messages: list[dict[str, Any]], index: int) -> None:
