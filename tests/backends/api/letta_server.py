@@ -10,6 +10,7 @@ Postgres refuses to run as root, so as root it runs as `nobody` (setpriv; no use
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -96,6 +97,7 @@ class LettaServer:
         os.chmod(self.state, 0o755)  # postgres runs as nobody and must reach its data dir
         self.model = ModelServer()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._logs: list[Any] = []
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.timings: dict[str, float] = {}
@@ -163,7 +165,8 @@ class LettaServer:
             raise RuntimeError(f"{what} failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
 
     def _spawn(self, name: str, argv: list[str], **kw: Any) -> None:
-        log = open(self.state / f"{name}.log", "wb")  # noqa: SIM115 - the process keeps it
+        log = open(self.state / f"{name}.log", "wb")  # noqa: SIM115 - closed by stop()
+        self._logs.append(log)
         self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                             start_new_session=True, **kw)
 
@@ -202,21 +205,16 @@ class LettaServer:
             proc = self.procs.pop(name, None)
             if proc is None:
                 continue
-            with _quiet():
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGINT if name == "postgres" else signal.SIGTERM)
             try:
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                with _quiet():
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
         self.model.stop()
+        for log in self._logs:
+            log.close()
         shutil.rmtree(self.state, ignore_errors=True)
 
-
-class _quiet:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return exc[0] is not None and issubclass(exc[0], ProcessLookupError)  # type: ignore[arg-type]
