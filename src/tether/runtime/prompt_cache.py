@@ -3,7 +3,8 @@
     compiled = base system (agent system + <env>)
              + <self> / <memory> blocks from `system/` at MemFS HEAD (+ the other memory files,
                by path and description only)
-             + project instructions (AGENTS.md, CLAUDE.md in the working directory)
+             + project instructions (AGENTS.md, CLAUDE.md: TETHER_HOME's, then from the
+               repository root down to the working directory; `runtime/instructions.py`)
              + <available_skills>
              + <memory_metadata>
 
@@ -44,6 +45,7 @@ from tether.backends.local.locks import write_json_atomic
 from tether.memory import blocks
 from tether.memory.memfs import MemFSError
 from tether.protocol.turns import ConversationRef
+from tether.runtime.instructions import read_project_instructions
 
 if TYPE_CHECKING:
     from tether.backends.local.backend import LocalBackend
@@ -57,9 +59,7 @@ CACHE_FILE = "system-prompt.json"
 RENDER_FILE = "memory-render.json"  # beside the agent's memory repo, not inside it
 # Bump when a commit would render differently: render_memory / MEMORY_INTRO, blocks.parse, or
 # what parse_skill makes of a SKILL.md. A render file of another version is a miss.
-RENDER_VERSION = 1
-PROJECT_FILES = ("AGENTS.md", "CLAUDE.md")
-PROJECT_CAP = 40_000  # characters per instruction file
+RENDER_VERSION = 2  # 2: SKILL.md frontmatter read as YAML
 PERSONA = "system/persona.md"
 MEMORY_INTRO = (
     "This is your memory: a git repository of Markdown files that persists across "
@@ -67,25 +67,6 @@ MEMORY_INTRO = (
     "description (read them when relevant). Change memory with the `memory` tool; every change "
     "is a commit, and only committed changes appear here."
 )
-
-
-def read_project_instructions(cwd: Path) -> str:
-    """AGENTS.md and CLAUDE.md from the working directory, each in its own tag ("" if none).
-
-    They are text for the model, not configuration that runs, so they load without trust."""
-    parts = []
-    for name in PROJECT_FILES:
-        path = cwd / name
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace").strip()
-        except (FileNotFoundError, IsADirectoryError, PermissionError):
-            continue
-        if not text:
-            continue
-        if len(text) > PROJECT_CAP:
-            text = text[:PROJECT_CAP] + f"\n[{name} truncated at {PROJECT_CAP} characters]"
-        parts.append(f'<project_instructions source="{name}">\n{text}\n</project_instructions>')
-    return "\n\n".join(parts)
 
 
 def render_memory(files: dict[str, bytes]) -> str:
@@ -422,7 +403,7 @@ def attach_memory(
         cache_dir=lambda c: store.conversation_dir(c.agent_id, c.conversation_id),
         memfs=memfs,
         skills=catalog if catalog.enabled else None,
-        project_instructions=read_project_instructions(cwd),
+        project_instructions=read_project_instructions(cwd, store.home),
     )
     # Hosted Chat Completions takes system messages anywhere; local servers' chat templates
     # often do not, and Anthropic / Responses keep system apart: those recompile instead.

@@ -1,7 +1,9 @@
 """Skills: `SKILL.md` folders the model can load by name, and where they are found (§1.2).
 
-A skill is a folder holding `SKILL.md` (frontmatter `name`, `description`; the body is the
-instructions) and any files it refers to. Sources, highest precedence first when two share a
+A skill is a folder holding `SKILL.md` (YAML frontmatter `name`, `description`; the body is the
+instructions) and any files it refers to. Frontmatter of flat `key: value` lines is read
+directly; anything else (`description: >-`, quoted or multi-line values, lists) is parsed with
+PyYAML, imported only then so a plain start never pays its ~17 ms. Sources, highest precedence first when two share a
 name:
 
     project   `--skills DIR` if given; else `.agents/skills/` and (trusted folders only)
@@ -63,11 +65,62 @@ def resolve_sources(
 
 def parse_skill(text: str, fallback_name: str, source: str, location: str) -> Skill | str:
     """The skill, or why it was skipped."""
-    meta = blocks.parse(text)
+    meta = frontmatter(text)
     name = (meta.get("name") or fallback_name).strip()
     if not _NAME.match(name):
         return f"{location}: skill name {name!r} is not a simple name (letters, digits, . _ - :)"
-    return Skill(name, blocks.one_line(meta.description), source, location)
+    return Skill(name, blocks.one_line(meta.get("description", "")), source, location)
+
+
+_FENCE = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
+_FLAT_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*):[ \t]+(\S.*?)[ \t]*$")
+_YAML_STARTS = tuple(">|[{&*!'\"%@`#")  # a value starting so means more than its text
+
+
+def frontmatter(text: str) -> dict[str, str]:
+    """A SKILL.md's frontmatter as text values (lists joined with ", "); {} without one."""
+    match = _FENCE.match(text)
+    if match is None:
+        return {}
+    raw = match.group(1)
+    flat = _flat_frontmatter(raw)
+    if flat is not None:
+        return flat
+    import yaml  # here only: frontmatter the flat reader cannot read
+
+    try:
+        doc = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        doc = None
+    if not isinstance(doc, dict):
+        # Not YAML (often `description: Use when: ...`, an unquoted colon): read it line by line,
+        # as the reference's own frontmatter reader would.
+        return {k: v for k, v in blocks.parse(text).meta if k}
+    out: dict[str, str] = {}
+    for key, value in doc.items():
+        if isinstance(value, list):
+            value = ", ".join(str(v) for v in value if isinstance(v, str | int | float))
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        if isinstance(value, str | int | float):
+            out[str(key)] = str(value)
+    return out
+
+
+def _flat_frontmatter(raw: str) -> dict[str, str] | None:
+    """Flat `key: plain value` lines read directly (None when any line needs YAML)."""
+    out: dict[str, str] = {}
+    for line in raw.splitlines():
+        if not line.strip():
+            continue
+        match = _FLAT_LINE.match(line)
+        if match is None:
+            return None
+        value = match.group(2)
+        if value.startswith(_YAML_STARTS) or " #" in value:
+            return None
+        out[match.group(1)] = value
+    return out
 
 
 @dataclass
