@@ -384,3 +384,21 @@ def test_an_aborted_stream_closes_its_connection_at_once(how: str) -> None:
         server.close()
     assert len(server.connections) == 2
     assert len(server.hangups) == 1  # the aborted stream's connection was closed
+
+
+def test_connections_on_descriptors_past_1024_are_reused() -> None:
+    """A busy App Server holds more than 1,024 descriptors; the idle check must still work."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    spare = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    server = RawServer(keep_answering)
+    try:
+        run_requests(server, 3)
+    finally:
+        for fd in spare:
+            os.close(fd)
+    assert len(server.connections) == 1

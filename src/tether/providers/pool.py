@@ -52,12 +52,9 @@ class Connection:
         if sock is None:
             return True
         try:
-            # Readable while idle means a FIN, a close_notify or garbage: never reusable. select
-            # looks without consuming, so the loop's own reader is not disturbed.
-            readable, _, _ = select.select([sock.fileno()], [], [], 0)
+            return not _readable(sock.fileno())
         except (OSError, ValueError):
             return False
-        return not readable
 
     def tls_session(self) -> Any:
         ssl_object = self.writer.get_extra_info("ssl_object")
@@ -73,6 +70,18 @@ class Connection:
             self._expiry.cancel()
             self._expiry = None
         self.writer.transport.abort()
+
+
+def _readable(fd: int) -> bool:
+    """Readable while idle means a FIN, a close_notify or garbage: never reusable. This looks
+    without consuming, so the loop's own reader is not disturbed; poll, because select cannot
+    take descriptors past 1024 (a busy App Server has more)."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLPRI)
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([fd], [], [], 0)
+    return bool(readable)
 
 
 def _buffered(reader: asyncio.StreamReader) -> bool:
