@@ -151,7 +151,7 @@ def _git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
-def test_worktree_entered_edited_left(workdir: Path, tmp_path: Path) -> None:
+def test_worktree_entered_edited_left(workdir: Path, tether_home: Path) -> None:
     _git(workdir, "init", "-q")
     (workdir / "a.txt").write_text("main\n")
     _git(workdir, "add", "a.txt")
@@ -167,9 +167,9 @@ def test_worktree_entered_edited_left(workdir: Path, tmp_path: Path) -> None:
         run = _run(fake, workdir, CLAUDE, "--yolo")
     assert run.code == 0, run.stderr
     results = _returns(run)
-    assert all(r["status"] == "success" for r in results), results
-    trees = list((tmp_path / "home").rglob("worktrees/*/feature"))
-    assert len(trees) == 1, list((tmp_path / "home").rglob("worktrees"))
+    assert all(r["status"] == "success" for r in results), [r["tool_return"] for r in results]
+    trees = list(tether_home.glob("worktrees/*/feature"))
+    assert len(trees) == 1, list(tether_home.rglob("worktrees"))
     assert (trees[0] / "a.txt").read_text() == "tree\n"
     assert (workdir / "a.txt").read_text() == "main\n"  # the main checkout is untouched
     assert "main" in results[3]["tool_return"]  # back in the original directory

@@ -48,9 +48,15 @@ class WorkingDirectory:
                 f"{path} is outside the directories this session may use ({roots}). Ask the "
                 "user to add it (additionalDirectories in settings) or start tether there."
             )
-        self.current = real
-        for listener in self.listeners:
-            listener(real)
+        previous, self.current = self.current, real
+        try:
+            for listener in self.listeners:
+                listener(real)
+        except Exception as exc:
+            self.current = previous
+            for listener in self.listeners:  # put the runtime back where it was
+                listener(previous)
+            raise ToolFailure(f"Could not move the session to {real}: {exc}") from exc
         return real
 
 
