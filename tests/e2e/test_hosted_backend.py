@@ -419,3 +419,49 @@ def test_an_interrupt_cancels_the_run_on_the_server(letta: Hosted, project: Path
         time.sleep(0.2)
     assert letta.api("GET", f"/v1/runs/{run_id}")["status"] == "cancelled"
     assert "too late" not in out
+
+
+def test_answers_an_interrupt_left_go_to_the_server_with_the_next_message(
+    letta: Hosted, project: Path, tether_home: Path
+) -> None:
+    import signal
+
+    letta.script([{"text": "made"},
+                  {"tool_calls": [{"name": "Bash", "arguments": {
+                      "command": "python3 -c 'import time; time.sleep(30)'; touch finished.txt",
+                      "description": "wait"},
+                      "id": "call_intr1"}]},
+                  {"text": "picked up again"}])
+    made = letta.run(["-p", "hi", "-m", MODEL, "--output-format", "stream-json"], project)
+    conversation = _init(made)["conversation_id"]
+    proc = subprocess.Popen([TETHER, "--backend", "cloud", "-p", "wait a bit", "--conversation",
+                             conversation, "--yolo", "--output-format", "stream-json"],
+                            env=letta.env(), cwd=project, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # the tool is running once its call is shown
+            if json.loads(line).get("message_type") == "tool_call_message":
+                break
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130
+    assert not (project / "finished.txt").exists()
+    stash = list((tether_home / "state" / "server-answers").glob("*.json"))
+    assert len(stash) == 1 and "call_intr1" in stash[0].read_text()
+    run = letta.run(["-p", "go on", "--conversation", conversation, "--output-format",
+                     "stream-json"], project)
+    assert run.code == 0, run.stderr
+    assert _result(run)["result"] == "picked up again"
+    assert not list((tether_home / "state" / "server-answers").glob("*.json"))
+    history = letta.history(conversation)
+    response = next(m for m in history if m["message_type"] == "approval_response_message")
+    answer = response["approvals"][0]
+    assert answer["tool_call_id"] == "call_intr1"
+    assert "stale pending tool call" not in json.dumps(answer)  # tether's own answer, not a guess
+    assert [m["content"] for m in history if m["message_type"] == "user_message"][-1] == "go on"
