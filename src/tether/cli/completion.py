@@ -78,7 +78,16 @@ def _value_lists() -> dict[str, tuple[str, ...]]:
         "memfs_startup": flags.MEMFS_STARTUP,
         "skill_sources": flags.SKILL_SOURCES,
         "backend": ("local", "cloud"),
+        **_toolsets(),
     }
+
+
+def _toolsets() -> dict[str, tuple[str, ...]]:
+    try:  # the toolset engineer's module; absent in builds without it
+        from tether.tools.toolsets import TOOLSET_CHOICES
+    except ImportError:
+        return {}
+    return {"toolset": tuple(TOOLSET_CHOICES)}
 
 
 def _bash(spec: tuple[list[_Option], list[tuple[str, str]]]) -> str:

@@ -59,6 +59,11 @@ OPTION_HELP: dict[str, tuple[str, str]] = {
                       "spaces separate; repeatable"),
     "disallowed_tools": ("permissions", "deny rules, same grammar as --allowedTools; a deny "
                          "always wins"),
+    "toolset": ("tools and extensions", "which built-in tools, named as a model family was "
+                "trained on: auto (default: codex for OpenAI models, else default), default, "
+                "codex, codex_snake or gemini"),
+    "base_tools": ("tools and extensions", "comma list of built-in tools offered instead of "
+                   "the toolset's"),
     "tools": ("tools and extensions", 'comma list of the tools to offer the model ("" for '
               "none); default: all"),
     "no_mods": ("tools and extensions", "load no mods this run (also TETHER_DISABLE_MODS=1)"),
@@ -100,7 +105,7 @@ METAVARS = {
     "skills_dir": "DIR", "tools": "TOOLS", "init_blocks": "LABELS", "memory_blocks": "JSON",
     "block_value": "LABEL=VALUE", "reflection_behavior": "BEHAVIOR",
     "reflection_trigger": "TRIGGER", "reflection_step_count": "N", "memfs_startup": "WHEN",
-    "tags": "TAGS",
+    "tags": "TAGS", "toolset": "NAME", "base_tools": "TOOLS",
 }
 
 SECTIONS = (
