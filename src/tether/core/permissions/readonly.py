@@ -343,6 +343,30 @@ for _name in ("sha1sum", "sha224sum", "sha256sum", "sha384sum", "sha512sum", "md
                                      "strict warn length= help version"), _simple(_PLAIN))
 COMMANDS["egrep"] = COMMANDS["fgrep"] = COMMANDS["grep"]
 
+def _command_lookup(parsed: Parsed, args: Sequence[str | None]) -> ReadOnly | None:
+    # `command -v NAME` looks a name up (a `command` that runs something is peeled before this)
+    return _STRINGS if list(args[:1]) in (["-v"], ["-V"]) else None
+
+
+def _env_print(parsed: Parsed, args: Sequence[str | None]) -> ReadOnly | None:
+    # `env` alone prints the environment (a wrapped command is peeled before this)
+    return _STRINGS if all(a in ("-0", "--null") for a in args) else None
+
+
+COMMANDS.update({
+    "command": (_G(), _command_lookup), "env": (_G(), _env_print),
+    "printenv": (_G("0", "null help version"), _simple(_STRINGS)),
+    "nproc": (_G("", "all ignore= help version"), _simple(_STRINGS)),
+    "arch": (_G(), _simple(_STRINGS)), "uptime": (_G("prsV"), _simple(_STRINGS)),
+    "expr": (_G(), _simple(_STRINGS)),
+    # binutils strings: `@FILE` reads more options from FILE
+    "strings": (_G("adfn:ot:e:s:T:wU:", "all data print-file-name bytes= radix= encoding= "
+                                        "output-separator= target= include-all-whitespace "
+                                        "unicode= help version"),
+                lambda parsed, args: None if any(a and a.startswith("@") for a in args)
+                else ReadOnly(True, False, parsed.files)),
+})
+
 # Toolchains asked only for their version: nothing else in their argv is read-only.
 _VERSION_ONLY = frozenset(
     {"python", "python3", "node", "rustc", "cargo", "go", "java", "ruby", "gcc", "cc", "make",
@@ -351,13 +375,19 @@ _VERSION_ONLY = frozenset(
 
 
 def _version(parsed: Parsed, args: Sequence[str | None]) -> ReadOnly | None:
-    # Not `-v` (`python3 -v` reads a program from stdin), not `make version` (a target).
+    # Not `-v` for all (`python3 -v` reads a program from stdin), not `make version` (a target).
     return _STRINGS if list(args) in (["--version"], ["-V"]) else None
+
+
+def _version_v(parsed: Parsed, args: Sequence[str | None]) -> ReadOnly | None:
+    return _STRINGS if list(args) in (["--version"], ["-v"]) else None
 
 
 for _name in _VERSION_ONLY:
     COMMANDS[_name] = (_G(), _version)
 COMMANDS["go"] = (_G(), lambda parsed, args: _STRINGS if list(args) == ["version"] else None)
+for _name in ("node", "npm", "yarn", "pnpm", "deno", "bun", "perl"):  # `-v` is their version
+    COMMANDS[_name] = (_G(), _version_v)
 
 # Commands none of whose options write, run a program or evaluate data: a word only known at
 # run time may be any option of theirs and still only reads.
@@ -385,6 +415,10 @@ def inspect(argv: Sequence[str | None], splits: bool = False) -> ReadOnly | None
         from tether.core.permissions.readonly_git import inspect_gh
 
         return inspect_gh(argv[1:])
+    if name in ("sed", "awk", "mawk", "gawk", "nawk"):
+        from tether.core.permissions.readonly_scripts import inspect_awk, inspect_sed
+
+        return inspect_sed(argv[1:]) if name == "sed" else inspect_awk(argv[1:])
     entry = COMMANDS.get(name)
     if entry is None:
         return None

@@ -335,8 +335,16 @@ class ShellCheck:
         return None
 
     def _option_files(self, command: SimpleCommand, kind: ReadOnly) -> list[PathRef]:
+        """The files the command's grammar says it reads (`date -f F`, sed's and awk's inputs);
+        a glob among them stands for what it matches on disk."""
         base = command.cwd or self.cwd
-        return [self.scope.resolve(f, base, self.scope.home) for f in kind.files if f]
+        names: list[str] = []
+        for name in kind.files:
+            if isinstance(name, Glob) and not name.startswith("-"):
+                names.extend(self._glob(name, command) or [str(name)])
+            elif name:
+                names.append(name)
+        return [self.scope.resolve(f, base, self.scope.home) for f in names]
 
     def _glob(self, word: Glob, command: SimpleCommand) -> list[str] | None:
         key = (word.pattern, str(command.cwd or self.cwd))
