@@ -22,21 +22,25 @@ Standard library only, runnable without tether on sys.path (`-I -S` keeps start-
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
+# Only builtin modules: every workspace-sandboxed command pays this module's start-up, and
+# json, signal, contextlib or typing would each add milliseconds to it.
+import _signal
 import os
-import signal
-import stat
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+State = dict  # {"dirs": {path: mtime_ns}, "armed": {path: inode}, "pending": ns | None}
+_S_IFMT, _S_IFDIR = 0o170000, 0o040000
 
 ARMED_NAMES = frozenset({".git", ".envrc", ".tether", ".vscode", ".idea"})
 BARE_MARKERS = ("objects", "refs")  # with a HEAD file: git would take the folder for a repository
 QUARANTINE = ".tether-quarantine"
 TOP_PROTECTED = (".git", ".tether")  # under each root: kept read-only by the sandbox's mounts
-_VERSION = 1
+_VERSION = "tether-armed 1"
 
 
 def _is_armed(directory: str, name: str) -> bool:
@@ -57,8 +61,10 @@ def _scan_dir(path: str, dirs: dict[str, int], armed: dict[str, int]) -> list[st
         return subdirs
     for entry in entries:
         if _is_armed(path, entry.name):
-            with contextlib.suppress(OSError):
+            try:
                 armed[entry.path] = entry.inode()
+            except OSError:
+                pass
             continue  # an armed directory is guarded as a whole, not walked
         if QUARANTINE in entry.name:
             continue
@@ -92,15 +98,15 @@ def _walk(root: str, dirs: dict[str, int], armed: dict[str, int]) -> None:
         stack.extend(_scan_dir(path, dirs, armed))
 
 
-def baseline(roots: Iterable[str]) -> dict[str, object]:
+def baseline(roots: Iterable[str]) -> State:
     dirs: dict[str, int] = {}
     armed: dict[str, int] = {}
     for root in roots:
         _walk(root, dirs, armed)
-    return {"version": _VERSION, "dirs": dirs, "armed": armed, "pending": None}
+    return {"dirs": dirs, "armed": armed, "pending": None}
 
 
-def sweep(state: dict[str, object], roots: Sequence[str], since_ns: int) -> list[tuple[str, str]]:
+def sweep(state: State, roots: Sequence[str], since_ns: int) -> list[tuple[str, str]]:
     """Move aside the armed names that appeared since `since_ns`; update `state` in place.
 
     Returns (planted path, where it was moved). Directories whose mtime is older than
@@ -108,12 +114,14 @@ def sweep(state: dict[str, object], roots: Sequence[str], since_ns: int) -> list
     planted when it was not there before or is another file now (replaced: a new inode). The
     roots' own `.git`/`.tether` are skipped: mounts keep those (bwrap makes them if missing).
     """
-    dirs: dict[str, int] = dict(state["dirs"])  # type: ignore[call-overload]
-    before: dict[str, int] = dict(state["armed"])  # type: ignore[call-overload]
+    dirs: dict[str, int] = dict(state["dirs"])
+    before: dict[str, int] = dict(state["armed"])
     armed: dict[str, int] = {}
     for path in before:
-        with contextlib.suppress(OSError):
+        try:
             armed[path] = os.lstat(path).st_ino
+        except OSError:
+            pass
     new_dirs: dict[str, int] = {}
     for root in roots:
         if root not in dirs:
@@ -124,7 +132,7 @@ def sweep(state: dict[str, object], roots: Sequence[str], since_ns: int) -> list
             st = os.lstat(path)
         except OSError:
             continue  # gone
-        if not stat.S_ISDIR(st.st_mode):
+        if st.st_mode & _S_IFMT != _S_IFDIR:
             continue
         new_dirs[path] = st.st_mtime_ns
         if st.st_mtime_ns >= since_ns:
@@ -161,36 +169,64 @@ def _quarantine(path: str) -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def _locked_state(path: str) -> Iterator[None]:
+def _lock(path: str) -> int:
+    """An exclusive lock beside the state file (released by closing the fd)."""
     fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+    os.lockf(fd, os.F_LOCK, 0)
+    return fd
 
 
-def load_state(path: str) -> dict[str, object] | None:
+def load_state(path: str) -> State | None:
+    """The state file: a version line, then NUL-separated records `d<mtime>\t<path>`,
+    `a<inode>\t<path>`, `p<pending ns>` (no JSON: see the imports)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        with os.fdopen(fd, "rb") as handle:
-            data = json.loads(handle.read())
-    except (OSError, ValueError):
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+    except OSError:
         return None
-    if not isinstance(data, dict) or data.get("version") != _VERSION:
+    finally:
+        os.close(fd)
+    records = b"".join(chunks).decode("utf-8", "surrogateescape").split("\0")
+    if not records or records[0] != _VERSION:
         return None
-    return data
+    dirs: dict[str, int] = {}
+    armed: dict[str, int] = {}
+    pending: int | None = None
+    try:
+        for record in records[1:]:
+            if not record:
+                continue
+            kind, rest = record[0], record[1:]
+            if kind == "p":
+                pending = int(rest)
+                continue
+            number, _, name = rest.partition("\t")
+            (dirs if kind == "d" else armed)[name] = int(number)
+    except ValueError:
+        return None
+    return {"dirs": dirs, "armed": armed, "pending": pending}
 
 
-def save_state(path: str, state: dict[str, object]) -> None:
+def save_state(path: str, state: State) -> None:
+    parts = [_VERSION]
+    parts += [f"d{m}\t{p}" for p, m in state["dirs"].items()]
+    parts += [f"a{i}\t{p}" for p, i in state["armed"].items()]
+    if state.get("pending") is not None:
+        parts.append(f"p{state['pending']}")
+    data = "\0".join(parts).encode("utf-8", "surrogateescape")
     tmp = f"{path}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(state, handle)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
     os.replace(tmp, path)
 
 
@@ -200,7 +236,7 @@ def known_armed(state_path: str, roots: Iterable[str]) -> list[str]:
     if state is None:
         return []
     prefixes = [r.rstrip("/") + "/" for r in roots]
-    armed: dict[str, int] = state["armed"]  # type: ignore[assignment]
+    armed: dict[str, int] = state["armed"]
     return [a for a in armed if any(a.startswith(p) for p in prefixes)]
 
 
@@ -214,29 +250,31 @@ def _report(moved: list[tuple[str, str]]) -> None:
 
 
 def guard(state_path: str, roots: list[str], argv: list[str]) -> int:
-    with _locked_state(state_path):
+    lock = _lock(state_path)
+    try:
         state = load_state(state_path)
         if state is None:
             state = baseline(roots)
         elif state.get("pending") is not None:  # a guard before us was killed mid-way
-            _report(sweep(state, roots, int(state["pending"])))  # type: ignore[call-overload]
+            _report(sweep(state, roots, int(state["pending"])))
         # File times come from a coarse clock (up to a jiffy behind): start a second early;
         # listing a few more directories costs little, missing one would miss a plant.
         since = time.time_ns() - 1_000_000_000
         state["pending"] = since
         save_state(state_path, state)
-    stopping: list[int] = []
+    finally:
+        os.close(lock)
 
     def on_signal(signum: int, _frame: object) -> None:
-        stopping.append(signum)  # the command gets it too (same process group); sweep after
+        pass  # the command gets it too (same process group); the sweep still runs after it
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, on_signal)
+    for sig in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
+        _signal.signal(sig, on_signal)
     try:
-        # posix_spawn: no subprocess import (start-up); inheritable fds (bwrap's seccomp
-        # program) pass through; Python's ignored SIGPIPE is set back to default.
+        # posix_spawn: inheritable fds (bwrap's seccomp program) pass through; Python's
+        # ignored SIGPIPE is set back to default for the command.
         pid = os.posix_spawnp(
-            argv[0], argv, dict(os.environ), setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
+            argv[0], argv, dict(os.environ), setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ)
         )
     except OSError as exc:
         sys.stderr.write(f"tether sandbox: cannot start {argv[0]}: {exc}\n")
@@ -248,11 +286,14 @@ def guard(state_path: str, roots: list[str], argv: list[str]) -> int:
         except InterruptedError:
             continue
     code = os.waitstatus_to_exitcode(status)
-    with _locked_state(state_path):
+    lock = _lock(state_path)
+    try:
         state = load_state(state_path) or state
         moved = sweep(state, roots, since)
         state["pending"] = None
         save_state(state_path, state)
+    finally:
+        os.close(lock)
     _report(moved)
     return 128 - code if code < 0 else code
 
