@@ -11,13 +11,14 @@ command, and afterwards moves aside every armed name that appeared under a root 
 (renamed to `<name>.tether-quarantine-<n>`), saying so on stderr, where the model and the user
 see it.
 
-It is cheap after the first run: STATE (a JSON file in tether's scratch dir, which sandboxed
+It is cheap after the first run: STATE (a file in tether's scratch dir, which sandboxed
 commands cannot write) keeps every directory of the tree with its mtime and every armed path, so
 the sweep stats the known directories and lists only those that changed; a new entry always
 changes its directory's mtime, whether created or renamed in. A sweep cut short (the guard was
 SIGKILLed) leaves `pending` in STATE and the next guard sweeps since then first.
 
-Standard library only, runnable without tether on sys.path (`-I -S` keeps start-up near 10 ms).
+Builtin modules only, runnable without tether on sys.path; `python -I -S` start-up (10–20 ms)
+is most of its cost per command (a C port would remove it).
 """
 
 from __future__ import annotations
