@@ -83,6 +83,9 @@ EXTRA_BENIGN = [
     'for f in src/*; do echo "${f%.py}"; done',
     "cat {README.md,list}",
     "wc -l src/*.py",
+    "sed -n '1,3p' src/app.py",
+    "awk '{print $1}' list",
+    "command -v ls",
 ]
 # Where bash's grammar and tree-sitter-bash's may part: quoting, heredocs, expansions,
 # comments, redirections, wrappers. Run as they are (not mutated); each is judged by bash.

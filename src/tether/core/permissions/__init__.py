@@ -9,6 +9,7 @@
     options.py       GNU option parsing (abbreviations, clusters, glued values)
     readonly.py      the inspect commands that run without asking (kernel-confined)
     readonly_git.py  the same for git and gh
+    readonly_scripts.py  the same for sed and awk programs
     checker.py       `decide(call, policy)`, the reference's check order; guards
     shellcheck.py    the shell half of `decide()`
     modes.py         modes and the `Decision` value (`confine`)
