@@ -185,6 +185,7 @@ class CuttingProxy:
         self.cut_after = cut_after
         self.cuts = 0
         self.requests: list[bytes] = []  # each connection's request line
+        self.uploads: list[bytearray] = []  # everything each connection sent upstream
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.stop = threading.Event()
@@ -204,6 +205,8 @@ class CuttingProxy:
         upstream = socket.create_connection(("127.0.0.1", self.target_port))
         request = b""
         cut = False
+        upload = bytearray()
+        self.uploads.append(upload)
 
         def up() -> None:
             nonlocal request, cut
@@ -216,6 +219,7 @@ class CuttingProxy:
                                and b"/messages " in data.split(b"\r\n")[0])
                         if cut:
                             self.cuts += 1
+                    upload.extend(data)
                     upstream.sendall(data)
             except OSError:
                 pass
@@ -243,16 +247,19 @@ class CuttingProxy:
         self.listener.close()
 
 
+@pytest.mark.parametrize("cut_after", [900, 0], ids=["mid-run", "before-any-event"])
 def test_a_cut_stream_reattaches_without_sending_the_message_again(
-    letta: Hosted, project: Path
+    letta: Hosted, project: Path, cut_after: int
 ) -> None:
+    """Cut mid-run, tether re-attaches after the last event it saw (`run_id`, `starting_after`);
+    cut before any event named the run, it finds the run by its input's `otid`."""
     letta.script([{"text": "made"},
                   {"text": "a long answer that arrives in many small pieces", "chunk_size": 3,
                    "delay_ms": 500}])
     made = letta.run(["-p", "hi", "-m", MODEL, "--output-format", "stream-json"], project)
     conversation = _init(made)["conversation_id"]
     port = int(letta.url.rsplit(":", 1)[1])
-    proxy = CuttingProxy(port, cut_after=900)
+    proxy = CuttingProxy(port, cut_after=cut_after)
     before = len(letta.model_requests())
     try:
         env = letta.env(LETTA_BASE_URL=f"http://127.0.0.1:{proxy.port}")
@@ -264,6 +271,8 @@ def test_a_cut_stream_reattaches_without_sending_the_message_again(
     lines = [r.decode() for r in proxy.requests]
     assert sum("/messages " in r for r in lines if r.startswith("POST")) == 1, lines
     assert any(r.startswith(f"POST /v1/conversations/{conversation}/stream ") for r in lines), lines
+    reattach = next(u for u in proxy.uploads if b"/stream " in u.split(b"\r\n")[0])
+    assert (b'"otid"' in reattach) is (cut_after == 0) and (b'"run_id"' in reattach) is (cut_after > 0)
     assert run.code == 0, run.stderr
     assert _result(run)["result"] == "a long answer that arrives in many small pieces"
     assert len(letta.model_requests()) == before + 1  # one model call: nothing sent twice

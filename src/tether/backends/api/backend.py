@@ -18,11 +18,12 @@ import asyncio
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from tether.backends.api.client import LettaClient, LettaConflict
+from tether.backends.api.client import LettaClient, LettaConflict, LettaEvent, LettaNotFound
 from tether.backends.api.events import EventMapper
 from tether.core.tools import ToolContext
 from tether.errors import ProviderError, StreamCut
@@ -141,17 +142,23 @@ class ApiBackend:
                                 held.append(chunk)
                     break
                 except StreamCut:
-                    if mapper.run_id is None or mapper.stop is not None or reattaches >= MAX_REATTACH:
-                        if mapper.stop is not None:
-                            break  # everything the run said arrived; only [DONE] was lost
+                    if mapper.stop is not None:
+                        break  # everything the run said arrived; only [DONE] was lost
+                    otid = _last_otid(body)
+                    if reattaches >= MAX_REATTACH or (mapper.run_id is None and otid is None):
                         raise
                     reattaches += 1
-                    again: dict[str, Any] = {"run_id": mapper.run_id, "batch_size": 1000,
-                                             "starting_after": mapper.last_seq, "include_pings": True}
+                    # Re-attach after the last event seen; before any event named the run, the
+                    # server finds it by the input's otid (the input is never sent twice).
+                    again: dict[str, Any] = {"batch_size": 1000, "starting_after": mapper.last_seq,
+                                             "include_pings": True}
+                    if mapper.run_id is not None:
+                        again["run_id"] = mapper.run_id
+                    else:
+                        again["otid"] = otid
                     if conversation.conversation_id == "default":
                         again["agent_id"] = conversation.agent_id
-                    stream = self.client.stream(
-                        f"/v1/conversations/{conversation.conversation_id}/stream", again)
+                    stream = self._reattach(conversation, again)
             tail = mapper.finish()
             if mapper.stop is None and mapper.error is None:
                 tail.append(ErrorChunk(
@@ -169,6 +176,23 @@ class ApiBackend:
         finally:
             if not finished and mapper.run_id is not None and mapper.stop is None:
                 await self._cancel(conversation, mapper.run_id)
+
+    async def _reattach(
+        self, conversation: ConversationRef, again: dict[str, Any]
+    ) -> AsyncGenerator[LettaEvent, None]:
+        try:
+            async for event in self.client.stream(
+                f"/v1/conversations/{conversation.conversation_id}/stream", again
+            ):
+                yield event
+        except LettaNotFound:
+            if "otid" not in again:
+                raise
+            # No run was ever made for this input: sending it again cannot double it.
+            raise StreamCut(
+                f"the stream from the Letta server at {self.client.base_url} broke off before "
+                "the server started a run", retryable=True,
+            ) from None
 
     async def _cancel(self, conversation: ConversationRef, run_id: str) -> None:
         """An aborted send: stop the run on the server too (best effort, bounded)."""
@@ -193,7 +217,8 @@ class ApiBackend:
     ) -> dict[str, Any]:
         messages: list[dict[str, Any]] = []
         if approvals:
-            messages.append({"type": "approval", "approvals": approvals})
+            messages.append({"type": "approval", "approvals": approvals,
+                             "otid": f"tether-{uuid.uuid4()}"})
         if user is not None:
             messages.append(user_item(user))
         body: dict[str, Any] = {
@@ -227,6 +252,12 @@ class ApiBackend:
     def _drop_stash(self, conversation: ConversationRef) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._stash_path(conversation).unlink()
+
+
+def _last_otid(body: dict[str, Any]) -> str | None:
+    messages = body.get("messages") or []
+    otid = messages[-1].get("otid") if messages else None
+    return otid if isinstance(otid, str) else None
 
 
 def busy_message(conversation: ConversationRef, base_url: str, run_id: str | None) -> str:
