@@ -231,3 +231,39 @@ def test_a_workspace_that_holds_the_credentials_still_hides_them(abi: int, tmp_p
     assert (home / ".ssh" / "id_rsa").read_text() == CANARY and (home / ".netrc").read_text() == CANARY
     assert not (home / ".ssh" / "planted").exists()
     assert (home / "top.txt").read_text() == "new\n", done.stderr
+
+
+def test_no_new_privileges_no_capabilities(abi: int, tmp_path: Path) -> None:
+    """c10 on the Landlock backend: NoNewPrivs 1, every capability set empty, even as root."""
+    ws, home, _outside, tmp = _world(tmp_path)
+    done = _run(workspace_policy(ws, tmp_dir=tmp, home=home),
+                "grep -E '^(NoNewPrivs|Cap(Inh|Prm|Eff|Bnd|Amb)|Seccomp):' /proc/self/status", ws, home)
+    fields = dict(line.split(":\t") for line in done.stdout.splitlines())
+    assert fields["NoNewPrivs"] == "1" and fields["Seccomp"] == "2", done.stdout
+    assert all(int(fields[k], 16) == 0 for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"))
+
+
+def test_a_process_count_bound_without_bwrap(abi: int, tmp_path: Path) -> None:
+    """c16 on the Landlock backend: the helper itself joins the pids cgroup (or sets
+    RLIMIT_NPROC): of 40 background sleeps, the ones over the limit are refused."""
+    from dataclasses import replace
+
+    ws, home, _outside, tmp = _world(tmp_path)
+    policy = replace(workspace_policy(ws, tmp_dir=tmp, home=home), pids_limit=16)
+    code = (
+        "import os, time\n"
+        "kids = []\n"
+        "for _ in range(40):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    if pid == 0:\n"
+        "        time.sleep(3); os._exit(0)\n"
+        "    kids.append(pid)\n"
+        "print(len(kids))\n"
+        "for pid in kids:\n"
+        "    os.kill(pid, 9); os.waitpid(pid, 0)\n"
+    )
+    done = _run(policy, f"{sys.executable} -c {shlex.quote(code)}", ws, home)
+    assert int(done.stdout.split()[0]) < 16, done.stdout + done.stderr
