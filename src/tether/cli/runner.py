@@ -98,17 +98,23 @@ def build_policy(flags: RunFlags, settings: Settings, cwd: Path, home: Path) -> 
     return PermissionPolicy(rules, Scope.of(cwd, home, perms.additional_directories))
 
 
-def file_guards(home: Path, agent_id: str, env: Mapping[str, str], writable: Any = None) -> Guards:
-    """Step 0 of every check: other agents' memory trees are off limits to file tools (this
-    agent's and its parent's are not), and with the shell sandbox on, file writes keep to the
-    sandbox's writable roots."""
+def file_guards(
+    home: Path, agent_id: str, env: Mapping[str, str], writable: Any = None,
+    scratch: Path | None = None,
+) -> Guards:
+    """Step 0 of every check: tether's own state (`home`: provider keys, other conversations,
+    checkpoints, ledgers) is off limits to file tools and shell path words, except this agent's
+    (and its parent's) memory tree and this conversation's `scratch` dir (overflow files,
+    background logs); with the shell sandbox on, file writes keep to its writable roots."""
     from tether.backends.local.store import b64url
 
     agents = (home / "agents").resolve()
     ids = [agent_id, *([env["TETHER_PARENT_AGENT_ID"]] if env.get("TETHER_PARENT_AGENT_ID") else [])]
     own = tuple(agents / name for i in ids for name in (i, b64url(i)))
     roots = tuple(Path(r).resolve() for r in writable) if writable is not None else None
-    return Guards(writable_roots=roots, agents_root=agents, own_agent_dirs=own)
+    own_state = (scratch.resolve(),) if scratch is not None else ()
+    return Guards(writable_roots=roots, agents_root=agents, own_agent_dirs=own,
+                  state_root=home.resolve(), own_state_dirs=own_state)
 
 
 # Context windows tether assumes when neither TETHER_CONTEXT_WINDOW nor the agent's
@@ -398,7 +404,8 @@ def prepare(flags: RunFlags) -> Prepared:
     prepared = Prepared(flags, env, cwd, store, session, backend, build_registry(), hooks)
     prepared.settings = settings
     prepared.policy = build_policy(flags, settings, cwd, Path(env.get("HOME") or Path.home()))
-    prepared.policy.guards = file_guards(store.home, session.agent.id, env)
+    prepared.policy.guards = file_guards(store.home, session.agent.id, env, scratch=prepared.scratch)
+    prepared.services["tether_home"] = store.home
     prepared.services["read_denied"] = prepared.policy.read_denied()
     from tether.tools.background import BackgroundTasks
 
@@ -417,7 +424,7 @@ def prepare(flags: RunFlags) -> Prepared:
     prepared.policy.confinable = confinement.available
     if sandbox is not None:  # file tools may not write where the sandboxed shell could not
         prepared.policy.guards = file_guards(
-            store.home, session.agent.id, env, sandbox.policy.writable_roots
+            store.home, session.agent.id, env, sandbox.policy.writable_roots, prepared.scratch
         )
     _add_subagents(prepared)
     _add_memory(prepared)
