@@ -15,6 +15,7 @@ READ_ENV = [
     "grep -h . .e*", "grep -h . .[d-f]nv", "date -f.env", "date -f .env", "date --file=.env",
     "git show HEAD:.env", "cat ./.e*", "head -n 1 .en[v]", "wc -c .e?v", "cat .env",
     "cat < .e*", "xxd .e*", "nl .env", "xargs -a .env echo", "timeout 5 xargs -a.env echo",
+    "cat .[^x]nv", "cat .[!x]nv", "cat .[[:alpha:]]nv", "cat .e[[:lower:]]v", "cat .[]e]nv",
 ]
 ASK_UNDER_READ_ENV = [
     "git cat-file --batch <<< HEAD:.env", "git cat-file -p HEAD:.env", "git log -p",

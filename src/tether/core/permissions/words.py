@@ -205,10 +205,9 @@ def _unquoted(text: str, home: Path, *, first: bool) -> str | None:
         if ch in "*?":
             globbed = True
             pattern.append(ch)
-        elif ch == "[" and "]" in text[i + 2 :]:
-            close = text.index("]", i + 2)
+        elif ch == "[" and (close := _bracket_end(text, i)) > 0:
             globbed = True
-            pattern.append(text[i : close + 1])
+            pattern.append(_bracket(text[i : close + 1]))
             value.append(text[i : close + 1])
             i = close + 1
             continue
@@ -218,6 +217,36 @@ def _unquoted(text: str, home: Path, *, first: bool) -> str | None:
         i += 1
     literal = "".join(value)
     return Glob(literal, "".join(pattern)) if globbed else literal
+
+
+def _bracket_end(text: str, start: int) -> int:
+    """Index of the `]` closing the bracket expression opened at `start`; -1 when none does."""
+    i = start + 1
+    if i < len(text) and text[i] in "!^":
+        i += 1
+    if i < len(text) and text[i] == "]":
+        i += 1  # a leading `]` is a member
+    while i < len(text):
+        if text[i] == "[" and text[i + 1 : i + 2] in (":", "=", "."):
+            end = text.find(text[i + 1] + "]", i + 2)
+            if end < 0:
+                return -1
+            i = end + 2
+            continue
+        if text[i] == "]":
+            return i
+        i += 1
+    return -1
+
+
+def _bracket(expression: str) -> str:
+    """A bash bracket expression as Python's fnmatch reads it: `[^x]` negates in bash (`[!x]`);
+    a POSIX class (`[[:alpha:]]`) fnmatch does not know becomes `?`, a superset of its matches."""
+    if any(mark in expression for mark in ("[:", "[=", "[.")):
+        return "?"
+    if expression.startswith("[^"):
+        return "[!" + expression[2:]
+    return expression
 
 
 def _expansion(node: Any, home: Path) -> str | None:
