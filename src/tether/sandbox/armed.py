@@ -63,7 +63,8 @@ def _scan_dir(path: str, dirs: dict[str, int], armed: dict[str, int]) -> list[st
     for entry in entries:
         if _is_armed(path, entry.name):
             try:
-                armed[entry.path] = entry.inode()
+                # st_ino, not d_ino: they differ on overlayfs, and the sweep compares lstat's
+                armed[entry.path] = entry.stat(follow_symlinks=False).st_ino
             except OSError:
                 pass
             continue  # an armed directory is guarded as a whole, not walked
