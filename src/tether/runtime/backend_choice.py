@@ -122,7 +122,11 @@ def build_backend(
         new_conversation=flags.new_conversation, model=flags.model, system=system,
         tags=flags.tags, remember=home / "state" / "last-server-agents.json", cwd=cwd,
     ))
-    backend = ApiBackend(client, stash_dir=home / "state" / "server-answers")
+    from tether.backends.api.agents import agent_model
+
+    override = flags.model if flags.model and flags.model != agent_model(hosted.agent) else None
+    backend = ApiBackend(client, stash_dir=home / "state" / "server-answers",
+                         override_model=override)
     record = agent_record(hosted.agent, hosted.model)
     mirror_locally(home, record, hosted.conversation_id)
     session = Session(record, hosted.conversation_id, hosted.model, hosted.created_agent)

@@ -43,9 +43,11 @@ class ApiBackend:
 
     def __init__(
         self, client: LettaClient, *, stash_dir: Path | None = None,
-        retry: RetryPolicy = DEFAULT_RETRY,
+        retry: RetryPolicy = DEFAULT_RETRY, override_model: str | None = None,
     ) -> None:
         self.client = client
+        # `--model` naming another model than the agent's: used for this run's requests only.
+        self.override_model = override_model
         self.stash_dir = stash_dir
         self.retry = retry
         self._answered: set[str] = set()
@@ -229,6 +231,8 @@ class ApiBackend:
         }
         if conversation.conversation_id == "default":
             body["agent_id"] = conversation.agent_id  # agent-direct mode: the agent's own history
+        if self.override_model:
+            body["override_model"] = self.override_model
         return body
 
     # --- answers waiting on disk -----------------------------------------------------------
