@@ -21,9 +21,9 @@ from tether.protocol.messages import TextPart, UserMessage
 from tether.protocol.turns import ApprovalResult, ConversationRef, TurnInput
 from tether.providers.retry import RetryPolicy
 
-TEXT = [{"message_type": "assistant_message", "otid": "o1", "content": "hi", "seq_id": 1,
+TEXT: list[dict[str, Any]] = [{"message_type": "assistant_message", "otid": "o1", "content": "hi", "seq_id": 1,
          "run_id": "run-1"}, {"message_type": "stop_reason", "stop_reason": "end_turn"}]
-PENDING = [{"message_type": "stop_reason", "stop_reason": "error"},
+PENDING: list[dict[str, Any]] = [{"message_type": "stop_reason", "stop_reason": "error"},
            {"message_type": "error_message", "run_id": "run-0", "error_type": "internal_error",
             "message": "CONFLICT: Cannot send a new message: The agent is waiting for approval on "
                        "a tool call. Please approve or deny the pending request before continuing."}]
