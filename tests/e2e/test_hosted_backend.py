@@ -474,3 +474,24 @@ def test_answers_an_interrupt_left_go_to_the_server_with_the_next_message(
     assert answer["tool_call_id"] == "call_intr1"
     assert "stale pending tool call" not in json.dumps(answer)  # tether's own answer, not a guess
     assert [m["content"] for m in history if m["message_type"] == "user_message"][-1] == "go on"
+
+
+def test_tether_connect_letta_stores_the_server_for_later_runs(
+    letta: Hosted, project: Path, tether_home: Path
+) -> None:
+    from tests.e2e.support import run_tether
+
+    env = {k: v for k, v in letta.env().items() if not k.startswith("LETTA_")}
+    saved = run_tether(["connect", "letta", "--base-url", letta.url, "--api-key", "sk-let-stored"],
+                       env=env, cwd=project)
+    assert saved.code == 0, saved.stderr
+    auth = json.loads((tether_home / "providers" / "auth.json").read_text())
+    assert [(r["name"], r["base_url"], r["auth"]["key"]) for r in auth] == [
+        ("lc-letta", letta.url, "sk-let-stored")]
+    assert oct((tether_home / "providers" / "auth.json").stat().st_mode & 0o777) == "0o600"
+    letta.script([{"text": "reached through the stored server"}])
+    run = run_tether(["--backend", "cloud", "-p", "hi", "-m", MODEL], env=env, cwd=project)
+    assert run.code == 0, run.stderr
+    assert run.stdout.strip() == "reached through the stored server"
+    wrong = run_tether(["connect", "letta", "--region", "x"], env=env, cwd=project)
+    assert wrong.code == 1 and "only --api-key and --base-url" in wrong.stderr
