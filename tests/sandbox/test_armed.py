@@ -131,3 +131,22 @@ def test_sweep_only_lists_changed_directories(tmp_path: Path) -> None:
         armed._scan_dir = real  # type: ignore[assignment]
     assert [m[0] for m in moved] == [str(root / "d3" / "x" / ".git")]
     assert listed == [str(root / "d3" / "x")]
+
+
+def test_a_guard_killed_while_another_finished_is_still_swept(tmp_path: Path, backend: str) -> None:
+    """Two commands at once: the quick one finishing must not forget the other's window."""
+    ws, sandbox, env = _workspace(tmp_path, backend)
+    _run(sandbox, ws, env, "true")
+    with sandbox.wrap(["bash", "-c", "mkdir -p bg/.git; sleep 30"], ws, env) as wrapped:
+        proc = subprocess.Popen(wrapped.argv, env=wrapped.env, pass_fds=wrapped.pass_fds, cwd=ws,
+                                start_new_session=True)
+    deadline = time.monotonic() + 20
+    while not (ws / "bg" / ".git").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.2)  # past the one-second margin: the quick command's window starts after this
+    _run(sandbox, ws, env, "echo quick > src/q.py")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert (ws / "bg" / ".git").exists()
+    done = _run(sandbox, ws, env, "true")
+    assert not (ws / "bg" / ".git").exists(), done.stderr

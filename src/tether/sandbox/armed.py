@@ -15,7 +15,9 @@ It is cheap after the first run: STATE (a file in tether's scratch dir, which sa
 commands cannot write) keeps every directory of the tree with its mtime and every armed path, so
 the sweep stats the known directories and lists only those that changed; a new entry always
 changes its directory's mtime, whether created or renamed in. A sweep cut short (the guard was
-SIGKILLed) leaves `pending` in STATE and the next guard sweeps since then first.
+SIGKILLed) leaves its entry in STATE's `pending` (pid, start) list: the next guard sweeps since
+then first. Several guards may run at once (a background command and a foreground one): each
+keeps its own entry and removes only its own.
 
 Builtin modules only, runnable without tether on sys.path; `python -I -S` start-up (10–20 ms)
 is most of its cost per command (a C port would remove it).
@@ -34,7 +36,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-State = dict  # {"dirs": {path: mtime_ns}, "armed": {path: inode}, "pending": ns | None}
+State = dict  # {"dirs": {path: mtime_ns}, "armed": {path: inode}, "pending": {pid: start_ns}}
 _S_IFMT, _S_IFDIR = 0o170000, 0o040000
 
 ARMED_NAMES = frozenset({".git", ".envrc", ".tether", ".vscode", ".idea"})
@@ -105,7 +107,7 @@ def baseline(roots: Iterable[str]) -> State:
     armed: dict[str, int] = {}
     for root in roots:
         _walk(root, dirs, armed)
-    return {"dirs": dirs, "armed": armed, "pending": None}
+    return {"dirs": dirs, "armed": armed, "pending": {}}
 
 
 def sweep(state: State, roots: Sequence[str], since_ns: int) -> list[tuple[str, str]]:
@@ -180,7 +182,7 @@ def _lock(path: str) -> int:
 
 def load_state(path: str) -> State | None:
     """The state file: a version line, then NUL-separated records `d<mtime>\t<path>`,
-    `a<inode>\t<path>`, `p<pending ns>` (no JSON: see the imports)."""
+    `a<inode>\t<path>`, `p<pid>\t<start ns>` (no JSON: see the imports)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
@@ -198,16 +200,16 @@ def load_state(path: str) -> State | None:
         return None
     dirs: dict[str, int] = {}
     armed: dict[str, int] = {}
-    pending: int | None = None
+    pending: dict[int, int] = {}
     try:
         for record in records[1:]:
             if not record:
                 continue
             kind, rest = record[0], record[1:]
-            if kind == "p":
-                pending = int(rest)
-                continue
             number, _, name = rest.partition("\t")
+            if kind == "p":
+                pending[int(number)] = int(name)
+                continue
             (dirs if kind == "d" else armed)[name] = int(number)
     except ValueError:
         return None
@@ -218,8 +220,7 @@ def save_state(path: str, state: State) -> None:
     parts = [_VERSION]
     parts += [f"d{m}\t{p}" for p, m in state["dirs"].items()]
     parts += [f"a{i}\t{p}" for p, i in state["armed"].items()]
-    if state.get("pending") is not None:
-        parts.append(f"p{state['pending']}")
+    parts += [f"p{pid}\t{start}" for pid, start in state["pending"].items()]
     data = "\0".join(parts).encode("utf-8", "surrogateescape")
     tmp = f"{path}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -242,6 +243,27 @@ def known_armed(state_path: str, roots: Iterable[str]) -> list[str]:
     return [a for a in armed if any(a.startswith(p) for p in prefixes)]
 
 
+def _dead_guards(state: State) -> dict[int, int]:
+    """Pending entries whose guard is gone (killed before its sweep)."""
+    dead = {}
+    for pid, start in state["pending"].items():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            dead[pid] = start
+        except PermissionError:
+            pass
+    return dead
+
+
+def _sweep_dead(state: State, roots: Sequence[str]) -> None:
+    dead = _dead_guards(state)
+    if dead:
+        _report(sweep(state, roots, min(dead.values())))
+        for pid in dead:
+            del state["pending"][pid]
+
+
 def _report(moved: list[tuple[str, str]]) -> None:
     for path, target in moved:
         sys.stderr.write(
@@ -257,12 +279,12 @@ def guard(state_path: str, roots: list[str], argv: list[str]) -> int:
         state = load_state(state_path)
         if state is None:
             state = baseline(roots)
-        elif state.get("pending") is not None:  # a guard before us was killed mid-way
-            _report(sweep(state, roots, int(state["pending"])))
+        else:
+            _sweep_dead(state, roots)
         # File times come from a coarse clock (up to a jiffy behind): start a second early;
         # listing a few more directories costs little, missing one would miss a plant.
         since = time.time_ns() - 1_000_000_000
-        state["pending"] = since
+        state["pending"][os.getpid()] = since
         save_state(state_path, state)
     finally:
         os.close(lock)
@@ -291,8 +313,11 @@ def guard(state_path: str, roots: list[str], argv: list[str]) -> int:
     lock = _lock(state_path)
     try:
         state = load_state(state_path) or state
-        moved = sweep(state, roots, since)
-        state["pending"] = None
+        state["pending"].pop(os.getpid(), None)
+        dead = _dead_guards(state)
+        moved = sweep(state, roots, min([since, *dead.values()]))
+        for pid in dead:
+            del state["pending"][pid]
         save_state(state_path, state)
     finally:
         os.close(lock)
