@@ -402,3 +402,40 @@ def test_connections_on_descriptors_past_1024_are_reused() -> None:
         for fd in spare:
             os.close(fd)
     assert len(server.connections) == 1
+
+
+def test_a_cancel_while_draining_closes_the_connection() -> None:
+    closed = threading.Event()
+
+    def slow_terminator(conn: Conn) -> None:
+        conn.read_request()
+        conn.sock.sendall(OK + b"%x\r\n%s\r\n" % (len(SSE), SSE))
+        time.sleep(1.0)  # the body's end trails the last event
+        try:
+            conn.sock.sendall(b"0\r\n\r\n")
+        except OSError:
+            pass
+        if conn.read_request() is None:
+            closed.set()
+
+    server = RawServer(slow_terminator)
+
+    async def stop_at_first_event() -> None:
+        async with stream_post(server.url, {}, b"{}", timeout_s=5.0, env={}) as response:
+            async for _ in response.iter_bytes():
+                break  # the caller is done; the transport drains (bounded) on the way out
+
+    async def main() -> None:
+        task = asyncio.create_task(stop_at_first_event())
+        await asyncio.sleep(0.1)  # inside the drain now
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        pool = pooling.existing()
+        assert pool is not None and pool.idle_count() == 0
+
+    try:
+        asyncio.run(main())
+        assert closed.wait(5)
+    finally:
+        server.close()

@@ -34,7 +34,7 @@ import functools
 import os
 import re
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 from urllib.parse import SplitResult, unquote, urlsplit
 
@@ -138,13 +138,13 @@ async def stream_post(
         # Abort or failure: reuse only a connection whose answer had already ended.
         _release(pool, conn, response_headers, reusable and response.complete)
         raise
-    if reusable and not response.complete:
-        try:
-            async with asyncio.timeout(_DRAIN_S):
-                await response.drain(_DRAIN_LIMIT)
-        except (TransportError, TimeoutError):
-            pass
-    _release(pool, conn, response_headers, reusable and response.complete)
+    try:
+        if reusable and not response.complete:
+            with suppress(TransportError, TimeoutError):
+                async with asyncio.timeout(_DRAIN_S):
+                    await response.drain(_DRAIN_LIMIT)
+    finally:  # a cancel while draining leaves the body unfinished: the connection is closed
+        _release(pool, conn, response_headers, reusable and response.complete)
 
 
 def _release(
