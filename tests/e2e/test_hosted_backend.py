@@ -495,3 +495,16 @@ def test_tether_connect_letta_stores_the_server_for_later_runs(
     assert run.stdout.strip() == "reached through the stored server"
     wrong = run_tether(["connect", "letta", "--region", "x"], env=env, cwd=project)
     assert wrong.code == 1 and "only --api-key and --base-url" in wrong.stderr
+
+
+def test_bad_targets_are_named(letta: Hosted, project: Path) -> None:
+    from tests.e2e.support import run_tether
+
+    gone = letta.run(["-p", "hi"], project, env=letta.env(LETTA_BASE_URL="http://127.0.0.1:9"))
+    assert gone.code == 1 and "cannot reach the Letta server at http://127.0.0.1:9" in gone.stderr
+    agent = "agent-00000000-0000-4000-8000-000000000000"
+    missing = letta.run(["-p", "hi", "--agent", agent], project)
+    assert missing.code == 1
+    assert f"agent {agent} not found on the Letta server at {letta.url}" in missing.stderr
+    bad = run_tether(["--backend", "moon", "-p", "hi"], env=letta.env(), cwd=project)
+    assert bad.code == 1 and "--backend 'moon' is not valid" in bad.stderr
