@@ -351,6 +351,7 @@ class ConversationRuntime:
         )
         hooks = deps.tool_hooks
         assert isinstance(hooks, CheckpointHooks)  # the effect checkpoints of every path
+        hooks.on_unavailable = lambda _: abort.set()  # no effect store: the turn stops, failed
         results: dict[str, ApprovalResult] = {}
         emit = deps.emit
 
@@ -381,11 +382,14 @@ class ConversationRuntime:
             # A busy conversation, a damaged transcript, a fenced checkpoint, the disk — or a
             # bug: the turn ends with the error and the runtime keeps serving its queue (a
             # worker that died here would leave the conversation wedged for every client).
-            if not isinstance(exc, TetherError):
+            from tether.cli.stopping import state_failure
+
+            disk = state_failure(exc)  # a full disk, a read-only TETHER_HOME: named, no traceback
+            if disk is None and not isinstance(exc, TetherError):
                 traceback.print_exc(file=sys.stderr)
-            error = str(exc) if isinstance(exc, TetherError) else (
+            error = disk or (str(exc) if isinstance(exc, TetherError) else (
                 f"internal error ({type(exc).__name__}: {exc})"
-            )
+            ))
             outcome = TurnOutcome(stop_reason="error")
             self.broadcast(
                 self.stream.frame(
@@ -405,6 +409,8 @@ class ConversationRuntime:
                 pending.future.cancel()
             self.approvals.clear()
             self.executing.clear()
+        if hooks.unavailable is not None and error is None:
+            error, outcome.stop_reason = hooks.unavailable, "error"
         if outcome.error is not None and error is None:
             error = outcome.error.message
         frame: dict[str, Any] = {
