@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from tether.cli.output import Renderer, StdoutGone, say, write_line
+from tether.cli.output import Renderer, StdoutGone, init_fields, say, write_line
 from tether.cli.runner import Prepared
 from tether.cli.stopping import STOP_SIGNALS, RunStop, state_failure
 from tether.core.approvals import Classified
@@ -402,8 +402,7 @@ async def serve(prepared: Prepared) -> int:
 
         subagents.notify = deliver
         subagents.progress = lambda event: write_line(session.env.wrap(event))  # child progress
-    renderer.emit_init(model=prepared.session.model, tools=prepared.registry.names(),
-                       cwd=str(prepared.cwd), permission_mode=prepared.flags.permission_mode)
+    renderer.emit_init(**init_fields(prepared))
     reader = asyncio.ensure_future(session.read_stdin())
     try:
         while not stop.is_set():
@@ -446,6 +445,7 @@ async def run_one_turn(session: Session, renderer: Renderer, batch: list[dict[st
     if session.signum is not None:
         turn_stop.on_signal(session.signum)
     renderer.errors.clear()
+    renderer.last_tool_output = ""
 
     def emit(event: Any) -> None:
         renderer.on_event(turn_stop.retitle(event))
@@ -472,6 +472,7 @@ async def run_one_turn(session: Session, renderer: Renderer, batch: list[dict[st
         outcome.error = turn_stop.retitle(outcome.error)
         outcome.stop_reason = outcome.error.stop_reason
     renderer.flush()
+    renderer.fill_result(outcome)
     subtype = "interrupted" if outcome.interrupted else (
         "error" if outcome.error is not None or outcome.stop_reason not in ("end_turn", "requires_approval")
         else "success")

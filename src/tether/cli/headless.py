@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from tether.cli.flags import RunFlags
-from tether.cli.output import Renderer, StdoutGone, report_failure, say
+from tether.cli.output import Renderer, StdoutGone, init_fields, report_failure, say
 from tether.cli.stopping import RunStop, state_failure
 from tether.core.approvals import Classified
 from tether.core.permissions import headless_denial
@@ -88,12 +88,7 @@ def run_headless(flags: RunFlags) -> int:
         if hasattr(checkpoint_hooks, "on_unavailable"):  # the effect store's (CheckpointHooks)
             checkpoint_hooks.on_unavailable = stop.on_store_unavailable
         try:
-            renderer.emit_init(
-                model=session.model,
-                tools=prepared.registry.names(),
-                cwd=str(prepared.cwd),
-                permission_mode=flags.permission_mode,
-            )
+            renderer.emit_init(**init_fields(prepared))
             user = UserMessage(f"ui-msg-{now_ms()}", (TextPart(prompt),), now_ms())
             state_failed = False
             try:

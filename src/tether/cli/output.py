@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from tether.core.turn import Event, TurnOutcome
+from tether.errors import TetherError
 from tether.protocol import wire
 from tether.protocol.chunks import AssistantText, Chunk, Reasoning, RetryNotice
 from tether.protocol.turns import LocalToolCall, LocalToolReturn, TurnError
@@ -53,6 +54,41 @@ def abandon_stdout() -> None:
         pass
 
 
+def init_fields(prepared: Any) -> dict[str, Any]:
+    """The `system/init` event's fields as this run really is: memory, skill sources, the
+    reflection trigger the agent will use, MCP servers (not the wire's defaults)."""
+    from tether.runtime.skills import SOURCES
+
+    flags, services = prepared.flags, prepared.services
+    skills = services.get("skills")
+    sources = [s for s in SOURCES if skills is not None and s in skills.sources]
+    trigger, steps = flags.reflection_trigger, flags.reflection_step_count
+    if "reflection" not in services:
+        trigger = "off"
+    elif trigger is None or steps is None:
+        from tether.runtime.reflection import load_state
+
+        try:
+            saved = load_state(prepared.store.home, prepared.session.agent.id)
+            trigger, steps = trigger or saved.trigger, steps or saved.step_count
+        except (OSError, ValueError, TetherError):
+            trigger = trigger or "off"  # an unreadable state file reflects on nothing
+    fields: dict[str, Any] = {
+        "model": prepared.session.model,
+        "tools": prepared.registry.names(),
+        "cwd": str(prepared.cwd),
+        "permission_mode": flags.permission_mode,
+        "memfs_enabled": "memfs" in services,
+        "skill_sources": sources,
+        "reflection_trigger": trigger,
+    }
+    if steps is not None:
+        fields["reflection_step_count"] = steps
+    if "mcp" in services:
+        fields["mcp_servers"] = services["mcp"].status()
+    return fields
+
+
 class Renderer:
     """Receives every turn event; `finish` writes the end of the turn in the chosen format."""
 
@@ -62,6 +98,7 @@ class Renderer:
         self.partial = partial
         self._pending: list[AssistantText | Reasoning] = []  # one text or reasoning run, merged when not partial
         self.errors: list[TurnError] = []
+        self.last_tool_output = ""  # the turn's result when it ends on tool output and no text
 
     def emit_init(self, **fields: Any) -> None:
         if self.fmt == "stream-json":
@@ -70,6 +107,8 @@ class Renderer:
     def on_event(self, event: Event) -> None:
         if isinstance(event, TurnError):
             self.errors.append(event)
+        elif isinstance(event, LocalToolReturn):
+            self.last_tool_output = event.result.output
         if self.fmt != "stream-json":
             return
         if isinstance(event, AssistantText | Reasoning) and not self.partial:
@@ -90,6 +129,11 @@ class Renderer:
             return  # the reference drops approval requests; errors become `error` events
         else:
             write_line(wire.chunk_event(self.env, event, partial=self.partial))
+
+    def fill_result(self, outcome: TurnOutcome) -> None:
+        """A turn that ended on tool output with no text has that output as its result."""
+        if not outcome.last_tool_result:
+            outcome.last_tool_result = self.last_tool_output
 
     def flush(self) -> None:
         if not self._pending:
@@ -122,6 +166,7 @@ class Renderer:
         (tether's own state failed: a full disk, the effect store) stream-json also gets a
         `result` line with subtype `error`, and stderr the message, whatever the format."""
         self.flush()
+        self.fill_result(outcome)
         if outcome.error is not None:
             if self.fmt != "stream-json" or result_on_error:
                 say(f"Error: {outcome.error.message}")
