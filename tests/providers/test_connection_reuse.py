@@ -183,3 +183,51 @@ def test_a_reused_connection_dropped_after_the_request_is_an_error_not_a_resend(
     assert isinstance(error, StreamCut) and not error.retryable
     assert "not sent again" in str(error)
     assert len(server.requests) == 2 and len(server.connections) == 1
+
+
+def test_the_fake_provider_command_serves_tls_with_keep_alive(tmp_path: Path) -> None:
+    """`python -m tether.testing.fake_provider --tls --keep-alive`, as other processes drive it."""
+    import json
+    import ssl
+    import subprocess
+    import sys
+    import urllib.request
+
+    from tether.providers.transport import stream_post
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether.testing.fake_provider", "--tls", "--keep-alive"]
+        + ["--cert-dir", str(tmp_path / "tls")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("https://127.0.0.1:")
+        env = {"SSL_CERT_FILE": str(tmp_path / "tls" / "cert.pem")}
+
+        async def twice() -> list[int]:
+            statuses = []
+            for _ in range(2):  # a body with no messages is refused (400), on one connection
+                async with stream_post(url + "/v1/messages", {}, b"{}", timeout_s=5, env=env) as r:
+                    await r.read()
+                    statuses.append(r.status)
+            return statuses
+
+        assert asyncio.run(twice()) == [400, 400]
+        context = ssl.create_default_context(cafile=env["SSL_CERT_FILE"])
+        with urllib.request.urlopen(url + "/_stats", context=context, timeout=5) as answer:
+            stats = json.load(answer)
+        assert stats == {"connections": 2, "handshakes": 2, "resumed_handshakes": 0, "requests": 2}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    bad = subprocess.run(
+        [sys.executable, "-m", "tether.testing.fake_provider", "--rtt-ms", "-1"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "--rtt-ms must be >= 0" in bad.stderr

@@ -468,6 +468,10 @@ def main(argv: list[str] | None = None) -> int:
         help="add this round trip per TCP handshake, TLS handshake and request",
     )
     args = parser.parse_args(argv)
+    if args.rtt_ms < 0 or args.idle_timeout <= 0:
+        parser.error("--rtt-ms must be >= 0 and --idle-timeout > 0")
+    if args.cert_dir and not args.tls:
+        parser.error("--cert-dir only applies with --tls")
     script: Any = []
     if args.script:
         try:
