@@ -188,3 +188,28 @@ def test_a_pending_approval_is_denied_and_the_message_sent_with_the_denial(
     assert denial["approvals"] == [{"type": "approval", "tool_call_id": "call-old",
                                     "approve": False, "reason": STALE_APPROVAL}]
     assert user["content"] == [{"type": "text", "text": "next"}]
+
+
+def test_stashed_answers_the_server_no_longer_waits_for_are_dropped(
+    letta: tuple[str, Script], tmp_path: Path
+) -> None:
+    url, script = letta
+    path = "/v1/conversations/conv-1/messages"
+    stale = [{"message_type": "stop_reason", "stop_reason": "error"},
+             {"message_type": "error_message", "run_id": "run-0", "error_type": "internal_error",
+              "message": "An unknown error occurred with the LLM streaming request.",
+              "detail": "Cannot process approval response: No tool call is currently awaiting "
+                        "approval. Please send a regular message to interact with the agent."}]
+    script.add(path, 200, sse(stale))
+    script.add(path, 200, sse(TEXT))
+    backend = ApiBackend(LettaClient(url, None), stash_dir=tmp_path)
+    conv = ConversationRef("a", "conv-1")
+    asyncio.run(backend.record(conv, TurnInput(approvals=(
+        ApprovalResult("call-1", "Bash", "Interrupted by user", True, denied=True),))))
+    assert list(tmp_path.glob("*.json"))
+    chunks = _send(backend, conv, _user("next"))
+    assert chunks[-1] == StopReason("end_turn", "run-1")
+    posts = [b for m, _, b in script.bodies if m == "POST"]
+    assert [m["type"] for m in posts[0]["messages"]] == ["approval", "message"]
+    assert [m["type"] for m in posts[1]["messages"]] == ["message"]
+    assert not list(tmp_path.glob("*.json"))

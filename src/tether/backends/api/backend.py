@@ -35,6 +35,7 @@ from tether.providers.retry import DEFAULT_RETRY, RetryPolicy, retry_delay_s
 # The reference's reason for closing an approval the server still waits on (§2.2).
 STALE_APPROVAL = "stale pending tool call closed by the harness"
 _PENDING_MARKER = "waiting for approval"
+_NOTHING_PENDING = "no tool call is currently awaiting approval"
 MAX_REATTACH = 3
 
 
@@ -113,6 +114,14 @@ class ApiBackend:
                 if denials:
                     body = self._body(conversation, [*denials, *approvals], turn_input.user, ctx)
                     continue
+            if (error is not None and not mapper.output and stashed
+                    and _NOTHING_PENDING in f"{error.message} {error.detail}".lower()):
+                # The stashed answers are stale (someone else answered or denied those calls
+                # on the server meanwhile): they are dropped, the message goes alone.
+                self._drop_stash(conversation)
+                stashed, approvals = [], []
+                body = self._body(conversation, [], turn_input.user, ctx)
+                continue
             for chunk in held:
                 yield chunk
             if stashed:
