@@ -68,7 +68,8 @@ class PermissionPolicy:
         self.rules = self.rules.with_session_allow(rule)
 
     def __call__(self, tool: Tool, args: Mapping[str, Any], ctx: ToolContext) -> Decision:
-        command = args.get("command") if canonical_tool_name(tool.name) == "Bash" else None
+        key = "cmd" if tool.name == "exec_command" else "command"  # Codex's shell names it cmd
+        command = args.get(key) if canonical_tool_name(tool.name) == "Bash" else None
         call = Call(
             tool.name,
             args,
@@ -164,11 +165,18 @@ class _CompactionEvents:
             await mods.compact_end(trigger, counts)
 
 
-def build_registry() -> ToolRegistry:
+def build_registry(flags: RunFlags | None = None, model: str | None = None) -> ToolRegistry:
+    """The run's toolset (`--toolset`, picked per model with `auto`); AskUserQuestion only where
+    someone can answer it: the TUI or a bidirectional SDK client."""
     from tether.tools.builtin import register_builtin_tools
 
     registry = ToolRegistry()
-    register_builtin_tools(registry)
+    if flags is None:
+        register_builtin_tools(registry)
+        return registry
+    ask_user = not flags.headless or flags.input_format == "stream-json"
+    register_builtin_tools(registry, flags.toolset, model=model, base_tools=flags.base_tools,
+                           ask_user=ask_user)
     return registry
 
 
@@ -335,6 +343,9 @@ class Prepared:
         mcp = self.services.get("mcp")
         if mcp is not None:
             await mcp.close()
+        sessions = self.services.get("exec_sessions")
+        if sessions is not None:
+            await sessions.close_all()
 
 
 def prepare(flags: RunFlags) -> Prepared:
@@ -401,7 +412,7 @@ def prepare(flags: RunFlags) -> Prepared:
     backend.compaction = CompactionSettings.from_dict(
         session.agent.extra.get("compaction_settings"), f"agent {session.agent.id}"
     )
-    prepared = Prepared(flags, env, cwd, store, session, backend, build_registry(), hooks)
+    prepared = Prepared(flags, env, cwd, store, session, backend, build_registry(flags, session.model), hooks)
     prepared.settings = settings
     prepared.policy = build_policy(flags, settings, cwd, Path(env.get("HOME") or Path.home()))
     prepared.policy.guards = file_guards(store.home, session.agent.id, env, scratch=prepared.scratch)
@@ -411,6 +422,9 @@ def prepare(flags: RunFlags) -> Prepared:
 
     # One pool per run, so shutdown stops every background task the run started.
     prepared.services["background"] = BackgroundTasks(prepared.scratch)
+    from tether.tools.exec_command import ExecSessions
+
+    prepared.services["exec_sessions"] = ExecSessions()  # exec_command's ptys, closed at shutdown
     from tether.tools.shell_groups import ShellGroups
 
     # Outside the scratch dir, where sandboxed commands can write: the ledger is tether's own.
@@ -422,6 +436,11 @@ def prepare(flags: RunFlags) -> Prepared:
     confinement = Confinement(env, {"sandbox": settings.sandbox}, cwd, store.home, prepared.scratch)
     prepared.services["confinement"] = confinement
     prepared.policy.confinable = confinement.available
+    from tether.tools.working_dir import WorkingDirectory
+
+    working = WorkingDirectory(cwd, allowed=prepared.policy.scope.roots)
+    prepared.services["working_directory"] = working
+    working.listeners.append(lambda new: _follow_cwd(prepared, new))
     if sandbox is not None:  # file tools may not write where the sandboxed shell could not
         prepared.policy.guards = file_guards(
             store.home, session.agent.id, env, sandbox.policy.writable_roots, prepared.scratch
@@ -447,6 +466,34 @@ def prepare(flags: RunFlags) -> Prepared:
 
     gc_policy.startup_done()
     return prepared
+
+
+def _follow_cwd(prepared: Prepared, new: Path) -> None:
+    """SetWorkingDirectory / EnterWorktree moved the conversation: the permission scope, the
+    sandboxes' roots and the state guard follow the new working directory."""
+    import dataclasses
+
+    from tether.core.permissions.checker import Scope
+    from tether.runtime.confinement import Confinement
+    from tether.runtime.sandboxing import shell_sandbox_from
+
+    p = prepared
+    assert p.policy is not None
+    p.cwd = new  # the system prompt keeps the folder the conversation started in (its cache)
+    extra = p.settings.permissions.additional_directories
+    p.policy.scope = Scope.of(new, p.policy.scope.home, (*p.policy.scope.roots[1:], *extra))
+    box = {"sandbox": p.settings.sandbox}
+    sandbox = shell_sandbox_from(p.env, box, new, p.store.home, p.scratch)
+    p.services["sandbox"] = sandbox
+    confinement = Confinement(p.env, box, new, p.store.home, p.scratch)
+    p.services["confinement"] = confinement
+    p.policy.confinable = confinement.available
+    worktrees = p.store.home / "worktrees"
+    guards = dataclasses.replace(
+        p.policy.guards, own_state_dirs=(*p.policy.guards.own_state_dirs, worktrees.resolve()))
+    if sandbox is not None:
+        guards = dataclasses.replace(guards, writable_roots=sandbox.policy.writable_roots)
+    p.policy.guards = guards
 
 
 def _hook_config(settings: Settings) -> Any:
