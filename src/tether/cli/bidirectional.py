@@ -4,7 +4,10 @@ One reader task parses stdin lines and routes them: `control_response` lines set
 waiting for them (`can_use_tool`, `execute_external_tool`), `control_request` lines are answered
 at once (an `interrupt` aborts the running turn), `user` lines queue up and start turns, with
 lines already buffered coalesced into one turn. Every turn ends with a `result` line; stdin EOF
-ends the session with exit 0. Wire shapes follow the reference §2.6 and §3.4 field for field.
+ends the session with exit 0. EOF while a turn runs means the client went away: the turn is
+aborted at once (its tools stopped, nothing more runs) and what it had queued is dropped. An
+interrupt names its cause (the client's request, stdin closing, a signal). Wire shapes follow
+the reference §2.6 and §3.4 field for field.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import asyncio
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -27,8 +31,12 @@ from tether.errors import TetherError
 from tether.protocol import wire
 from tether.protocol.chunks import now_ms
 from tether.protocol.messages import ImagePart, TextPart, UserMessage, UserPart, message_to_dict
+from tether.protocol.turns import TurnError
 
 STDIN_LIMIT = 64 * 1024 * 1024
+ENGINE_INTERRUPT = "Interrupted by SIGINT"  # what the turn engine says for any abort
+CLIENT_INTERRUPT = "Interrupted by the client (interrupt request)"
+CLIENT_GONE = "Interrupted: stdin closed (the client went away)"
 
 
 class Session:
@@ -43,6 +51,9 @@ class Session:
         self.turn_stop: RunStop | None = None  # why the running turn was stopped, if it was
         self.signum: int | None = None  # the signal that ends the session (SIGINT/TERM/HUP)
         self.eof = False
+        # What interrupted the running turn, when not a signal: an `interrupt` request, or stdin
+        # closing mid-turn (the client went away: nothing more of its turn may run).
+        self.interrupted_by: str | None = None
         self.reflection: asyncio.Future[Any] | None = None  # a pass started after a turn
 
     # --- output ----------------------------------------------------------------------------
@@ -79,6 +90,9 @@ class Session:
             if line.strip():
                 self.route(line)
         self.eof = True
+        if self.abort is not None and not self.abort.is_set() and self.signum is None:
+            self.interrupted_by = CLIENT_GONE
+            self.abort.set()
         for fut in self.pending.values():
             if not fut.done():
                 fut.set_exception(EOFError("stdin closed"))
@@ -119,6 +133,7 @@ class Session:
                 self.respond(rid, self.describe())
             elif subtype == "interrupt":
                 if self.abort is not None:
+                    self.interrupted_by = self.interrupted_by or CLIENT_INTERRUPT
                     self.abort.set()
                 self.respond(rid)
             elif subtype == "register_external_tools":
@@ -424,6 +439,8 @@ async def serve(prepared: Prepared) -> int:
                     break
                 batch.append(nxt)
             await run_one_turn(session, renderer, batch)
+            if session.interrupted_by == CLIENT_GONE:
+                break  # what the gone client had queued is not run either
         return 128 + session.signum if session.signum is not None else 0
     finally:
         reader.cancel()
@@ -446,9 +463,17 @@ async def run_one_turn(session: Session, renderer: Renderer, batch: list[dict[st
         turn_stop.on_signal(session.signum)
     renderer.errors.clear()
     renderer.last_tool_output = ""
+    session.interrupted_by = None
+
+    def retitle(event: Any) -> Any:
+        event = turn_stop.retitle(event)  # a signal or the effect store failing names itself
+        if (session.interrupted_by and not turn_stop.stopped and isinstance(event, TurnError)
+                and event.message == ENGINE_INTERRUPT):
+            return replace(event, message=session.interrupted_by)
+        return event
 
     def emit(event: Any) -> None:
-        renderer.on_event(turn_stop.retitle(event))
+        renderer.on_event(retitle(event))
 
     deps = p.turn_deps(emit=emit, approver=SdkApprover(session, p.add_session_rule), abort=session.abort, max_turns=None)
     checkpoint_hooks: Any = deps.tool_hooks
@@ -469,7 +494,7 @@ async def run_one_turn(session: Session, renderer: Renderer, batch: list[dict[st
         session.abort = None
         session.turn_stop = None
     if outcome.error is not None:
-        outcome.error = turn_stop.retitle(outcome.error)
+        outcome.error = retitle(outcome.error)
         outcome.stop_reason = outcome.error.stop_reason
     renderer.flush()
     renderer.fill_result(outcome)
