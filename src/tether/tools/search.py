@@ -1,7 +1,9 @@
 """The Glob and Grep tools: find files by name pattern, and search file contents with Python `re`.
 
-Grep mirrors ripgrep's interface (the model knows `rg`) without needing it installed: binary
-files, VCS metadata and files over 5 MiB are skipped, and the answer is capped at 10,000 chars.
+Both list files with ripgrep (`tools.ripgrep`: `.gitignore`/`.ignore` respected, `.git` skipped,
+links not followed), which also narrows Grep to the files that may match; every candidate is
+checked and read by tether itself. Binary files and files over 5 MiB are skipped, and Grep's
+answer is capped at 10,000 chars.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from tether.tools.grep_schema import (
     TYPE_ALIASES,
 )
 from tether.tools.output import error_result
+from tether.tools.ripgrep import files_matching, list_files, rg_binary
 
 GLOB_MAX_FILES = 100
 GREP_OUTPUT_CAP = 10_000
@@ -136,13 +139,17 @@ def glob_files(
     if not root.is_dir():
         return NO_FILES
     found: list[tuple[float, str]] = []
-    for walked in walk_files(root, should_stop=should_stop, boundary=boundary):
-        if matcher.matches(walked.relative):
-            try:
-                mtime = walked.entry.stat().st_mtime
-            except OSError:
-                continue
-            found.append((-mtime, walked.path))
+    listed = list_files(root, should_stop, _narrow(boundary, root))
+    if listed is not None:  # ripgrep: ignore files respected
+        found = [(-f.mtime, f.path) for f in listed if matcher.matches(f.relative)]
+    else:
+        for walked in walk_files(root, should_stop=should_stop, boundary=boundary):
+            if matcher.matches(walked.relative):
+                try:
+                    mtime = walked.entry.stat().st_mtime
+                except OSError:
+                    continue
+                found.append((-mtime, walked.path))
     if not found:
         return NO_FILES
     found.sort()
@@ -259,9 +266,44 @@ class GrepTool:
         return ToolResult(await asyncio.to_thread(grep, query, ctx.abort.is_set))
 
 
+def _narrow(boundary: ReadBoundary | None, root: Path) -> ReadBoundary | None:
+    return boundary.narrowed(os.path.realpath(root)) if boundary is not None else None
+
+
+def _listed_candidates(query: GrepQuery, should_stop: Callable[[], bool]) -> list[tuple[Path, float]] | None:
+    """Candidates from ripgrep (ignore files respected, non-matching files already dropped), or
+    None without it. The glob, type, deny and size filters apply here as in the walk."""
+    if query.multiline:  # rg's multi-line dialect differs from `re`'s: let `re` see every file
+        listed = list_files(query.root, should_stop, query.boundary)
+    else:
+        listed = files_matching(
+            query.root, query.regex.pattern, ignore_case=bool(query.regex.flags & re.IGNORECASE),
+            should_stop=should_stop, boundary=query.boundary, max_bytes=GREP_MAX_FILE_BYTES,
+        )  # fmt: skip
+        if listed is None and rg_binary() is not None:
+            listed = list_files(query.root, should_stop, query.boundary)
+    if listed is None:
+        return None
+    found: list[tuple[Path, float]] = []
+    for item in listed:
+        if query.glob is not None and not query.glob.matches(item.relative):
+            continue
+        if query.extensions is not None and not item.relative.endswith(query.extensions):
+            continue
+        if query.skip is not None and query.skip(Path(item.path)):
+            continue
+        if item.size <= GREP_MAX_FILE_BYTES:
+            found.append((Path(item.path), item.mtime))
+    found.sort(key=lambda pair: str(pair[0]))  # the walk's order: stable output across runs
+    return found
+
+
 def _candidates(query: GrepQuery, should_stop: Callable[[], bool]) -> list[tuple[Path, float]]:
     if query.root.is_file():
         return [(query.root, query.root.stat().st_mtime)]
+    listed = _listed_candidates(query, should_stop)
+    if listed is not None:
+        return listed
     found: list[tuple[Path, float]] = []
     walk = walk_files(query.root, should_stop=should_stop, boundary=query.boundary)
     for walked in walk:
