@@ -113,7 +113,8 @@ def file_guards(
     ids = [agent_id, *([env["TETHER_PARENT_AGENT_ID"]] if env.get("TETHER_PARENT_AGENT_ID") else [])]
     own = tuple(agents / name for i in ids for name in (i, b64url(i)))
     roots = tuple(Path(r).resolve() for r in writable) if writable is not None else None
-    own_state = (scratch.resolve(),) if scratch is not None else ()
+    # the global skills folder: a skill's SKILL.md points the model at its files there
+    own_state = (*((scratch.resolve(),) if scratch is not None else ()), (home / "skills").resolve())
     return Guards(writable_roots=roots, agents_root=agents, own_agent_dirs=own,
                   state_root=home.resolve(), own_state_dirs=own_state)
 
