@@ -12,7 +12,7 @@ import contextlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.core.tools import Effect, ToolResult, ToolRunContext
 from tether.errors import ToolFailure
@@ -20,7 +20,9 @@ from tether.tools.arguments import checked_text, resolve_path
 from tether.tools.confined import FileAccess, open_directory
 from tether.tools.files import load_text, write_atomic
 from tether.tools.output import error_result
-from tether.tools.patch_format import FileChange, apply_hunks, parse_patch
+
+if TYPE_CHECKING:
+    from tether.tools.patch_format import FileChange
 
 PATCH_MAX_CHARS = 2_000_000
 
@@ -51,6 +53,8 @@ PARAMETERS: dict[str, Any] = {
 
 def patch_paths(args: Mapping[str, Any], cwd: Path) -> list[Path]:
     """Every path the patch touches (moves: both ends), or [] when it does not parse."""
+    from tether.tools.patch_format import parse_patch  # on first use: off the start-up path
+
     text = args.get("input")
     if not isinstance(text, str) or "\0" in text:
         return []
@@ -80,6 +84,8 @@ class _Plan:
 
 
 def plan_patch(changes: list[FileChange], cwd: Path, access: FileAccess, tool: str) -> _Plan:
+    from tether.tools.patch_format import apply_hunks
+
     plan = _Plan()
     for change in changes:
         path = resolve_path(change.path, cwd)
@@ -170,6 +176,8 @@ class ApplyPatchTool:
         text = args.get("input")
         if not isinstance(text, str) or not text.strip():
             return error_result("Argument `input` must be the patch text (a non-empty string).")
+        from tether.tools.patch_format import parse_patch
+
         try:
             checked_text("input", text, max_chars=PATCH_MAX_CHARS)
             changes = parse_patch(text)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -48,6 +47,8 @@ class _Store:
         self.memory: list[dict[str, Any]] = []
 
     def load(self, path: Path | None) -> list[dict[str, Any]]:
+        import json  # on first use: off the start-up path
+
         if path is None:
             return [dict(t) for t in self.memory]
         try:
@@ -61,6 +62,8 @@ class _Store:
         return [t for t in data if isinstance(t, dict)]
 
     def save(self, path: Path | None, tasks: list[dict[str, Any]]) -> None:
+        import json
+
         if path is None:
             self.memory = tasks
             return
@@ -193,6 +196,8 @@ class TaskListTool:
         links = {k: _ids(args, k) for k in ("addBlocks", "addBlockedBy")}
         task = _find(tasks, task_id)
         if self.name == "TaskGet":
+            import json
+
             return json.dumps(task, indent=1), False
         if status == "deleted":
             tasks.remove(task)
