@@ -150,3 +150,24 @@ def test_a_guard_killed_while_another_finished_is_still_swept(tmp_path: Path, ba
     assert (ws / "bg" / ".git").exists()
     done = _run(sandbox, ws, env, "true")
     assert not (ws / "bg" / ".git").exists(), done.stderr
+
+
+@pytest.mark.parametrize("guard", ["c", "python"])
+def test_both_guards_share_one_state_and_behave_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, guard: str
+) -> None:
+    """The compiled guard and armed.py (used where there is no C compiler) read and write the
+    same state file: a plant is caught whichever ran before."""
+    ws, sandbox, env = _workspace(tmp_path, "bwrap")
+    _run(sandbox, ws, env, "true")  # the compiled guard writes the state first
+    if guard == "python":
+        import tether.sandbox.landlock as landlock
+
+        monkeypatch.setattr(landlock, "guard_path", lambda home: (None, "no C compiler"))
+    with sandbox.wrap(["true"], ws, env) as wrapped:
+        assert ("armed.py" in " ".join(wrapped.argv)) == (guard == "python")
+    done = _run(sandbox, ws, env, "mkdir -p lib/x/.git && echo x > src/.envrc")
+    assert not (ws / "lib" / "x" / ".git").exists() and not (ws / "src" / ".envrc").exists()
+    assert done.stderr.count("appeared during this command") == 2, done.stderr
+    state = armed.load_state(str(sandbox.guard_state))
+    assert state is not None and state["pending"] == {}

@@ -67,6 +67,7 @@ class ShellSandbox:
     # The armed-names guard's state file (`sandbox.armed`): set, every launch runs inside the
     # guard and the armed names it knows in the writable roots are mounted read-only.
     guard_state: Path | None = None
+    tether_home: Path | None = None  # where the compiled guard is cached
 
     def wrap(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> WrappedCommand:
         """What to spawn instead of `argv`; raises SandboxError (nothing may run) when it cannot."""
@@ -92,12 +93,10 @@ class ShellSandbox:
         )
         if self.guard_state is None or not roots or wrapped.backend is None:
             return wrapped
-        import sys
-
-        from tether.sandbox import armed
         from tether.sandbox.probe import WrappedCommand
 
-        guard = [sys.executable, "-I", "-S", armed.__file__, str(self.guard_state), *roots, "--"]
+        home = self.tether_home or Path.home() / ".tether"
+        guard = [*_guard_program(home), str(self.guard_state), *roots, "--"]
         return WrappedCommand(
             [*guard, *wrapped.argv], wrapped.pass_fds, wrapped.env, wrapped.backend
         )
@@ -216,7 +215,22 @@ def shell_sandbox_from(
         keep_env=switch.keep_env,
         backend=switch.backend,
         guard_state=scratch / f"armed-{digest}.json",
+        tether_home=tether_home,
     )
+
+
+def _guard_program(tether_home: Path) -> list[str]:
+    """The armed-names guard: the compiled one (no interpreter start-up per command), else
+    `sandbox/armed.py` under an isolated Python."""
+    import sys
+
+    from tether.sandbox import armed
+    from tether.sandbox.landlock import guard_path
+
+    built, _why = guard_path(tether_home.expanduser().absolute())
+    if built is not None:
+        return [str(built)]
+    return [sys.executable, "-I", "-S", armed.__file__]
 
 
 def private_tmp(scratch: Path, name: str) -> Path:

@@ -63,42 +63,48 @@ def landlock_status() -> LandlockStatus:
     return LandlockStatus(None, why)
 
 
-_SOURCE = Path(__file__).with_name("landlock_exec.c")
-
-
 def helper_path(home: Path) -> tuple[Path | None, str]:
     """The compiled `landlock-exec` for this source (built once, cached), or None and why."""
-    return _helper(str(home))
+    return _built(str(home), "landlock_exec.c", "landlock-exec")
+
+
+def guard_path(home: Path) -> tuple[Path | None, str]:
+    """The compiled armed-names guard (`armed_guard.c`, the C twin of `armed.py`), or None."""
+    return _built(str(home), "armed_guard.c", "armed-guard")
 
 
 @functools.cache
-def _helper(home: str) -> tuple[Path | None, str]:
+def _built(home: str, source_name: str, name: str) -> tuple[Path | None, str]:
+    source_path = Path(__file__).with_name(source_name)
     try:
-        source = _SOURCE.read_bytes()
+        source = source_path.read_bytes()
     except OSError as exc:
-        return None, f"landlock-exec source missing ({exc})"
+        return None, f"{name} source missing ({exc})"
     digest = hashlib.sha256(source).hexdigest()[:12]
-    target = Path(home) / "cache" / f"landlock-exec-{digest}"
+    target = Path(home) / "cache" / f"{name}-{digest}"
     if os.access(target, os.X_OK):
-        return target, f"landlock-exec at {target}"
+        return target, f"{name} at {target}"
     compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None:
-        return None, "no C compiler to build landlock-exec (apt-get install gcc)"
+        return None, f"no C compiler to build {name} (apt-get install gcc)"
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".landlock-exec-")
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{name}-")
     os.close(fd)
     try:
         done = subprocess.run(
-            [compiler, "-O2", "-o", tmp, str(_SOURCE)], capture_output=True, text=True, timeout=60
+            [compiler, "-O2", "-o", tmp, str(source_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         if done.returncode != 0:
-            return None, f"building landlock-exec failed: {done.stderr.strip()[:300]}"
+            return None, f"building {name} failed: {done.stderr.strip()[:300]}"
         os.chmod(tmp, 0o755)
         os.replace(tmp, target)  # atomic: a concurrent build just replaces it with the same
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return target, f"landlock-exec built at {target}"
+    return target, f"{name} built at {target}"
 
 
 def landlock_argv(
