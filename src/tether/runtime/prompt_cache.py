@@ -48,11 +48,14 @@ from tether.protocol.turns import ConversationRef
 from tether.runtime.instructions import read_project_instructions
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from tether.backends.local.backend import LocalBackend
     from tether.backends.local.records import AgentRecord
     from tether.backends.local.store import LocalStore
     from tether.core.tools import ToolRegistry
     from tether.memory.memfs import MemFS
+    from tether.runtime.initial_blocks import InitialBlock
     from tether.runtime.skills import Skill, SkillCatalog
 
 CACHE_FILE = "system-prompt.json"
@@ -362,9 +365,12 @@ def attach_memory(
     no_bundled_skills: bool,
     services: dict[str, Any],
     warn: Callable[[str], None],
+    initial: Sequence[InitialBlock] = (),
 ) -> SystemPrompt:
     """Open (or create) the agent's MemFS, register the `memory` and `Skill` tools, and give
-    the backend the memory-aware system prompt. Without git, the run goes on without memory."""
+    the backend the memory-aware system prompt. Without git, the run goes on without memory.
+    `initial`: a new agent's blocks (`runtime/initial_blocks.py`), committed before the prompt
+    is compiled so the first turn already sees them."""
     from tether.memory.memfs import MemFS
     from tether.runtime.skills import discover_skills, resolve_sources
     from tether.tools.memory import MemoryTool
@@ -380,6 +386,13 @@ def attach_memory(
     except MemFSError as exc:
         warn(f"agent memory is off for this run: {exc}")
         memfs = None
+    if initial:
+        if memfs is None:
+            raise MemFSError("the memory blocks asked for (--init-blocks, --memory-blocks, "
+                             "--block-value) need the agent's memory, which is off")
+        from tether.runtime.initial_blocks import write_initial_blocks
+
+        write_initial_blocks(memfs, initial)
     sources = resolve_sources(
         skill_sources=skill_sources, no_skills=no_skills, no_bundled=no_bundled_skills
     )
