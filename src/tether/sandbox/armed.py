@@ -5,8 +5,8 @@ step runs or loads: a nested `.git` (its config names programs git runs: fsmonit
 filters), a bare repository layout (`HEAD` beside `objects/` and `refs/`), `.envrc` (direnv),
 `.vscode`/`.idea` (editor tasks), `.tether` (settings, hooks, skills). Mounts keep the existing
 ones read-only (`known_armed`, used when the policy is built); a name that does not exist yet
-cannot be mounted over without leaving junk in the user's tree, so instead this module, run as
-`python -I -S armed.py STATE ROOT... -- COMMAND...` around the sandbox, notes the time, runs the
+cannot be mounted over without leaving junk in the user's tree, so instead the guard, run as
+`armed-guard STATE ROOT... -- COMMAND...` around the sandbox, notes the time, runs the
 command, and afterwards moves aside every armed name that appeared under a root during it
 (renamed to `<name>.tether-quarantine-<n>`), saying so on stderr, where the model and the user
 see it.
@@ -19,8 +19,10 @@ SIGKILLed) leaves its entry in STATE's `pending` (pid, start) list: the next gua
 then first. Several guards may run at once (a background command and a foreground one): each
 keeps its own entry and removes only its own.
 
-Builtin modules only, runnable without tether on sys.path; `python -I -S` start-up (10–20 ms)
-is most of its cost per command (a C port would remove it).
+`armed_guard.c` is the same guard in C (same arguments, same state file), built on first use
+and preferred: it costs ~2 ms per command where this module's `python -I -S` start-up costs
+10–20 ms. This module is the fallback without a C compiler: builtin modules only, runnable
+without tether on sys.path.
 """
 
 from __future__ import annotations
