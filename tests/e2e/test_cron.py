@@ -195,3 +195,311 @@ def test_trigger_without_a_running_server_says_how_to_start_one(
     assert proc.returncode == 1 and "start `tether server`" in proc.stderr
     proc = cron("trigger", "deadbeef", home=tether_home)
     assert proc.returncode == 1 and "no scheduled task 'deadbeef'" in proc.stderr
+
+
+# --- the scheduler inside a real `tether server` --------------------------------------------------
+
+T0 = 1_900_000_000_000 - (1_900_000_000_000 % 60_000) + 10_000  # hh:mm:10, a fixed fake time
+MIN = 60_000
+
+
+class Clock:
+    """The servers' and the CLI's time (TETHER_CRON_CLOCK_FILE), moved by the test."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.now = T0
+        self.set(T0)
+
+    def set(self, ms: int) -> None:
+        self.now = ms
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(str(ms))
+        tmp.replace(self.path)
+
+    def advance(self, ms: int) -> None:
+        self.set(self.now + ms)
+
+
+@pytest.fixture
+def clock(tmp_path: Path) -> Clock:
+    return Clock(tmp_path / "clock")
+
+
+def scheduled_env(fake_url: str, home: Path, tmp: Path, clock: Clock) -> dict[str, str]:
+    from tests.server.support import server_env
+
+    env = server_env(fake_url, home, tmp)
+    env.update(TETHER_CRON_CLOCK_FILE=str(clock.path), TETHER_CRON_POLL_S="0.05")
+    return env
+
+
+def prompts(fake: Any) -> list[str]:
+    """The last user message of each request the provider received."""
+    out = []
+    for request in fake.requests:
+        last = request["body"]["messages"][-1]
+        content = last["content"]
+        out.append(
+            content if isinstance(content, str) else " ".join(p.get("text", "") for p in content)
+        )
+    return out
+
+
+def wait_until(pred: Any, timeout: float = 30, what: str = "") -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def settle() -> None:
+    """Long enough for many scheduler polls (0.05 s) to have happened."""
+    import time
+
+    time.sleep(1.0)
+
+
+@pytest.fixture
+def home_dir(tmp_path: Path) -> Path:
+    (tmp_path / "home").mkdir(exist_ok=True)
+    return tmp_path / "tether-home"
+
+
+def test_every_minute_fires_into_a_new_conversation_with_no_client(
+    tmp_path: Path, workdir: Path, home_dir: Path, agent: str, clock: Clock
+) -> None:
+    from tests.server.support import ServerProcess
+    from tether.testing.fake_provider import FakeProvider
+
+    with FakeProvider([{"text": "checked"}] * 3) as fake:
+        env = scheduled_env(fake.url, home_dir, tmp_path, clock)
+        task = ok(
+            cron(
+                "add",
+                "--agent",
+                agent,
+                "--name",
+                "heartbeat",
+                "--prompt",
+                "check the build",
+                "--every",
+                "1m",
+                "--timezone",
+                "UTC",
+                home=home_dir,
+                extra=env,
+            )
+        )
+        server = ServerProcess(env, workdir)
+        try:
+            clock.set(T0 + MIN - 10_000 + task["jitter_offset_ms"] - 1)  # one ms before it is due
+            settle()
+            assert fake.requests == []
+            clock.advance(1)
+            wait_until(lambda: len(fake.requests) == 1, what="the first fire")
+            [text] = prompts(fake)
+            assert text.startswith('Scheduled task "heartbeat" is firing.')
+            assert "Prompt: check the build" in text and "(fire #1)" in text
+            settle()
+            assert len(fake.requests) == 1  # one fire per slot
+            clock.advance(MIN)
+            wait_until(lambda: len(fake.requests) == 2, what="the second fire")
+            assert "(fire #2)" in prompts(fake)[1]
+            wait_until(lambda: len(ok(cron("runs", task["id"], home=home_dir, extra=env))) == 2)
+            runs = ok(cron("runs", task["id"], home=home_dir, extra=env))
+            assert [(r["outcome"], r["reason"]) for r in runs] == [
+                ("queued", "scheduled_time_matched")
+            ] * 2
+            conversations = {r["conversationId"] for r in runs}
+            assert len(conversations) == 2  # `new`: a fresh conversation per fire
+            store = LocalStore(home_dir)
+            for conv in conversations:
+                record = store.get_conversation(conv, agent)
+                assert "origin:schedule" in record.extra["tags"]
+            got = ok(cron("get", task["id"], home=home_dir, extra=env))
+            assert got["fire_count"] == 2 and got["last_run_outcome"] == "queued"
+        finally:
+            assert server.stop() == 0
+        assert fake.violations == []
+
+
+def test_one_shot_fires_once_and_a_deleted_task_never(
+    tmp_path: Path, workdir: Path, home_dir: Path, agent: str, clock: Clock
+) -> None:
+    from tests.server.support import ServerProcess
+    from tether.testing.fake_provider import FakeProvider
+
+    with FakeProvider([{"text": "done"}] * 3) as fake:
+        env = scheduled_env(fake.url, home_dir, tmp_path, clock)
+        once = ok(
+            cron(
+                "add",
+                "--agent",
+                agent,
+                "--conversation",
+                "default",
+                "--name",
+                "once",
+                "--prompt",
+                "one time only",
+                "--at",
+                "in 5m",
+                home=home_dir,
+                extra=env,
+            )
+        )
+        gone = ok(
+            cron(
+                "add",
+                "--agent",
+                agent,
+                "--name",
+                "gone",
+                "--prompt",
+                "never say this",
+                "--every",
+                "1m",
+                home=home_dir,
+                extra=env,
+            )
+        )
+        ok(cron("delete", gone["id"], home=home_dir, extra=env))
+        server = ServerProcess(env, workdir)
+        try:
+            clock.advance(5 * MIN)
+            wait_until(lambda: len(fake.requests) == 1, what="the one-shot")
+            for _ in range(3):
+                clock.advance(10 * MIN)
+                settle()
+            texts = prompts(fake)
+            assert len(texts) == 1 and "Prompt: one time only" in texts[0]
+            assert "one-off" in texts[0]
+            assert not any("never say this" in t for t in texts)
+            got = ok(cron("get", once["id"], home=home_dir, extra=env))
+            assert got["status"] == "fired" and got["fire_count"] == 1
+            db = sqlite3.connect(home_dir / "cron.db")
+            assert db.execute(
+                "SELECT COUNT(*) FROM runs WHERE task_id = ?", (gone["id"],)
+            ).fetchone() == (0,)
+            # the default conversation got it
+            transcript = LocalStore(home_dir).transcript(agent, "default").load()
+            assert any("one time only" in str(m) for m in transcript)
+        finally:
+            assert server.stop() == 0
+
+
+def test_two_servers_on_one_home_fire_each_slot_once(
+    tmp_path: Path, workdir: Path, home_dir: Path, agent: str, clock: Clock
+) -> None:
+    from tests.server.support import ServerProcess
+    from tether.testing.fake_provider import FakeProvider
+
+    with FakeProvider([{"text": "tick"}] * 10) as fake:
+        env = scheduled_env(fake.url, home_dir, tmp_path, clock)
+        task = ok(
+            cron(
+                "add",
+                "--agent",
+                agent,
+                "--name",
+                "tick",
+                "--prompt",
+                "tick",
+                "--every",
+                "1m",
+                home=home_dir,
+                extra=env,
+            )
+        )
+        servers = [ServerProcess(env, workdir), ServerProcess(env, workdir)]
+        try:
+            for n in range(1, 4):
+                clock.advance(MIN)
+                wait_until(lambda n=n: len(fake.requests) >= n, what=f"fire {n}")
+                settle()
+                assert len(fake.requests) == n
+            runs = ok(cron("runs", task["id"], home=home_dir, extra=env))
+            assert [r["outcome"] for r in runs] == ["queued"] * 3
+        finally:
+            for server in servers:
+                assert server.stop() == 0
+
+
+def test_trigger_runs_a_task_now_from_the_cli_and_over_the_wire(
+    tmp_path: Path, workdir: Path, home_dir: Path, agent: str, clock: Clock
+) -> None:
+    import asyncio
+
+    from websockets.asyncio.client import connect
+
+    from tests.server.support import ServerProcess
+    from tether.testing.fake_provider import FakeProvider
+
+    with FakeProvider([{"text": "ran"}] * 3) as fake:
+        env = scheduled_env(fake.url, home_dir, tmp_path, clock)
+        task = ok(
+            cron(
+                "add",
+                "--agent",
+                agent,
+                "--name",
+                "nightly",
+                "--prompt",
+                "run it now",
+                "--cron",
+                "0 3 * * *",
+                home=home_dir,
+                extra=env,
+            )
+        )
+        server = ServerProcess(env, workdir)
+        try:
+            wait_until(
+                lambda: (
+                    cron("trigger", task["id"], "--no-wait", home=home_dir, extra=env).returncode
+                    == 0
+                ),
+                what="the scheduler's lease",
+            )
+            wait_until(lambda: len(fake.requests) == 1, what="the CLI trigger")
+            assert "Prompt: run it now" in prompts(fake)[0]
+            answer = ok(cron("trigger", task["id"], home=home_dir, extra=env))
+            assert answer["outcome"] == "queued" and answer["reason"] == "manual_trigger"
+            wait_until(lambda: len(fake.requests) == 2, what="the waited trigger")
+
+            async def over_the_wire() -> list[dict[str, Any]]:
+                async with connect(server.url) as ws:
+                    await ws.send(
+                        json.dumps(
+                            {"type": "cron_trigger", "request_id": "t1", "task_id": task["id"]}
+                        )
+                    )
+                    await ws.send(
+                        json.dumps(
+                            {"type": "cron_trigger", "request_id": "t2", "task_id": "00000000"}
+                        )
+                    )
+                    seen: list[dict[str, Any]] = []
+                    while sum(f["type"] == "cron_trigger_response" for f in seen) < 2:
+                        seen.append(json.loads(await asyncio.wait_for(ws.recv(), 20)))
+                    return seen
+
+            seen = asyncio.run(over_the_wire())
+            assert {"type": "crons_updated"} in seen  # connected clients hear of the run
+            frames = [f for f in seen if f["type"] == "cron_trigger_response"]
+            by_id = {f["request_id"]: f for f in frames}
+            assert by_id["t1"]["success"] and by_id["t1"]["outcome"] == "queued"
+            assert (
+                by_id["t2"]["success"] is False
+                and "no active scheduled task" in by_id["t2"]["error"]
+            )
+            wait_until(lambda: len(fake.requests) == 3, what="the v2 trigger")
+            got = ok(cron("get", task["id"], home=home_dir, extra=env))
+            assert got["status"] == "active" and got["fire_count"] == 3
+        finally:
+            assert server.stop() == 0

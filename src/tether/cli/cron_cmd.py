@@ -88,8 +88,10 @@ def _run(ns: argparse.Namespace) -> int:
         elif ns.action == "runs":
             if ns.limit <= 0:
                 raise UsageError("--limit must be a positive number")
-            store.get(ns.id)
-            _print(store.runs(ns.id, ns.limit))
+            runs = store.runs(ns.id, ns.limit)
+            if not runs:
+                store.get(ns.id)  # an unknown id says so; a deleted task's log stays until GC
+            _print(runs)
         elif ns.action in ("delete", "remove"):
             task = store.delete(ns.id)
             _print({"deleted": True, "id": task["id"], "name": task["name"]})

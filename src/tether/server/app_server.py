@@ -146,6 +146,8 @@ class AppServer:
         self._grants: weakref.WeakKeyDictionary[ServerConnection, auth.Grant] = (
             weakref.WeakKeyDictionary()
         )
+        self.cron: Any = None  # the scheduler (cron_bridge.CronService), once started
+        self._background: set[asyncio.Future[None]] = set()
         self.bridge: Any = None
         if options.openai_api:
             from tether.server.openai_bridge import OpenAIBridge
@@ -174,9 +176,19 @@ class AppServer:
         self.allowed_hosts = auth.allowed_host_headers(self.host, self.port)
         return self.url
 
+    def start_scheduler(self) -> None:
+        """Fire schedules from `$TETHER_HOME/cron.db` into this server's runtimes (one
+        scheduler per process; the store's lease makes one per TETHER_HOME fire)."""
+        from tether.server.cron_bridge import CronService
+
+        self.cron = CronService(self)
+        self.cron.start()
+
     async def stop(self) -> None:
         """Stop accepting, end running turns (clients still get their turn_finished), flush
         what is queued for each client, then close every connection (1001)."""
+        if self.cron is not None:
+            await self.cron.stop()  # first: no new fires into runtimes being closed
         if self._server is not None:
             self._server.close(close_connections=False)
         await asyncio.gather(*(rt.close() for rt in self.runtimes.values()), return_exceptions=True)
@@ -286,6 +298,16 @@ class AppServer:
             return
         if isinstance(frame, RuntimeStart):
             self.runtime_start(conn, frame)
+            return
+        if isinstance(frame, protocol_v2.CronTrigger):
+            if self.cron is None:
+                raise FrameError(
+                    "this server runs no scheduler (started with TETHER_CRON=0)",
+                    request_id=frame.request_id, frame_type="cron_trigger",
+                )
+            task = asyncio.ensure_future(self.cron.trigger(conn, frame))
+            self._background.add(task)  # held until done: the loop keeps only weak references
+            task.add_done_callback(self._background.discard)
             return
         rt = conn.runtimes.get(frame.runtime)
         if rt is None:
@@ -501,6 +523,8 @@ async def serve_until_signalled(options: ServerOptions) -> int:
     except OSError as exc:
         ctx.checkpoints.close()
         raise TetherError(f"cannot listen on {options.listen}: {exc.strerror or exc}") from None
+    if os.environ.get("TETHER_CRON", "1") != "0":
+        server.start_scheduler()
     sys.stdout.write(url + "\n")
     sys.stdout.flush()
     try:

@@ -123,6 +123,14 @@ class Sync:
     runtime: RuntimeScope
 
 
+@dataclass(frozen=True, slots=True)
+class CronTrigger:
+    """Run a scheduled task now (`tether cron trigger` over the wire)."""
+
+    request_id: str
+    task_id: str
+
+
 ClientFrame = (
     AppServerInfo
     | RuntimeStart
@@ -131,6 +139,7 @@ ClientFrame = (
     | ChangeDeviceState
     | AbortMessage
     | Sync
+    | CronTrigger
 )
 FRAME_TYPES = (
     "app_server_info",
@@ -139,6 +148,7 @@ FRAME_TYPES = (
     "change_device_state",
     "abort_message",
     "sync",
+    "cron_trigger",
 )
 
 
@@ -177,6 +187,8 @@ def parse_frame(raw: str | bytes) -> ClientFrame:
         return AbortMessage(request_id, RuntimeScope(*reader.runtime()), reader.opt_str("run_id"))
     if kind == "sync":
         return Sync(request_id, RuntimeScope(*reader.runtime()))
+    if kind == "cron_trigger":
+        return CronTrigger(reader.required_str("request_id"), reader.required_str("task_id"))
     raise FrameError(
         f"unknown frame type {kind!r}; this server accepts: {', '.join(FRAME_TYPES)}",
         request_id=request_id,

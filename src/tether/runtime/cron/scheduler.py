@@ -93,6 +93,10 @@ class Scheduler:
         self.on_change = on_change
         self._lease_until = 0
         self._last_gc = 0
+        # One store connection, one transaction at a time: a fire holds its write transaction
+        # across the submit's awaits, so every use of the store in this process goes through
+        # this lock (a second connection here would block the event loop on SQLite's lock).
+        self._lock = asyncio.Lock()
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -124,6 +128,19 @@ class Scheduler:
 
     async def tick(self) -> list[dict[str, Any]]:
         """One pass: manual triggers, then due tasks; the run records written, in order."""
+        async with self._lock:
+            return await self._tick()
+
+    async def trigger_now(self, task_id: str) -> dict[str, Any] | None:
+        """Run one task now (a client's `cron_trigger`), lease or not: a manual run claims no
+        slot, so it cannot collide with a scheduled fire. None when the task is not active."""
+        async with self._lock:
+            record = await self._fire(task_id, None, self.clock.now_ms(), manual=True)
+        if record is not None and self.on_change is not None:
+            self.on_change()
+        return record
+
+    async def _tick(self) -> list[dict[str, Any]]:
         now = self.clock.now_ms()
         if not self.holds_lease(now):
             return []

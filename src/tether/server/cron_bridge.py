@@ -1,0 +1,135 @@
+"""Schedules inside the App Server: the scheduler's `Submitter` that puts a fired prompt into the
+target conversation's runtime queue (starting the runtime when no client has), and the v2
+`cron_trigger` request.
+
+A schedule is one more principal submitting input: its prompt waits in the same bounded queue
+as a client's and runs as an ordinary turn; a full queue is refused, never grown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sys
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from tether.errors import NotFound, TetherError
+from tether.protocol.messages import TextPart
+from tether.runtime.cron.scheduler import Scheduler, SubmitResult, clock_from_env
+from tether.runtime.cron.store import CronStore
+from tether.server.auth import FULL_GRANT, Grant
+from tether.server.protocol_v2 import CreateMessage, CronTrigger, NewMessage, RuntimeStart
+from tether.server.runtime_start import start_runtime
+
+if TYPE_CHECKING:
+    from tether.server.app_server import AppServer
+
+SCHEDULE_TAG = "origin:schedule"
+
+
+class RuntimeSubmitter:
+    def __init__(self, server: AppServer) -> None:
+        self.server = server
+
+    async def submit(self, agent_id: str, conversation: str, text: str) -> SubmitResult:
+        server = self.server
+        new = conversation == "new"
+        frame = RuntimeStart(
+            request_id=f"cron-{uuid.uuid4().hex[:8]}",
+            agent_id=agent_id,
+            create_agent=None,
+            conversation_id=None if new else conversation,
+            create_conversation={} if new else None,
+            cwd=None,
+            mode=None,
+        )
+        try:
+            rt, resolved = start_runtime(
+                server.ctx, server.runtimes, server.instance, FULL_GRANT, frame
+            )
+            if new:
+                _tag_scheduled(server, resolved.scope.agent_id, resolved.scope.conversation_id)
+        except (TetherError, OSError) as exc:
+            return SubmitResult("unavailable", error=str(exc))
+        scope = resolved.scope
+        message = NewMessage(f"cron-{uuid.uuid4().hex[:12]}", (TextPart(text),), text)
+        answer = rt.submit(CreateMessage(None, None, scope, (message,)))
+        if not answer.get("accepted"):
+            return SubmitResult("queue_full", scope.conversation_id, error=answer.get("error"))
+        return SubmitResult("queued", scope.conversation_id, answer.get("queue_item_id"))
+
+
+def _tag_scheduled(server: AppServer, agent_id: str, conversation_id: str) -> None:
+    store = server.ctx.store
+    record = store.get_conversation(conversation_id, agent_id)
+    tags = [*record.extra.get("tags", []), SCHEDULE_TAG]
+    store.save_conversation(dataclasses.replace(record, extra={**record.extra, "tags": tags}))
+
+
+class CronService:
+    """The server's scheduler: started with the server, stopped (lease released) with it."""
+
+    def __init__(self, server: AppServer) -> None:
+        self.server = server
+        self.store = CronStore(server.ctx.store.home)
+        self.scheduler = Scheduler(
+            self.store,
+            RuntimeSubmitter(server),
+            clock_from_env(server.ctx.env),
+            poll_s=float(server.ctx.env.get("TETHER_CRON_POLL_S") or 1.0),
+            on_change=self._announce,
+        )
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self.scheduler.run(self._stop))
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(self._task, 20)
+            except Exception as exc:  # a timeout or a failed pass: never hold up shutdown
+                sys.stderr.write(f"tether: scheduler did not stop cleanly: {exc!r}\n")
+        self.store.close()
+
+    def _announce(self) -> None:
+        frame = {"type": "crons_updated"}
+        for conn in list(self.server.connections):
+            conn.send_frame(frame)
+
+    async def trigger(self, conn: Any, frame: CronTrigger) -> None:
+        """Answer a client's `cron_trigger`; a scoped token reaches only its own agents' tasks,
+        and learns nothing about any other task (the same answer as for an unknown id)."""
+        answer: dict[str, Any] = {"type": "cron_trigger_response", "request_id": frame.request_id,
+                                  "task_id": frame.task_id}
+        try:
+            record = None
+            if _may_trigger(self.store, conn.grant, frame.task_id):
+                record = await self.scheduler.trigger_now(frame.task_id)
+            if record is None:
+                raise NotFound(f"no active scheduled task {frame.task_id!r} on this server")
+        except TetherError as exc:
+            conn.send_frame({**answer, "success": False, "error": str(exc)})
+            return
+        conn.send_frame({
+            **answer,
+            "success": record["outcome"] == "queued",
+            "outcome": record["outcome"],
+            "reason": record["reason"],
+            "conversation_id": record.get("conversationId"),
+            "queue_item_id": record.get("queueItemId"),
+            **({"error": record["error"]} if record.get("error") else {}),
+        })
+
+
+def _may_trigger(store: CronStore, grant: Grant, task_id: str) -> bool:
+    try:
+        task = store.get(task_id)
+    except NotFound:
+        return False
+    conversation = task["conversation_id"]
+    named = None if conversation == "new" else conversation
+    return grant.refusal(task["agent_id"], named, create_conversation=conversation == "new") is None
