@@ -284,13 +284,15 @@ def main() -> None:
     parser.add_argument("--slowloris", type=int, default=0, metavar="K")
     parser.add_argument("--soak", type=int, default=0, metavar="N",
                         help="then open, use once and close N conversations; print the RSS slope")
+    parser.add_argument("--rtt-ms", type=int, default=0,
+                        help="the fake provider's added round-trip delay (a hosted API stand-in)")
     args = parser.parse_args()
     n, turns = args.conversations, args.turns
     rounds = 2 if args.slowloris else 1
     replies = (n * turns + 1) * rounds + (args.soak + 1 if args.soak else 0)
     with (
         tempfile.TemporaryDirectory() as tmp,
-        FakeProvider([{"text": "pong"}] * replies) as fake,
+        FakeProvider([{"text": "pong"}] * replies, keep_alive=True, rtt_ms=args.rtt_ms) as fake,
     ):
         env = {
             k: v
@@ -303,7 +305,9 @@ def main() -> None:
             ANTHROPIC_API_KEY="bench",
         )
         proc = subprocess.Popen(
-            [TETHER, "server", "--listen", "ws://127.0.0.1:0", "--max-queue", "64"],
+            # every benchmark client comes from 127.0.0.1: the per-address cap must admit them all
+            [TETHER, "server", "--listen", "ws://127.0.0.1:0", "--max-queue", "64",
+             "--max-connections-per-ip", str(max(64, 2 * n + 16))],
             env=env,
             cwd=tmp,
             stdout=subprocess.PIPE,
