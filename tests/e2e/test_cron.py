@@ -503,3 +503,50 @@ def test_trigger_runs_a_task_now_from_the_cli_and_over_the_wire(
             assert got["status"] == "active" and got["fire_count"] == 3
         finally:
             assert server.stop() == 0
+
+
+def test_a_full_conversation_queue_is_recorded_and_the_task_kept(
+    tmp_path: Path, workdir: Path, home_dir: Path, agent: str, clock: Clock
+) -> None:
+    from tests.server.support import ServerProcess
+    from tether.testing.fake_provider import FakeProvider
+
+    with FakeProvider([{"text": "slow", "delay_ms": 4000}, {"text": "next"}]) as fake:
+        env = scheduled_env(fake.url, home_dir, tmp_path, clock)
+        task = ok(
+            cron(
+                "add",
+                "--agent",
+                agent,
+                "--conversation",
+                "default",
+                "--name",
+                "busy",
+                "--prompt",
+                "work",
+                "--every",
+                "1h",
+                home=home_dir,
+                extra=env,
+            )
+        )
+        server = ServerProcess(env, workdir, "--max-queue", "1")
+        try:
+            wait_until(
+                lambda: cron("trigger", task["id"], home=home_dir, extra=env).returncode == 0,
+                what="the first run",
+            )
+            wait_until(lambda: len(fake.requests) == 1, what="the first turn to start")
+            assert ok(cron("trigger", task["id"], home=home_dir, extra=env))["outcome"] == "queued"
+            full = cron("trigger", task["id"], home=home_dir, extra=env)
+            assert full.returncode == 1, full.stderr
+            answer = json.loads(full.stdout)
+            assert (answer["outcome"], answer["reason"]) == ("failed", "queue_full")
+            assert "queue of default is full" in answer["error"]
+            wait_until(lambda: len(fake.requests) == 2, what="the queued prompt to run")
+            runs = ok(cron("runs", task["id"], home=home_dir, extra=env))
+            assert [r["outcome"] for r in runs] == ["queued", "queued", "failed"]
+            got = ok(cron("get", task["id"], home=home_dir, extra=env))
+            assert got["status"] == "active" and got["failed_count"] == 1 and got["fire_count"] == 2
+        finally:
+            assert server.stop() == 0

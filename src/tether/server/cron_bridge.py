@@ -54,7 +54,7 @@ class RuntimeSubmitter:
             return SubmitResult("unavailable", error=str(exc))
         scope = resolved.scope
         message = NewMessage(f"cron-{uuid.uuid4().hex[:12]}", (TextPart(text),), text)
-        answer = rt.submit(CreateMessage(None, None, scope, (message,)))
+        answer = rt.submit(CreateMessage(None, None, scope, (message,)), source="cron")
         if not answer.get("accepted"):
             return SubmitResult("queue_full", scope.conversation_id, error=answer.get("error"))
         return SubmitResult("queued", scope.conversation_id, answer.get("queue_item_id"))

@@ -65,6 +65,7 @@ class QueuedInput:
     messages: tuple[Any, ...]
     enqueued_at: str
     announced: bool = False
+    source: str = "user"  # or "cron": a schedule's prompt (kind cron_prompt on the wire)
 
     def to_wire(self) -> dict[str, Any]:
         first = self.messages[0]
@@ -72,8 +73,8 @@ class QueuedInput:
         return {
             "id": self.id,
             "client_message_id": first.client_message_id,
-            "kind": "message",
-            "source": "user",
+            "kind": "cron_prompt" if self.source == "cron" else "message",
+            "source": self.source,
             "content": content,
             "enqueued_at": self.enqueued_at,
         }
@@ -183,7 +184,7 @@ class ConversationRuntime:
 
     # --- commands from clients ---------------------------------------------------------------
 
-    def submit(self, command: CreateMessage) -> dict[str, Any]:
+    def submit(self, command: CreateMessage, source: str = "user") -> dict[str, Any]:
         """Queue a create_message; returns the input_accepted fields (a repeat is not re-run)."""
         key = command.idempotency_key
         if key is not None and key in self.seen:
@@ -197,7 +198,8 @@ class ConversationRuntime:
         from tether.protocol.chunks import iso_now
 
         item = QueuedInput(
-            f"q-{uuid.uuid4().hex[:12]}", key, command.request_id, command.messages, iso_now()
+            f"q-{uuid.uuid4().hex[:12]}", key, command.request_id, command.messages, iso_now(),
+            source=source,
         )
         started = not self.busy and not self.queue and not self._closing
         self.queue.append(item)
