@@ -84,7 +84,9 @@ def test_whole_process_policy_shape(tmp_path: Path) -> None:
     )
     agents = th.resolve() / "agents"
     assert policy.writable_roots == (th.resolve(), agents / "p1" / "memory")
-    assert policy.readonly_roots == (agents / "p1", parent_git.resolve() / "config", ws.resolve())
+    assert policy.readonly_roots == (
+        th.resolve() / "bin", agents / "p1", parent_git.resolve() / "config", ws.resolve()
+    )
     assert policy.denied_roots[:2] == (
         agents / "other",
         agents / "another",

@@ -128,3 +128,35 @@ def test_tether_home_inside_the_workspace_stays_read_only(tmp_path: Path, backen
     assert (th / "settings.json").read_text() == "{}", done.stderr
     assert not (th / "agents" / "planted").exists() and not (scratch / "bash_9.log").exists()
     assert (home / "notes.txt").read_text() == "ws\n" and done.stdout == "tmp\n", done.stderr
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_a_subagent_that_writes_tethers_home_cannot_replace_its_helpers(
+    tmp_path: Path, backend: str
+) -> None:
+    """landlock-exec and armed-guard run outside any sandbox; they live in $TETHER_HOME/bin,
+    read-only even for the memory subagent, whose sandbox may write the rest of tether's home."""
+    from tether.sandbox import memory_subagent_policy, wrap_command
+    from tether.sandbox.landlock import guard_path, helper_path
+
+    if backend == "bwrap":
+        need_bwrap(seccomp=True)
+    elif landlock_status().abi is None:
+        missing("Landlock", landlock_status().reason)
+    th = tmp_path / "th"
+    (th / "agents" / "p1" / "memory").mkdir(parents=True)
+    helper, why = helper_path(th)
+    guard, why_guard = guard_path(th)
+    assert helper is not None and guard is not None, (why, why_guard)
+    before = {p: p.read_bytes() for p in (helper, guard)}
+    policy = memory_subagent_policy(th, None, "p1", home=tmp_path, tmp_dir=tmp_path / "t",
+                                    base_writable=[th], writable_memories=["p1"])
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "TETHER_HOME": str(th),
+           "TETHER_SANDBOX_BACKEND": backend}
+    script = (f"for f in {th}/bin/*; do echo evil > $f; rm -f $f; done; mv {th}/bin {th}/old; "
+              f"echo ok > {th}/records.txt")
+    with wrap_command(policy, ["bash", "-c", script], cwd=tmp_path, env=env) as wrapped:
+        done = subprocess.run(wrapped.argv, env=wrapped.env, pass_fds=wrapped.pass_fds,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert {p: p.read_bytes() for p in (helper, guard)} == before, done.stderr
+    assert (th / "records.txt").read_text() == "ok\n", done.stderr

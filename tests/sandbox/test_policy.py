@@ -91,7 +91,7 @@ def test_memory_subagent_policy_shape(tmp_path: Path) -> None:
     agents = th.resolve() / "agents"
     assert policy.kind == "memory-subagent" and policy.restrict_writes
     assert policy.writable_roots == (agents / "a1" / "memory",)
-    assert policy.readonly_roots == (agents / "a1", agents / "p1")
+    assert policy.readonly_roots == (agents.parent / "bin", agents / "a1", agents / "p1")
     assert policy.denied_roots[0] == agents
     home = (tmp_path / "home").resolve()
     assert {str(p.relative_to(home)) for p in policy.denied_roots[1:]} == set(CREDENTIAL_DIRS)

@@ -1,7 +1,7 @@
 """Landlock (the kernel's unprivileged access control): detection, and the exec helper.
 
 `landlock-exec` (landlock_exec.c, compiled with the system C compiler on first use into
-`$TETHER_HOME/cache/`) has two uses. Beneath bwrap, after its mounts (a Landlock-restricted
+`$TETHER_HOME/bin/`) has two uses. Beneath bwrap, after its mounts (a Landlock-restricted
 process may not change mounts), it is a second, independent layer: writes are denied outside the
 policy's writable roots and, with the network off, TCP bind/connect too (ABI ≥ 4); no compiler,
 or `TETHER_LANDLOCK=0`, means bwrap + seccomp alone. Without bwrap it is the whole sandbox (see
@@ -27,6 +27,7 @@ from pathlib import Path
 
 # landlock_create_ruleset is 444 on every architecture (it postdates the unified numbering).
 _SYS_LANDLOCK_CREATE_RULESET = 444
+BIN_DIR = "bin"  # under TETHER_HOME: the compiled helpers
 _LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
 _MACHINES = frozenset({"x86_64", "aarch64", "arm64"})
 
@@ -81,13 +82,15 @@ def _built(home: str, source_name: str, name: str) -> tuple[Path | None, str]:
     except OSError as exc:
         return None, f"{name} source missing ({exc})"
     digest = hashlib.sha256(source).hexdigest()[:12]
-    target = Path(home) / "cache" / f"{name}-{digest}"
+    # Not in cache/: a memory subagent may write tether's home, but `bin` stays read-only for it
+    # (policy.memory_subagent_policy): these programs run outside any sandbox.
+    target = Path(home) / BIN_DIR / f"{name}-{digest}"
     if os.access(target, os.X_OK):
         return target, f"{name} at {target}"
     compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None:
         return None, f"no C compiler to build {name} (apt-get install gcc)"
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{name}-")
     os.close(fd)
     try:

@@ -224,7 +224,9 @@ def memory_subagent_policy(
     `readonly` roots (the workspace, settings files) stay read-only even under a writable base.
     """
     agents = _absolute(tether_home, "tether home") / "agents"
-    readable: list[Path] = []
+    # tether's compiled helpers (landlock-exec, armed-guard) run outside any sandbox later: a
+    # subagent that may write tether's home must not be able to replace them.
+    readable: list[Path] = [agents.parent / "bin"]
     writable: list[Path] = [_absolute(p, "base writable root") for p in base_writable]
     if agent_id is not None:
         own = agents / _agent_segment(agent_id)
