@@ -284,3 +284,22 @@ def test_subagents_inherit_the_parents_servers_and_deny_rules(workdir: Path, tet
     child_results = json.dumps(bodies[2]["messages"][-1])
     assert "from the child" in child_results
     assert "Permission denied by rule: mcp__toy__shout" in child_results
+
+
+@pytest.mark.parametrize(("opt_in", "status"), [(False, "error"), (True, "success")])
+def test_read_only_hint_admits_only_when_opted_in(workdir: Path, tether_home: Path,
+                                                  opt_in: bool, status: str) -> None:
+    server = {**TIME, "autoAllowReadOnly": opt_in}  # mcp-server-time marks its tools read-only
+    write_settings(tether_home, {"mcpServers": {"time": server}})
+    script = [{"tool_calls": [call("mcp__time__get_current_time", timezone="UTC")]}, {"text": "ok"}]
+    run, _ = run_turns(workdir, script)
+    assert run.code == 0, run.stderr
+    assert returns(run)[0]["status"] == status, returns(run)[0]
+
+
+def test_server_rule_allows_every_tool_of_the_server(workdir: Path, tether_home: Path) -> None:
+    write_settings(tether_home, {"mcpServers": {"toy": toybox()}, "permissions": {"allow": ["mcp__toy"]}})
+    script = [{"tool_calls": [call("mcp__toy__echo", text="a"), call("mcp__toy__whoami")]}, {"text": "ok"}]
+    run, _ = run_turns(workdir, script)
+    assert run.code == 0, run.stderr
+    assert [r["status"] for r in returns(run)] == ["success", "success"]

@@ -231,7 +231,7 @@ def _remove(argv: list[str]) -> int:
     raise UsageError(f"no MCP server named {ns.name!r} in the {'/'.join(scopes)} settings")
 
 
-class _ExpandAnything(dict):  # type: ignore[type-arg]
+class _ExpandAnything(dict):
     """An environment in which every `${VAR}` is set, for validating a file's shape only."""
 
     def __contains__(self, key: object) -> bool:

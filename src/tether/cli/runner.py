@@ -77,6 +77,7 @@ class PermissionPolicy:
             command=command if isinstance(command, str) else None,
             cwd=ctx.cwd,
             external=bool(getattr(tool, "external", False)),
+            read_only_hint=bool(getattr(tool, "read_only_auto", False)),
         )
         can_confine = (  # probed only where the read-only auto-allow could apply
             call.command is not None and ctx.permission_mode in ("standard", "acceptEdits")

@@ -9,7 +9,8 @@ Sources, in precedence order (a later source's server of the same name replaces 
     --mcp-config FILE|JSON (repeatable)          command line
 
 Each server is `{"command", "args", "env", "cwd"}` (stdio; `"type": "stdio"` optional) or
-`{"type": "http"|"sse", "url", "headers"}`. Strings expand `${VAR}` and `${VAR:-default}` from the
+`{"type": "http"|"sse", "url", "headers"}`, with optional `timeout` (start, ms) and
+`autoAllowReadOnly` (its tools annotated `readOnlyHint` run without asking; off by default). Strings expand `${VAR}` and `${VAR:-default}` from the
 run's environment as Claude Code does; a variable that is unset with no default is an error naming
 the server and the field. Project servers start only in a trusted folder; until then they are
 held back and `held_back` says which. Nothing here imports the MCP SDK.
@@ -32,8 +33,8 @@ Transport = Literal["stdio", "http", "sse"]
 Source = Literal["user", "project", "local", "cli"]
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_STDIO_KEYS = {"type", "command", "args", "env", "cwd", "timeout"}
-_REMOTE_KEYS = {"type", "url", "headers", "timeout"}
+_STDIO_KEYS = {"type", "command", "args", "env", "cwd", "timeout", "autoAllowReadOnly"}
+_REMOTE_KEYS = {"type", "url", "headers", "timeout", "autoAllowReadOnly"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,8 @@ class McpServerConfig:
     url: str = ""
     headers: Mapping[str, str] = field(default_factory=dict)
     start_timeout_s: float | None = None  # per server; None: the run's default
+    # run the tools the server annotates readOnlyHint without asking (standard/acceptEdits)
+    auto_allow_read_only: bool = False
 
     def describe(self) -> dict[str, Any]:
         """The JSON shape `tether mcp list/get` prints (no secret header values)."""
@@ -103,6 +106,9 @@ def _parse_one(
                                 or not 0 < timeout <= 600_000):
         raise UsageError(f"{where}.timeout must be milliseconds between 1 and 600000")
     start_timeout = timeout / 1000 if timeout is not None else None
+    auto_read_only = spec.get("autoAllowReadOnly", False)
+    if not isinstance(auto_read_only, bool):
+        raise UsageError(f"{where}.autoAllowReadOnly must be true or false")
 
     def text(key: str, value: Any) -> str:
         if not isinstance(value, str):
@@ -129,13 +135,13 @@ def _parse_one(
         return McpServerConfig(
             name, "stdio", source, origin, command=command,
             args=tuple(text(f"args[{i}]", a) for i, a in enumerate(args)), env=mapping("env"),
-            cwd=cwd, start_timeout_s=start_timeout,
+            cwd=cwd, start_timeout_s=start_timeout, auto_allow_read_only=auto_read_only,
         )
     url = text("url", spec.get("url"))
     if not url.startswith(("http://", "https://")):
         raise UsageError(f"{where}.url must be an http:// or https:// URL, got {url!r}")
     return McpServerConfig(name, transport, source, origin, url=url, headers=mapping("headers"),
-                           start_timeout_s=start_timeout)
+                           start_timeout_s=start_timeout, auto_allow_read_only=auto_read_only)
 
 
 def expand(value: str, env: Mapping[str, str], where: str) -> str:

@@ -37,6 +37,9 @@ class McpTool:
     def __init__(self, servers: McpServers, server: str, info: McpToolInfo) -> None:
         self.servers, self.server, self.info = servers, server, info
         self.name = tool_name(server, info.name)
+        config = servers.states[server].config if server in servers.states else None
+        # A server's readOnlyHint is its own claim: it admits nothing unless the user opted in.
+        self.read_only_auto = info.read_only and config is not None and config.auto_allow_read_only
         self.description = info.description or f"The {info.name} tool of MCP server {server}"
         schema = dict(info.input_schema)
         schema.setdefault("type", "object")

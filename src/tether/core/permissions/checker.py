@@ -186,6 +186,7 @@ class Call:
     command: str | None = None  # shell families
     cwd: Path | None = None  # defaults to the scope's cwd
     external: bool = False  # executed by the client that registered it
+    read_only_hint: bool = False  # an MCP tool its server marks read-only, opted in by a setting
 
 
 def decide(call: Call, policy: Policy) -> Decision:
@@ -235,6 +236,8 @@ def _decide_tool(call: Call, family: str, policy: Policy) -> Decision:
         return Decision("allow", "read-only tool inside the workspace")
     if mode != "strict" and family == "Skill":
         return Decision("allow", "loading a skill only reads its instructions")
+    if mode != "strict" and call.read_only_hint and not refs:
+        return Decision("allow", "the MCP server marks the tool read-only (autoAllowReadOnly)")
     for source, group in (("session rule", rules.session_allow), ("rule", rules.allow)):
         for rule in group:
             if _tool_rule(rule, family, call, refs, scope, deny=False):
@@ -254,6 +257,12 @@ def _decide_tool(call: Call, family: str, policy: Policy) -> Decision:
         outside = next(r.resolved for r in refs if not within(r.resolved, scope.roots))
         return Decision("ask", f"{call.tool} touches {outside}, outside the workspace")
     return Decision("ask", f"{call.tool} needs approval in permission mode {mode}")
+
+
+def _mcp_server_rule(rule_family: str, family: str) -> bool:
+    """`mcp__<server>` names all of that server's tools (`mcp__<server>__<tool>`)."""
+    return (rule_family.startswith("mcp__") and "__" not in rule_family[5:]
+            and family.startswith(rule_family + "__"))
 
 
 def _arming_write(
@@ -284,6 +293,8 @@ def _tool_rule(
 ) -> bool:
     if rule.kind == "any":
         return True
+    if rule.kind == "family" and _mcp_server_rule(rule.family, family):
+        return True  # `mcp__git` covers every tool of the git server, as in Claude Code
     if rule.family != family and family not in families_covered(rule.family):
         return False
     if rule.kind == "family":
