@@ -48,10 +48,18 @@ MODE_CYCLE = ("standard", "acceptEdits", "strict")
 HISTORY_KEEP = 500
 
 
-def run_tui(flags: RunFlags) -> int:
-    """Draw first, then resolve the session (`prepare`) in a thread; its errors exit 1."""
+def run_tui(flags: RunFlags, *, setup_done: bool = False) -> int:
+    """Draw first, then resolve the session (`prepare`) in a thread; its errors exit 1. With no
+    provider configured at all, the first-run screen (`tui/setup.py`) asks for one first."""
     app = TetherApp(flags=flags, initial_prompt=flags.prompt)
     code = app.run()
+    from tether.runtime.session import NO_MODEL
+
+    if app.startup_error == NO_MODEL and not setup_done:
+        from tether.tui.setup import run_setup
+
+        if run_setup() is not None:  # stored as `tether connect` does: open the session now
+            return run_tui(flags, setup_done=True)
     for message in (app.startup_error, app.crashed_turn):
         if message:
             sys.stderr.write(f"Error: {message}\n")
