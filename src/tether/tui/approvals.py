@@ -3,6 +3,9 @@
 The dialog shows what would run (the Bash command, a unified diff for Write/Edit/MultiEdit, or
 the arguments) and takes one key: y allow once, a allow always (adds the session rule it shows),
 n deny (then an optional reason for the model), or arrows + enter; Esc denies and interrupts.
+An AskUserQuestion call shows its questions instead, one at a time (enter picks an option, or
+toggles one of a multi-select list until "Done"; "Other" takes a typed answer); the answers go
+back to the tool as the approval's `updatedInput`, as the SDK's `can_use_tool` reply does.
 """
 
 from __future__ import annotations
@@ -146,8 +149,25 @@ def preview_text(request: ApprovalRequest) -> Text:
 
 @dataclass(frozen=True, slots=True)
 class Choice:
-    kind: str  # once | always | deny | interrupt
+    kind: str  # once | always | deny | interrupt | answer
     reason: str = ""
+    answers: dict[str, Any] | None = None  # kind "answer": AskUserQuestion's answers
+
+
+ASK_USER = "AskUserQuestion"
+_OTHER, _DONE = "__other__", "__done__"
+
+
+def questions_of(args: dict[str, Any]) -> list[dict[str, Any]]:
+    """AskUserQuestion's questions, checked as the tool checks them; [] when malformed (the
+    dialog then falls back to the plain approval, and the tool reports the problem)."""
+    from tether.errors import ToolFailure
+    from tether.tools.ask_user import parse_questions
+
+    try:
+        return parse_questions(args.get("questions"))
+    except ToolFailure:
+        return []
 
 
 class ApprovalScreen(ModalScreen[Choice]):
@@ -164,9 +184,20 @@ class ApprovalScreen(ModalScreen[Choice]):
         super().__init__(classes="approval")
         self.request = request
         self._asking_reason = False
+        self.questions = questions_of(request.args) if request.tool_name == ASK_USER else []
+        self._index = 0
+        self.answers: dict[str, Any] = {}
+        self._picked: list[str] = []  # a multi-select question's options chosen so far
 
     def compose(self) -> ComposeResult:
         r = self.request
+        if self.questions:
+            with Vertical(id="approval-box"):
+                yield Static(id="question-title")
+                yield OptionList(id="approval-options")
+                yield Input(placeholder="your answer (enter sends)", id="approval-reason")
+                yield Static(Text("↑↓ enter · esc skips the questions", style="dim"))
+            return
         with Vertical(id="approval-box"):
             title = Text(f"{r.tool_name} needs your approval", style="bold")
             if r.reason:
@@ -190,6 +221,63 @@ class ApprovalScreen(ModalScreen[Choice]):
     def on_mount(self) -> None:
         self.query_one("#approval-reason", Input).display = False
         self.query_one("#approval-options", OptionList).focus()
+        if self.questions:
+            self._show_question()
+
+    def _show_question(self, highlight: int = 0) -> None:
+        q = self.questions[self._index]
+        title = Text(f"{q['header'] or 'Question'} ({self._index + 1}/{len(self.questions)})\n",
+                     style="bold")  # fmt: skip
+        title.append(q["question"])
+        if q["multiSelect"]:
+            title.append("\n(choose any; enter toggles, then Done)", style="dim")
+        self.query_one("#question-title", Static).update(title)
+        options = self.query_one("#approval-options", OptionList)
+        options.clear_options()
+        for index, option in enumerate(q["options"]):
+            mark = ("[x] " if option["label"] in self._picked else "[ ] ") if q["multiSelect"] else ""
+            label = Text(f"{mark}{option['label']}")
+            if option["description"]:
+                label.append(f"  {option['description']}", style="dim")
+            options.add_option(Option(label, id=f"opt-{index}"))
+        options.add_option(Option("Other: type an answer", id=_OTHER))
+        if q["multiSelect"]:
+            options.add_option(Option("Done", id=_DONE))
+        options.highlighted = highlight  # rebuilt lists start unhighlighted: enter would do nothing
+
+    def _answer(self, value: Any) -> None:
+        self.answers[self.questions[self._index]["question"]] = value
+        self._index += 1
+        self._picked = []
+        if self._index == len(self.questions):
+            self.dismiss(Choice("answer", answers=self.answers))
+            return
+        self.query_one("#approval-reason", Input).display = False
+        options = self.query_one("#approval-options", OptionList)
+        options.display = True
+        options.focus()
+        self._show_question()
+
+    def _question_option(self, option_id: str) -> None:
+        q = self.questions[self._index]
+        if option_id == _OTHER:
+            self.query_one("#approval-options", OptionList).display = False
+            box = self.query_one("#approval-reason", Input)
+            box.display = True
+            box.focus()
+            return
+        if option_id == _DONE:
+            self._answer(list(self._picked))
+            return
+        label = q["options"][int(option_id.removeprefix("opt-"))]["label"]
+        if not q["multiSelect"]:
+            self._answer(label)
+            return
+        if label in self._picked:
+            self._picked.remove(label)
+        else:
+            self._picked.append(label)
+        self._show_question(self.query_one("#approval-options", OptionList).highlighted or 0)
 
     def action_scroll_preview(self, direction: int) -> None:
         preview = self.query_one("#approval-preview", VerticalScroll)
@@ -197,6 +285,9 @@ class ApprovalScreen(ModalScreen[Choice]):
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
+        if self.questions:
+            self._question_option(event.option.id or _OTHER)
+            return
         self.action_choose(event.option.id or "deny")
 
     def action_choose(self, kind: str) -> None:
@@ -216,11 +307,17 @@ class ApprovalScreen(ModalScreen[Choice]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
+        if self.questions:
+            if event.value.strip():
+                event.input.value = ""
+                self._answer(event.value.strip())
+            return
         self.dismiss(Choice("deny", event.value.strip()))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # While the reason is typed, y/a/n are text; only Esc (interrupt) still acts.
-        return not (self._asking_reason and action == "choose" and parameters != ("interrupt",))
+        # While the reason (or an answer) is typed, y/a/n are text; only Esc still acts.
+        typing = self._asking_reason or bool(self.questions)
+        return not (typing and action == "choose" and parameters != ("interrupt",))
 
 
 ShowDialog = Callable[[ApprovalRequest], "asyncio.Future[Choice]"]
@@ -253,6 +350,8 @@ class TuiApprover:
             self.pending = None
         if choice.kind == "once":
             return ApprovalAnswer(True)
+        if choice.kind == "answer":  # AskUserQuestion: the answers ride on the approval
+            return ApprovalAnswer(True, updated_input={**item.args, "answers": choice.answers or {}})
         if choice.kind == "always":
             for rule in request.rules:
                 self.add_session_rule(rule)
