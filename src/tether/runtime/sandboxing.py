@@ -310,7 +310,9 @@ def describe_confinement(
     status = probe()
     chosen, why = choose_backend(status, backend, tether_home)
     if chosen == "bwrap":
-        layers = "bwrap+seccomp+landlock" if status.landlock_abi else "bwrap+seccomp"
+        landlock_off = env.get("TETHER_LANDLOCK", "").strip().lower() in ("0", "false", "off")
+        layered = bool(status.landlock_abi) and not landlock_off
+        layers = "bwrap+seccomp+landlock" if layered else "bwrap+seccomp"
     elif chosen == "landlock" and (status.landlock_abi or 0) < MIN_CONFINE_LANDLOCK_ABI:
         return [
             "auto-allowed shell commands: NOT confinable here: they will ask (Landlock ABI "
