@@ -195,3 +195,42 @@ def test_ask_user_question_answered_through_the_sdk(workdir: Path) -> None:
         second = json.dumps(fake.requests[1]["body"])
     assert result["subtype"] == "success"
     assert '\\"Which colour?\\"=\\"blue\\"' in second or '"Which colour?"="blue"' in second, second[-800:]
+
+
+def test_task_list_survives_a_resume(workdir: Path) -> None:
+    create = {"name": "TaskCreate", "arguments": {"subject": "Port the parser", "description": "d"}}
+    with FakeProvider([{"tool_calls": [create]}, {"text": "made"}]) as fake:
+        first = _run(fake, workdir, CLAUDE, "--yolo")
+    assert first.code == 0, first.stderr
+    conversation = first.of_type("system")[0]["conversation_id"]
+    listing = {"name": "TaskList", "arguments": {}}
+    with FakeProvider([{"tool_calls": [listing]}, {"text": "listed"}]) as fake:
+        second = _run(fake, workdir, CLAUDE, "--yolo", "--conversation", conversation)
+    assert second.code == 0, second.stderr
+    assert _returns(second)[0]["tool_return"] == "#1 [pending] Port the parser"
+
+
+@pytest.fixture
+def bwrap() -> None:
+    from tests.requirements import need_bwrap
+
+    need_bwrap(seccomp=True)
+
+
+@pytest.mark.usefixtures("bwrap")
+def test_exec_command_runs_inside_the_workspace_sandbox(workdir: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    calls = [{"name": "exec_command", "arguments": {"cmd": f"touch {outside}", "description": "out"}},
+             {"name": "exec_command", "arguments": {"cmd": "touch inside", "description": "in",
+                                                    "tty": True}}]  # fmt: skip
+    with FakeProvider([{"tool_calls": calls}, {"text": "done"}]) as fake:
+        run = run_tether(
+            ["-p", "go", "--model", OPENAI, "--yolo", "--output-format", "stream-json"],
+            env=tether_env(fake.url, OPENAI, {"TETHER_FS_SANDBOX": "1"}),
+            cwd=workdir,
+        )
+    assert run.code == 0, run.stderr
+    out, inside = (r["tool_return"] for r in _returns(run))
+    assert "Read-only file system" in out and "Process exited with code 1" in out
+    assert not outside.exists()
+    assert "Process exited with code 0" in inside and (workdir / "inside").exists()
