@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.cli.flags import RunFlags
 from tether.cli.output import Renderer, StdoutGone, init_fields, report_failure, say
@@ -25,6 +25,9 @@ from tether.protocol.chunks import now_ms
 from tether.protocol.messages import TextPart, UserMessage
 from tether.protocol.turns import TurnError
 
+if TYPE_CHECKING:
+    from tether.cli.runner import Prepared
+
 
 class HeadlessApprover:
     """One-shot headless has nobody to ask: every `ask` is denied with the hint that would allow it."""
@@ -38,6 +41,15 @@ class HeadlessApprover:
         return ApprovalAnswer(False, f"{message} ({item.decision.reason})")
 
 
+def check_for_updates(prepared: Prepared) -> Prepared:
+    """The daily update check: a stat and a small read on most runs; the network and any
+    install happen in a detached child, and the next start prints what it did."""
+    from tether.runtime.updater import startup_check
+
+    startup_check(prepared.env, prepared.store.home)
+    return prepared
+
+
 def run_headless(flags: RunFlags) -> int:
     started = time.monotonic()
     try:
@@ -46,9 +58,9 @@ def run_headless(flags: RunFlags) -> int:
         if flags.input_format == "stream-json":
             from tether.cli.bidirectional import run_bidirectional
 
-            return run_bidirectional(prepare(flags))
+            return run_bidirectional(check_for_updates(prepare(flags)))
         prompt = read_prompt(flags)
-        prepared = prepare(flags)
+        prepared = check_for_updates(prepare(flags))
     except (TetherError, OSError) as exc:
         message = state_failure(exc)
         if message is None:
