@@ -37,6 +37,11 @@ from tether.backends.local.store import LocalStore
 from tether.errors import TetherError, UsageError
 from tether.runtime.checkpoints import CheckpointStore, new_owner
 from tether.server import auth, protocol_v2
+from tether.server.external_tools import (
+    ExternalToolBroker,
+    ExternalToolCallResponse,
+    ExternalToolsUpdate,
+)
 from tether.server.protocol_v2 import (
     AbortMessage,
     ApprovalResponse,
@@ -147,6 +152,7 @@ class AppServer:
             weakref.WeakKeyDictionary()
         )
         self.cron: Any = None  # the scheduler (cron_bridge.CronService), once started
+        self.external = ExternalToolBroker()  # client-executed tools (external_tools.py)
         self._background: set[asyncio.Future[None]] = set()
         self.bridge: Any = None
         if options.openai_api:
@@ -272,6 +278,7 @@ class AppServer:
             conn.closed = True
             for rt in conn.runtimes.values():
                 rt.unsubscribe(conn)
+            self.external.client_gone(conn)
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await writer
@@ -308,6 +315,13 @@ class AppServer:
             task = asyncio.ensure_future(self.cron.trigger(conn, frame))
             self._background.add(task)  # held until done: the loop keeps only weak references
             task.add_done_callback(self._background.discard)
+            return
+        if isinstance(frame, ExternalToolCallResponse):
+            problem = self.external.answer(frame)
+            if problem is not None:
+                raise FrameError(
+                    problem, request_id=frame.request_id, frame_type="external_tool_call_response"
+                )
             return
         rt = conn.runtimes.get(frame.runtime)
         if rt is None:
@@ -365,12 +379,21 @@ class AppServer:
         elif isinstance(frame, Sync):
             for state in rt.state_frames():
                 conn.send_frame(state)
+        elif isinstance(frame, ExternalToolsUpdate):
+            try:
+                names = self.external.register(conn, rt, frame.tools)
+            except TetherError as exc:
+                raise FrameError(str(exc), request_id=frame.request_id,
+                                 frame_type="runtime_external_tools_update") from None
+            conn.send_frame({"type": "runtime_external_tools_update_response",
+                             "request_id": frame.request_id, "success": True, "tools": names})
 
     def runtime_start(self, conn: Connection, frame: RuntimeStart) -> None:
         try:
             rt, resolved = start_runtime(
                 self.ctx, self.runtimes, self.instance, conn.grant, frame
             )
+            self.external.check(rt, frame.external_tools)
             recovered = rt.recover_now()
         except (TetherError, OSError) as exc:
             conn.send_frame(
@@ -388,6 +411,8 @@ class AppServer:
             return
         rt.subscribe(conn)
         conn.runtimes[resolved.scope] = rt
+        if frame.external_tools:
+            self.external.register(conn, rt, frame.external_tools)
         scope = resolved.scope
         conn.send_frame(
             {

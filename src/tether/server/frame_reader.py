@@ -51,7 +51,7 @@ SANDBOX_FIELDS = {"root", "isolation_root"}
 # Known options this server does not implement: refused when they ask for something, because
 # ignoring them would run the conversation differently from what the client asked.
 UNSUPPORTED = {
-    "runtime_start": ("skill_sources", "external_tools"),
+    "runtime_start": ("skill_sources",),
     "create_message": (
         "client_tool_allowlist", "client_toolset", "external_tool_scope_ids",
         "exclude_interactive_tools",

@@ -23,6 +23,14 @@ from tether.protocol import wire
 from tether.protocol.chunks import ErrorChunk, RetryNotice, ToolCallRequest, iso_now
 from tether.protocol.messages import ImagePart, TextPart, UserPart
 from tether.protocol.turns import LocalToolCall, LocalToolReturn, TurnError
+from tether.server.external_tools import (
+    ExternalToolCallResponse,
+    ExternalToolSpec,
+    ExternalToolsUpdate,
+    parse_call_response,
+    parse_external_tools,
+    parse_tools_update,
+)
 from tether.server.frame_reader import (
     DECISION_FIELDS,
     FIELDS,
@@ -75,6 +83,7 @@ class RuntimeStart:
     mode: str | None
     workspace_sandbox: bool = False  # run the conversation's shell commands in the sandbox
     sandbox_root: str | None = None  # `workspace_sandbox.root` as sent (must be the cwd)
+    external_tools: tuple[ExternalToolSpec, ...] = ()  # client-executed tools (MessageChannel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +149,8 @@ ClientFrame = (
     | AbortMessage
     | Sync
     | CronTrigger
+    | ExternalToolCallResponse
+    | ExternalToolsUpdate
 )
 FRAME_TYPES = (
     "app_server_info",
@@ -149,6 +160,8 @@ FRAME_TYPES = (
     "abort_message",
     "sync",
     "cron_trigger",
+    "external_tool_call_response",
+    "runtime_external_tools_update",
 )
 
 
@@ -189,6 +202,10 @@ def parse_frame(raw: str | bytes) -> ClientFrame:
         return Sync(request_id, RuntimeScope(*reader.runtime()))
     if kind == "cron_trigger":
         return CronTrigger(reader.required_str("request_id"), reader.required_str("task_id"))
+    if kind == "external_tool_call_response":
+        return parse_call_response(reader)
+    if kind == "runtime_external_tools_update":
+        return parse_tools_update(reader)
     raise FrameError(
         f"unknown frame type {kind!r}; this server accepts: {', '.join(FRAME_TYPES)}",
         request_id=request_id,
@@ -226,6 +243,7 @@ def _runtime_start(r: Reader) -> RuntimeStart:
         r.opt_str("mode"),
         sandbox,
         root,
+        parse_external_tools(r),
     )
 
 
@@ -361,7 +379,7 @@ def app_server_info_response(
             "memory_management": False,
             "runtime_start": True,
             "runtime_workspace_sandbox": workspace_sandbox,
-            "runtime_external_tools_update": False,
+            "runtime_external_tools_update": True,
             "split_channels": False,
         },
     }
