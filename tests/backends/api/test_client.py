@@ -46,7 +46,7 @@ class _Handler(BaseHTTPRequestHandler):
 def server() -> Iterator[tuple[str, type[_Handler]]]:
     handler = type("H", (_Handler,), {"routes": {}, "seen": []})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}", handler
@@ -107,8 +107,9 @@ def test_http_errors_carry_the_servers_words_and_whether_to_retry(
     url, h = server
     h.routes["/v1/agents/"] = (status, "application/json", b'{"detail":"the reason"}')
     with pytest.raises(ProviderHTTPError) as err:
-        asyncio.run(LettaClient(url, None).request("GET", "/v1/agents/"))
+        asyncio.run(LettaClient(url, None, retry_base_s=0.01).request("GET", "/v1/agents/"))
     assert err.value.retryable is retryable
+    assert [p for _, p, _ in h.seen].count("/v1/agents/") == (4 if retryable else 1)
     assert "the reason" in str(err.value) and url in str(err.value) and str(status) in str(err.value)
 
 
@@ -122,9 +123,33 @@ def test_not_found_and_refused_credentials(server: Any) -> None:
     assert "LETTA_API_KEY" in str(err.value) and "tether connect letta" in str(err.value)
 
 
+def test_a_read_is_tried_again_after_a_transient_failure(server: Any) -> None:
+    url, h = server
+    h.routes["/v1/agents/agent-1"] = (503, "application/json", b'{"detail":"busy"}')
+    client = LettaClient(url, None, retry_base_s=0.05)
+
+    async def heal_then_read() -> Any:
+        async def heal() -> None:
+            await asyncio.sleep(0.1)
+            h.routes["/v1/agents/agent-1"] = (200, "application/json", b'{"id":"agent-1"}')
+
+        healing = asyncio.ensure_future(heal())
+        try:
+            return await client.request("GET", "/v1/agents/agent-1")
+        finally:
+            await healing
+
+    assert asyncio.run(heal_then_read()) == {"id": "agent-1"}
+    assert [p for m, p, _ in h.seen].count("/v1/agents/agent-1") >= 2
+    h.routes["/v1/agents/"] = (503, "application/json", b'{"detail":"busy"}')
+    with pytest.raises(ProviderHTTPError):  # a write is never sent twice
+        asyncio.run(client.request("POST", "/v1/agents/", {"name": "x"}))
+    assert [(m, p) for m, p, _ in h.seen].count(("POST", "/v1/agents/")) == 1
+
+
 def test_an_unreachable_server_is_named() -> None:
     with pytest.raises(ProviderError) as err:
-        asyncio.run(LettaClient("http://127.0.0.1:9", None).request("GET", "/v1/health/"))
+        asyncio.run(LettaClient("http://127.0.0.1:9", None).request("POST", "/v1/agents/", {}))
     assert "cannot reach the Letta server at http://127.0.0.1:9" in str(err.value)
     assert err.value.retryable
 

@@ -47,7 +47,7 @@ class LettaClient:
 
     def __init__(
         self, base_url: str, api_key: str | None, *, timeout_s: float | None = 600.0,
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None, retry_base_s: float = 0.5,
     ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -60,6 +60,7 @@ class LettaClient:
         self.timeout_s = timeout_s
         self.env = env
         self.api_ms = 0  # time spent waiting on the server, for `duration_api_ms`
+        self.retry_base_s = retry_base_s  # a GET's backoff: base, 2x, 4x
 
     # --- JSON ------------------------------------------------------------------------------
 
@@ -79,8 +80,18 @@ class LettaClient:
         self, method: str, path: str, body: Any = None, *, query: Mapping[str, Any] | None = None,
         timeout_s: float | None = 60.0,
     ) -> Any:
-        """One JSON call; the decoded answer, or a ProviderError naming the server."""
-        return await asyncio.to_thread(self._request_sync, method, path, body, query, timeout_s)
+        """One JSON call; the decoded answer, or a ProviderError naming the server. A GET (it
+        changes nothing) is tried again on a transient failure, up to 3 times."""
+        attempts = 4 if method == "GET" else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return await asyncio.to_thread(self._request_sync, method, path, body, query,
+                                               timeout_s)
+            except ProviderError as exc:
+                if not exc.retryable or attempt == attempts:
+                    raise
+                await asyncio.sleep(min(self.retry_base_s * 2 ** (attempt - 1), 4.0))
+        raise AssertionError("unreachable")
 
     def _request_sync(
         self, method: str, path: str, body: Any, query: Mapping[str, Any] | None,
