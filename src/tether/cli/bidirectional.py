@@ -417,6 +417,7 @@ async def serve(prepared: Prepared) -> int:
 
         subagents.notify = deliver
         subagents.progress = lambda event: write_line(session.env.wrap(event))  # child progress
+    await prepared.start_tool_sources()  # MCP servers: connected or failed, each bounded
     renderer.emit_init(**init_fields(prepared))
     reader = asyncio.ensure_future(session.read_stdin())
     try:

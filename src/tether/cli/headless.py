@@ -100,6 +100,7 @@ def run_headless(flags: RunFlags) -> int:
         if hasattr(checkpoint_hooks, "on_unavailable"):  # the effect store's (CheckpointHooks)
             checkpoint_hooks.on_unavailable = stop.on_store_unavailable
         try:
+            await prepared.start_tool_sources()  # MCP servers: connected or failed, each bounded
             renderer.emit_init(**init_fields(prepared))
             user = UserMessage(f"ui-msg-{now_ms()}", (TextPart(prompt),), now_ms())
             state_failed = False
