@@ -138,32 +138,46 @@ def commands_text() -> str:
 
 
 def apply_help(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Give every run option its text and section, the usage line, the commands and examples.
+    """Give every run option its text, the usage line, the commands and examples; sort the
+    options into sections only when help is printed (it costs ~1 ms a parse otherwise).
 
     Options another module added without an entry here keep their own help, under "other
-    options" (tests/cli/test_help.py fails until they get an entry)."""
+    options" (tests/cli/test_dispatch.py fails until they get an entry)."""
     parser.usage = USAGE
     parser.description = DESCRIPTION
-    parser.epilog = commands_text() + "\n\n" + EXAMPLES
     parser.formatter_class = _Formatter
+    for action in parser._actions:
+        entry = OPTION_HELP.get(action.dest)
+        if entry is not None:
+            action.help = entry[1]
+            if action.metavar is None and action.dest in METAVARS:
+                action.metavar = METAVARS[action.dest]
+    plain_format_help = parser.format_help
+
+    def format_help() -> str:
+        if parser.epilog is None:
+            _sections(parser)
+            parser.epilog = commands_text() + "\n\n" + EXAMPLES
+        return plain_format_help()
+
+    parser.format_help = format_help  # type: ignore[method-assign]
+    return parser
+
+
+def _sections(parser: argparse.ArgumentParser) -> None:
     groups = {name: parser.add_argument_group(name + " options") for name in SECTIONS}
     for action in list(parser._actions):
         entry = OPTION_HELP.get(action.dest)
         if entry is None:
             continue
-        section, text = entry
-        action.help = text
-        if action.metavar is None and action.dest in METAVARS:
-            action.metavar = METAVARS[action.dest]
         if action.dest == "prompt_words":
             action.metavar = "PROMPT"
             continue  # positionals stay where argparse shows them
         for container in (parser._optionals, parser._positionals):
             if action in container._group_actions:
                 container._group_actions.remove(action)
-        groups[section]._group_actions.append(action)
+        groups[entry[0]]._group_actions.append(action)
     parser._optionals.title = "other options"
-    return parser
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
