@@ -370,3 +370,35 @@ def test_index_pages_html_and_json_with_yanked_files(tmp_path: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_headless_runs_of_an_install_update_it_in_the_background(
+    venv: tuple[Path, dict[str, str]], index: dict[str, str], tmp_path: Path
+) -> None:
+    from tether.testing.fake_provider import FakeProvider
+
+    python, env = venv
+    tether_bin = str(python.parent / "tether")
+    stamp, log = tmp_path / "home" / "update-check.json", tmp_path / "home" / "update.log"
+    with FakeProvider([{"text": t} for t in ("one", "two", "three", "four")]) as fake:
+        env = {
+            **env,
+            "TETHER_UPDATE_INDEX_URL": index["good"],
+            "ANTHROPIC_BASE_URL": fake.url,
+            "ANTHROPIC_API_KEY": "sk-test",
+        }
+        argv = [tether_bin, "-p", "hi", "--model", "anthropic/claude-test"]
+        off = run(argv, {**env, "DISABLE_AUTOUPDATER": "1"}, timeout=60)
+        assert (off.returncode, off.stdout.strip()) == (0, "one") and not stamp.exists()
+        first = run(argv, env, timeout=60)
+        assert (first.returncode, first.stdout.strip()) == (0, "two"), first.stderr
+        assert stamp.exists()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "tether updated from" not in log.read_text():
+            time.sleep(0.2)
+        assert version_of(python, env) == NEW, log.read_text()
+        second = run(argv, env, timeout=60)
+        assert second.stdout.strip() == "three"
+        assert f"tether: tether updated from {OLD} to {NEW} (with venv); restart" in second.stderr
+        third = run(argv, env, timeout=60)
+        assert third.stdout.strip() == "four" and "updated" not in third.stderr
