@@ -303,3 +303,22 @@ def test_server_rule_allows_every_tool_of_the_server(workdir: Path, tether_home:
     run, _ = run_turns(workdir, script)
     assert run.code == 0, run.stderr
     assert [r["status"] for r in returns(run)] == ["success", "success"]
+
+
+def test_stream_json_initialize_reports_servers_and_refuses_to_add_any(workdir: Path) -> None:
+    from tests.e2e.test_bidirectional import Client
+
+    config = json.dumps({"mcpServers": {"time": TIME}})
+    with FakeProvider([{"text": "unused"}]) as fake:
+        c = Client(fake.url, workdir, "--mcp-config", config)
+        init = c.wait_for(lambda e: e["type"] == "system", timeout=60)
+        assert init["mcp_servers"][0]["status"] == "connected"
+        assert "mcp__time__get_current_time" in init["tools"]
+        c.send({"type": "control_request", "request_id": "i1", "request": {"subtype": "initialize"}})
+        ok = c.wait_for(lambda e: e["type"] == "control_response")["response"]
+        assert ok["response"]["mcp_servers"][0]["name"] == "time"
+        c.send({"type": "control_request", "request_id": "i2",
+                "request": {"subtype": "initialize", "mcp_servers": {"x": {"command": "evil"}}}})
+        refused = c.wait_for(lambda e: e["type"] == "control_response")["response"]
+        assert refused["subtype"] == "error" and "cannot add MCP servers" in refused["error"]
+        assert c.close() == 0

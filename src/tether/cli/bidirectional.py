@@ -129,7 +129,10 @@ class Session:
             return
         subtype = request.get("subtype")
         try:
-            if subtype == "initialize":
+            if subtype == "initialize" and any(k in request for k in ("mcp_servers", "mcpServers", "sdkMcpServers")):
+                self.respond(rid, error="initialize cannot add MCP servers: tether starts the ones "
+                             "in settings (mcpServers), .mcp.json and --mcp-config")
+            elif subtype == "initialize":
                 self.respond(rid, self.describe())
             elif subtype == "interrupt":
                 if self.abort is not None:
@@ -160,6 +163,7 @@ class Session:
             "memfs_enabled": "memfs" in self.p.services,
             "skill_sources": sorted(self.p.services["skills"].sources) if "skills" in self.p.services else [],
             "system_info_reminder_enabled": True,
+            "mcp_servers": self.p.services["mcp"].status() if "mcp" in self.p.services else [],
             **self._reflection_settings(),
         }
 
