@@ -508,3 +508,51 @@ def test_bad_targets_are_named(letta: Hosted, project: Path) -> None:
     assert f"agent {agent} not found on the Letta server at {letta.url}" in missing.stderr
     bad = run_tether(["--backend", "moon", "-p", "hi"], env=letta.env(), cwd=project)
     assert bad.code == 1 and "--backend 'moon' is not valid" in bad.stderr
+
+
+def test_the_terminal_ui_runs_a_turn_on_the_server(
+    letta: Hosted, project: Path, tmp_path: Path
+) -> None:
+    from tests.requirements import need_tmux
+
+    tmux_bin = need_tmux()
+    letta.script([{"text": "answered by the hosted agent", "chunk_size": 4}])
+    env = letta.env(TERM="xterm-256color")
+    env.pop("TMUX", None)
+    base = [tmux_bin, "-S", str(tmp_path / "tmux.sock"), "-f", "/dev/null"]
+    status = tmp_path / "exit-status"
+
+    def tmux(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*base, *args], env=env, capture_output=True, text=True, timeout=10)
+
+    def wait_for(text: str, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            shown = tmux("capture-pane", "-p", "-t", "tui").stdout
+            if text in shown:
+                return shown
+            time.sleep(0.1)
+        raise AssertionError(f"{text!r} never appeared:\n{tmux('capture-pane', '-p', '-t', 'tui').stdout}")
+
+    command = f"{TETHER} --backend cloud --model {MODEL}; echo $? > {status}"
+    try:
+        started = tmux("new-session", "-d", "-s", "tui", "-x", "140", "-y", "40", "-c", str(project),
+                       command)
+        assert started.returncode == 0, started.stderr
+        header = wait_for("○ ready")
+        conversation = next(w for w in header.split() if w.startswith("conv-"))
+        tmux("send-keys", "-t", "tui", "hello hosted", "Enter")
+        wait_for("answered by the hosted agent")
+        wait_for("○ ready")
+        for _ in range(2):
+            tmux("send-keys", "-t", "tui", "C-c")
+            time.sleep(0.5)
+        deadline = time.monotonic() + 20
+        while not status.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        tmux("kill-server")
+    assert status.read_text().strip() == "0"
+    history = letta.history(conversation)
+    assert [(m["message_type"], m["content"]) for m in history if m["message_type"] != "system_message"] == [
+        ("user_message", "hello hosted"), ("assistant_message", "answered by the hosted agent")]
