@@ -142,6 +142,7 @@ class ConversationRuntime:
                 "current_toolset": "default",
                 "current_toolset_preference": "auto",
                 "current_loaded_tools": self.p.registry.names(),
+                "mcp_servers": mcp.status() if (mcp := self.p.services.get("mcp")) else [],
                 "current_available_skills": [],
                 "background_processes": [],
                 "pending_control_requests": [
