@@ -2,7 +2,8 @@
 where the Letta server is (LETTA_BASE_URL / LETTA_API_KEY, or `tether connect letta`), and the
 hosted session and backend for a cloud run (`build_backend`).
 
-Order: `--backend` → the saved default (`$TETHER_HOME/state/backend.json`) → local. tether's
+Order: `--backend` → `TETHER_BACKEND` (what a parent run or a wrapper hands its children) → the
+saved default (`$TETHER_HOME/state/backend.json`) → local. tether's
 default is local (DESIGN §1: no server needed); `api` is an alias of `cloud`, as in the
 reference. Headless cloud against Letta Cloud itself without a key is the reference's error.
 """
@@ -77,9 +78,11 @@ def save_backend(home: Path, mode: Mode) -> Path:
     return path
 
 
-def choose_backend(flag: str | None, home: Path) -> Mode:
+def choose_backend(flag: str | None, home: Path, env: Mapping[str, str] | None = None) -> Mode:
     if flag is not None:
         return parse_backend(flag)
+    if env is not None and env.get("TETHER_BACKEND"):
+        return parse_backend(env["TETHER_BACKEND"], "TETHER_BACKEND")
     return saved_backend(home) or "local"
 
 
@@ -105,7 +108,7 @@ def build_backend(
 ) -> tuple[Session, ApiBackend] | None:
     """The session and backend of a cloud run, resolved on the server; None for a local run
     (the runner then builds the local session and LocalBackend as before)."""
-    if choose_backend(flags.backend, home) != "cloud":
+    if choose_backend(flags.backend, home, env) != "cloud":
         return None
     import asyncio
 

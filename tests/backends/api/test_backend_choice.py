@@ -39,6 +39,10 @@ def test_flag_then_saved_default_then_local(tether_home: Path) -> None:
     assert saved_backend(tether_home) == "cloud"
     assert choose_backend(None, tether_home) == "cloud"
     assert choose_backend("local", tether_home) == "local"
+    assert choose_backend(None, tether_home, {"TETHER_BACKEND": "local"}) == "local"
+    assert choose_backend("cloud", tether_home, {"TETHER_BACKEND": "local"}) == "cloud"
+    with pytest.raises(UsageError, match="TETHER_BACKEND 'moon'"):
+        choose_backend(None, tether_home, {"TETHER_BACKEND": "moon"})
     assert parse_run_flags(["--backend", "api", "-p", "x"], stdin_is_tty=True).backend == "cloud"
 
 
