@@ -204,3 +204,48 @@ def test_gemini_replace_and_write_go_through_tethers_writer(tmp_path: Path) -> N
     named = run_tool(tools["read_file"](), {"absolute_path": "a\0b"}, work)
     assert named.is_error and "`absolute_path`" in named.output
     assert tools["read_file"]().paths({"absolute_path": "f.txt"}, work) == [work / "f.txt"]
+
+
+def test_ask_through_the_sdk_client_when_no_approval_carried_answers(tmp_path: Path) -> None:
+    from tether.tools.ask_user import ask_through_client
+
+    sent: list[tuple[str, dict[str, Any]]] = []
+
+    async def client(request_id: str, request: dict[str, Any]) -> dict[str, Any]:
+        sent.append((request_id, request))
+        answers = {request["input"]["questions"][0]["question"]: "a"}
+        return {"subtype": "success", "request_id": request_id,
+                "response": {"behavior": "allow", "updatedInput": {**request["input"], "answers": answers}}}  # fmt: skip
+
+    async def refusing(request_id: str, request: dict[str, Any]) -> dict[str, Any]:
+        return {"response": {"behavior": "deny", "message": "no"}}
+
+    answered = run_tool(AskUserQuestionTool(), {"questions": [QUESTION]}, tmp_path,
+                        services={"ask_user": ask_through_client(client)})  # fmt: skip
+    assert '"Which?"="a"' in answered.output
+    assert sent[0][0] == "ask-1" and sent[0][1]["subtype"] == "can_use_tool"
+    assert sent[0][1]["tool_name"] == "AskUserQuestion"
+    refused = run_tool(AskUserQuestionTool(), {"questions": [QUESTION]}, tmp_path,
+                       services={"ask_user": ask_through_client(refusing)})  # fmt: skip
+    assert refused.is_error and "did not answer" in refused.output
+
+
+def test_tui_question_service_returns_the_dialogs_answers() -> None:
+    from tether.tui.approvals import ApprovalRequest, Choice, question_service
+
+    shown: list[ApprovalRequest] = []
+
+    def show(request: ApprovalRequest) -> asyncio.Future[Choice]:
+        shown.append(request)
+        future: asyncio.Future[Choice] = asyncio.get_running_loop().create_future()
+        future.set_result(Choice("answer", answers={"Which?": "b"}))
+        return future
+
+    def skipped(request: ApprovalRequest) -> asyncio.Future[Choice]:
+        future: asyncio.Future[Choice] = asyncio.get_running_loop().create_future()
+        future.set_result(Choice("interrupt"))
+        return future
+
+    assert asyncio.run(question_service(show)([QUESTION])) == {"Which?": "b"}
+    assert shown[0].tool_name == "AskUserQuestion" and shown[0].args == {"questions": [QUESTION]}
+    assert asyncio.run(question_service(skipped)([QUESTION])) is None

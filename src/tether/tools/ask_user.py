@@ -9,7 +9,8 @@ callable in `services["ask_user"]`. One-shot headless runs never offer the tool 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,34 @@ def format_answers(questions: list[dict[str, Any]], answers: Mapping[str, Any]) 
         "User has answered your questions: " + ", ".join(parts) + ". You can now continue with "
         "the user's answers in mind."
     )
+
+
+AskClient = Callable[[str, dict[str, Any]], Awaitable[Mapping[str, Any]]]
+
+
+def ask_through_client(ask_client: AskClient) -> Callable[[list[dict[str, Any]]], Awaitable[Any]]:
+    """`services["ask_user"]` for an SDK peer: the questions go out as a `can_use_tool` control
+    request for AskUserQuestion (what the SDK already answers), the answers come back in
+    `updatedInput.answers`; used when no approval carried them (a mode that allowed the call)."""
+    counter = itertools.count(1)
+
+    async def ask(questions: list[dict[str, Any]]) -> Any:
+        request_id = f"ask-{next(counter)}"
+        request: dict[str, Any] = {
+            "subtype": "can_use_tool", "tool_name": "AskUserQuestion", "tool_call_id": request_id,
+            "input": {"questions": questions}, "permission_suggestions": [], "blocked_path": None,
+        }  # fmt: skip
+        try:
+            response = await ask_client(request_id, request)
+        except EOFError:
+            return None
+        body = response.get("response", response) if isinstance(response, Mapping) else {}
+        if not isinstance(body, Mapping) or body.get("behavior") != "allow":
+            return None
+        updated = body.get("updatedInput")
+        return updated.get("answers") if isinstance(updated, Mapping) else None
+
+    return ask
 
 
 class AskUserQuestionTool:

@@ -323,6 +323,17 @@ class ApprovalScreen(ModalScreen[Choice]):
 ShowDialog = Callable[[ApprovalRequest], "asyncio.Future[Choice]"]
 
 
+def question_service(show: ShowDialog) -> Callable[[list[dict[str, Any]]], Any]:
+    """`services["ask_user"]` for the TUI: AskUserQuestion's dialog when no approval carried the
+    answers (a mode that allowed the call without asking); None when the user skipped it."""
+
+    async def ask(questions: list[dict[str, Any]]) -> dict[str, Any] | None:
+        choice = await show(ApprovalRequest(ASK_USER, {"questions": questions}, "", ()))
+        return choice.answers if choice.kind == "answer" else None
+
+    return ask
+
+
 class TuiApprover:
     """Answers `ask` with the dialog; "allow always" adds the shown rules for the session."""
 
