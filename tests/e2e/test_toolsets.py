@@ -234,3 +234,24 @@ def test_exec_command_runs_inside_the_workspace_sandbox(workdir: Path, tmp_path:
     assert "Read-only file system" in out and "Process exited with code 1" in out
     assert not outside.exists()
     assert "Process exited with code 0" in inside and (workdir / "inside").exists()
+
+
+def test_ask_user_question_in_unrestricted_mode_still_asks_the_sdk(workdir: Path) -> None:
+    question = {"question": "Ship it?", "header": "Ship", "options": [{"label": "yes"}, {"label": "no"}],
+                "multiSelect": False}  # fmt: skip
+    script = [{"tool_calls": [{"name": "AskUserQuestion", "arguments": {"questions": [question]}}]},
+              {"text": "ok"}]  # fmt: skip
+    with FakeProvider(script) as fake:
+        c = Client(fake.url, workdir, "--yolo")
+        c.user("ask")
+        req = c.wait_for(is_control("can_use_tool"))
+        assert req["request"]["tool_name"] == "AskUserQuestion"
+        assert req["request"]["input"]["questions"][0]["question"] == "Ship it?"
+        c.send({"type": "control_response", "response": {
+            "subtype": "success", "request_id": req["request_id"],
+            "response": {"behavior": "allow", "updatedInput": {"answers": {"Ship it?": "no"}}}}})  # fmt: skip
+        result = c.result()
+        assert c.close() == 0
+        second = json.dumps(fake.requests[1]["body"])
+    assert result["subtype"] == "success"
+    assert '\\"Ship it?\\"=\\"no\\"' in second

@@ -421,6 +421,10 @@ async def serve(prepared: Prepared) -> int:
 
         subagents.notify = deliver
         subagents.progress = lambda event: write_line(session.env.wrap(event))  # child progress
+    from tether.tools.ask_user import ask_through_client
+
+    # AskUserQuestion allowed without an approval (e.g. --yolo) still asks the SDK peer.
+    prepared.services["ask_user"] = ask_through_client(session.ask_client)
     await prepared.start_tool_sources()  # MCP servers: connected or failed, each bounded
     renderer.emit_init(**init_fields(prepared))
     reader = asyncio.ensure_future(session.read_stdin())
