@@ -3,7 +3,9 @@ and SessionEnd, over the session's settings `HookRunner`.
 
 Allowing hooks' stdout becomes context for the model (a `<system-reminder>` part of the next user
 message); a blocking hook's feedback stops the prompt (UserPromptSubmit) or becomes the next
-prompt (Stop); hook errors are shown and otherwise ignored.
+prompt (Stop); hook errors are shown and otherwise ignored. Claude Code's JSON output counts
+too: `additionalContext` is the context (the JSON itself never is), `decision: "block"` blocks,
+and `continue: false` keeps a prompt from the model or ends a Stop without continuing.
 """
 
 from __future__ import annotations
@@ -37,14 +39,19 @@ class SessionHooks:
         if not self._has(event):
             return out
         for r in await self.runner.run_sequential(event, self.runner.payload(event, **fields)):
+            if r.output.stop_reason is not None:  # Claude Code's `continue: false`
+                if event == "UserPromptSubmit":  # the prompt is not sent; a Stop just ends
+                    out.blocked = f"[{r.command}]: {r.output.stop_reason}"
+                out.notices.append((f"{event} hook stopped: {r.output.stop_reason}", "error"))
+                return out
             if r.decision == "block":
                 out.blocked = r.feedback
                 return out
             if r.decision == "error":
                 out.notices.append((r.feedback, "error"))
-            elif r.stdout.strip():
-                out.context.append(reminder(event, r.stdout))
-                out.notices.append((f"{event} hook: {r.stdout.strip()}", "dim"))
+            elif r.context:  # additionalContext, or plain stdout (never the hook's JSON itself)
+                out.context.append(reminder(event, r.context))
+                out.notices.append((f"{event} hook: {r.context}", "dim"))
         return out
 
     async def session_start(self, *, is_new: bool, agent_name: str) -> HookOutcome:
