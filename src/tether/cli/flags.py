@@ -54,6 +54,9 @@ class RunFlags:
     mcp_config: list[str] = field(default_factory=list)  # --mcp-config FILE|JSON, repeatable
     strict_mcp_config: bool = False  # --strict-mcp-config: only the --mcp-config servers
     backend: str | None = None  # --backend local|cloud|api; None: the saved default (runtime/backend_choice)
+    init_blocks: str | None = None  # --init-blocks LABELS (a new agent's preset blocks)
+    memory_blocks: str | None = None  # --memory-blocks JSON
+    block_values: list[str] = field(default_factory=list)  # --block-value LABEL=VALUE
     toolset: str = "auto"  # --toolset auto|default|codex|codex_snake|gemini (tools/toolsets.py)
     base_tools: list[str] | None = None  # --base-tools a,b: built-in tools instead of the toolset's
 
@@ -142,6 +145,9 @@ def parse_run_flags(argv: Sequence[str], *, stdin_is_tty: bool | None = None) ->
     if ns.conversation and ns.conversation.startswith("agent-") and not ns.agent:
         # `--conversation agent-…` is shorthand for `--agent agent-… --conversation default`
         flags.agent, flags.conversation = ns.conversation, "default"
+    if ns.agent and ns.agent.startswith("local-conv-") and ns.conversation in (None, "default"):
+        # the Letta Code SDK's resumeSession(id) sends a non-`conv-` id as --agent ID
+        flags.agent, flags.conversation = None, ns.agent
     flags.new_conversation = ns.new_conversation
     flags.resume = ns.resume
     flags.max_turns = _positive_int("--max-turns", ns.max_turns)
@@ -173,6 +179,11 @@ def parse_run_flags(argv: Sequence[str], *, stdin_is_tty: bool | None = None) ->
     flags.toolset = _choice("--toolset", ns.toolset, TOOLSET_CHOICES)
     flags.base_tools = parse_base_tools(ns.base_tools)
     _validate_compat(ns)
+    from tether.runtime.initial_blocks import initial_blocks
+
+    initial_blocks(ns.init_blocks, ns.memory_blocks, ns.block_value)  # a bad one is an error now
+    flags.init_blocks, flags.memory_blocks = ns.init_blocks, ns.memory_blocks
+    flags.block_values = list(ns.block_value)
     flags.reflection_trigger = ns.reflection_trigger
     flags.reflection_step_count = _positive_int("--reflection-step-count", ns.reflection_step_count)
     flags.skills_dir = ns.skills_dir

@@ -18,6 +18,8 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], str, bool, str], ...] = (
      "show or save the default backend (local, or cloud: a Letta server)"),
     ("channel-gateway", (), "tether.channels.gateway:run_channel_gateway", False,
      "run the chat-channel gateway against an App Server"),
+    ("channels", (), "tether.cli.channels_cmd:run_channels", False,
+     "install, configure, pair and route chat channels (telegram, slack, webhook, custom)"),
     ("compact", (), "tether.cli.compact_cmd:run_compact", False,
      "summarise a conversation's older history now"),
     ("completion", (), "tether.cli.completion:run_completion", False,
@@ -53,7 +55,7 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], str, bool, str], ...] = (
 # with "unknown command" rather than sent to the model as a prompt.
 REFERENCE_ONLY = (
     "environments", "envs", "teleport", "setup", "install", "skills", "shared-memory",
-    "channels", "local-backend", "trajectories", "remote", "app-server",
+    "local-backend", "trajectories", "remote", "app-server",
 )
 NOT_AVAILABLE = 2  # exit code: unknown command, or one this build does not ship
 # Kept for callers that imported the old constant.

@@ -523,8 +523,18 @@ def _add_memory(prepared: Prepared) -> None:
         trusted=project_trusted(prepared.settings.trust, f.trust, store.home, prepared.cwd),
         skills_dir=f.skills_dir, skill_sources=f.skill_sources, no_skills=f.no_skills,
         no_bundled_skills=f.no_bundled_skills, services=prepared.services,
+        initial=_initial_blocks(f) if prepared.session.created_agent else (),
         warn=lambda m: print(f"tether: {m}", file=sys.stderr),
     )
+
+
+def _initial_blocks(f: RunFlags) -> list[Any]:
+    """A new agent's memory blocks from the SDK's flags (none for an existing agent)."""
+    if not (f.init_blocks or f.memory_blocks or f.block_values):
+        return []
+    from tether.runtime.initial_blocks import initial_blocks
+
+    return initial_blocks(f.init_blocks, f.memory_blocks, f.block_values)
 
 
 def _add_mcp(prepared: Prepared) -> None:
