@@ -6,16 +6,15 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.e2e.support import TETHER
 from tether.backends.local.store import LocalStore
 
-# `tether cron` once cli/main.py dispatches it; the module entry point until then.
-CRON = [sys.executable, "-m", "tether.cli.cron_cmd"]
+CRON = [TETHER, "cron"]
 
 
 def cron(

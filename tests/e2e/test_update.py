@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 import tether
+from tests.e2e.support import TETHER
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = Path(next(p for p in sys.path if p.endswith("site-packages")))
@@ -196,8 +197,7 @@ def venv(tmp_path: Path, index: dict[str, str]) -> tuple[Path, dict[str, str]]:
 
 
 def update(python: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    # `tether update` once cli/main.py dispatches it; the module entry point until then.
-    return run([str(python), "-m", "tether.cli.update_cmd", *args], env)
+    return run([str(python.parent / "tether"), "update", *args], env)
 
 
 def test_venv_install_updates_from_the_index(
@@ -243,8 +243,9 @@ def test_broken_index_leaves_the_old_version_working(
 
 
 def test_source_tree_never_updates_itself(tmp_path: Path) -> None:
-    proc = run([sys.executable, "-m", "tether.cli.update_cmd"], clean_env(tmp_path))
-    assert proc.returncode == 1 and "update it with git" in proc.stderr
+    for word in ("update", "upgrade"):
+        proc = run([TETHER, word], clean_env(tmp_path))
+        assert proc.returncode == 1 and "update it with git" in proc.stderr
 
 
 def test_pipx_install_updates_with_pipx(tmp_path: Path, index: dict[str, str]) -> None:
@@ -273,7 +274,7 @@ def test_pipx_install_updates_with_pipx(tmp_path: Path, index: dict[str, str]) -
     python = venv / "bin" / "python"
     assert version_of(python, env) == OLD
     done = run(
-        [str(python), "-m", "tether.cli.update_cmd"],
+        [str(tmp_path / "bin" / "tether"), "upgrade"],  # the app pipx put on PATH
         {**env, "TETHER_UPDATE_INDEX_URL": index["good"]},
     )
     assert done.returncode == 0, done.stdout + done.stderr
