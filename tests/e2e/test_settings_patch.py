@@ -405,3 +405,15 @@ def test_remote_agent_is_read_and_patched_by_base_url(api: str) -> None:
     assert body == {"model": "anthropic/claude-x", "context_window_limit": 32000}
     wrong = script("--target", "agent", "--show", env={**env, "LETTA_API_KEY": "nope"})
     assert wrong.returncode == 1 and "HTTP 401" in wrong.stderr
+
+
+def test_the_skill_is_discovered_as_bundled(tmp_path: Path) -> None:
+    from tether.runtime.skills import discover_skills
+
+    catalog = discover_skills(
+        home=tmp_path, cwd=tmp_path, sources=frozenset({"bundled"}), project_trusted=False
+    )
+    skill = catalog.all()["self-configuration"]
+    assert skill.source == "bundled" and "update_agent_settings.py" in skill.description
+    loaded = catalog.load("self-configuration")
+    assert loaded is not None and "--confirm-system-replacement" in loaded.body

@@ -158,6 +158,3 @@ def _print(obj: Any) -> None:
     sys.stdout.buffer.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
     sys.stdout.buffer.flush()
 
-
-if __name__ == "__main__":  # until `tether cron` is dispatched by cli/main.py
-    sys.exit(run_cron(sys.argv[1:]))

@@ -33,6 +33,3 @@ def run_update(argv: Sequence[str]) -> int:
     sys.stdout.write(outcome.message + "\n")
     return 0
 
-
-if __name__ == "__main__":  # until `tether update` is dispatched by cli/main.py
-    sys.exit(run_update(sys.argv[1:]))
