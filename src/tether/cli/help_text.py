@@ -77,12 +77,12 @@ OPTION_HELP: dict[str, tuple[str, str]] = {
                       "list of bundled, global, agent, project"),
     "no_skills": ("tools and extensions", "offer no skills"),
     "no_bundled_skills": ("tools and extensions", "leave out the skills shipped with tether"),
-    "init_blocks": ("memory", "accepted for Letta Code SDK compatibility (validated; tether "
-                    "does not create these blocks yet)"),
-    "memory_blocks": ("memory", "accepted for Letta Code SDK compatibility (validated; not "
-                      "applied yet)"),
-    "block_value": ("memory", "LABEL=VALUE, repeatable: accepted for Letta Code SDK "
-                    "compatibility (validated; not applied yet)"),
+    "init_blocks": ("memory", "a new agent's memory blocks by label, e.g. persona,human "
+                    "(\"\" for none)"),
+    "memory_blocks": ("memory", "a new agent's memory blocks as JSON "
+                      '[{"label": ..., "value": ..., "description": ...}]'),
+    "block_value": ("memory", "LABEL=VALUE: a new agent's block text, e.g. persona=...; "
+                    "repeatable"),
     "memfs": ("memory", "accepted for Letta Code compatibility (local memory is always a git "
               "repository)"),
     "no_memfs": ("memory", "accepted and ignored, as Letta Code does"),
