@@ -50,6 +50,7 @@ def _returns(run: Any) -> list[dict[str, Any]]:
         (CLAUDE, ["--toolset", "gemini"], {"run_shell_command", "read_file", "replace",
                                            "search_file_content", "write_todos"}, {"Bash", "Read"}),
         (CLAUDE, ["--base-tools", "Read,Grep"], {"Read", "Grep"}, {"Bash", "Write"}),
+        (OPENAI, ["--tools", "Read,Grep,Agent"], {"Read", "Grep", "Agent"}, {"exec_command", "Bash"}),
     ],
 )  # fmt: skip
 def test_toolset_names_and_first_request_size(

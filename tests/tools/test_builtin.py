@@ -91,6 +91,9 @@ def test_base_tools_replace_the_toolset_and_unknown_names_are_named() -> None:
     registry = ToolRegistry()
     register_builtin_tools(registry, "default", base_tools=parse_base_tools("Read,ApplyPatch"))
     assert registry.names() == ["Read", "ApplyPatch"]
+    # --tools naming built-ins offers them from whichever toolset has them; others are not ours
+    assert parse_base_tools(None, ["Bash", "Agent", "mcp__x__y"]) == ["Bash"]
+    assert parse_base_tools(None, None) is None
     with pytest.raises(UsageError, match="--base-tools names unknown tools: Nope"):
         parse_base_tools("Read,Nope")
     with pytest.raises(UsageError, match="--toolset 'x' is not valid"):

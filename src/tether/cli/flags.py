@@ -177,7 +177,7 @@ def parse_run_flags(argv: Sequence[str], *, stdin_is_tty: bool | None = None) ->
     from tether.tools.toolsets import TOOLSET_CHOICES, parse_base_tools
 
     flags.toolset = _choice("--toolset", ns.toolset, TOOLSET_CHOICES)
-    flags.base_tools = parse_base_tools(ns.base_tools)
+    flags.base_tools = parse_base_tools(ns.base_tools, flags.tools)
     _validate_compat(ns)
     from tether.runtime.initial_blocks import initial_blocks
 

@@ -93,11 +93,15 @@ def resolve_toolset(requested: str | None, model: str | None) -> str:
     return requested
 
 
-def parse_base_tools(value: str | None) -> list[str] | None:
+def parse_base_tools(value: str | None, tools: Sequence[str] | None = None) -> list[str] | None:
     """`--base-tools a,b`: the built-in tools to offer instead of the toolset's; unknown names
-    are an error naming them."""
+    are an error naming them. Without it, built-ins that `--tools` names explicitly are offered
+    whichever toolset has them (a subagent naming Claude Code's tools on an OpenAI model)."""
     if value is None:
-        return None
+        if tools is None:
+            return None
+        known = known_tool_names()
+        return [t for t in tools if t in known]
     names = [t.strip() for t in value.split(",") if t.strip()]
     unknown = sorted(set(names) - known_tool_names())
     if unknown:
