@@ -134,12 +134,13 @@ def test_output_shows_nothing_from_hidden_credentials(
 
 
 @pytest.mark.usefixtures("bwrap_available")
-def test_private_tmp_is_the_scratch_dir(ws: Path, tmp_path: Path, sandbox: ShellSandbox) -> None:
+def test_private_tmp_is_inside_the_scratch_dir(ws: Path, tmp_path: Path, sandbox: ShellSandbox) -> None:
+    # <scratch>/sandbox-tmp, not the scratch dir itself: tether keeps its own files beside it
     output, is_error = bash('echo "$TMPDIR $TETHER_SANDBOX"; mktemp', ws, sandbox)
     assert not is_error
     first, made = output.splitlines()
-    assert first == f"{tmp_path / 'scratch'} bwrap"
-    assert Path(made).parent == tmp_path / "scratch" and Path(made).exists()
+    assert first == f"{tmp_path / 'scratch' / 'sandbox-tmp'} bwrap"
+    assert Path(made).parent == tmp_path / "scratch" / "sandbox-tmp" and Path(made).exists()
 
 
 @pytest.mark.usefixtures("bwrap_available")
@@ -239,8 +240,8 @@ def test_env_on_wraps_with_the_workspace_policy(
     assert found is not None
     policy = found.policy
     assert policy.kind == "workspace" and policy.restrict_writes and not policy.network
-    assert policy.writable_roots == (ws.resolve(), scratch.resolve())
-    assert policy.tmp_dir == scratch.resolve() and scratch.is_dir()
+    assert policy.writable_roots == (ws.resolve(), (scratch / "sandbox-tmp").resolve())
+    assert policy.tmp_dir == (scratch / "sandbox-tmp").resolve() and scratch.is_dir()
     assert tether_home.absolute() / "providers" in policy.denied_roots
 
 

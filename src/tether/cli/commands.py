@@ -225,10 +225,15 @@ def _sandbox(argv: list[str]) -> int:
     lines += [f"note: {why}" for why in settings.ignored if "sandbox" in why]
     if switch.enabled and status.backend is None:
         lines.append("note: no backend here, so every shell command will be refused (fail closed)")
-    if "TETHER_SANDBOX" in os.environ:
+    from tether.sandbox import inside_tether_sandbox
+
+    if "TETHER_SANDBOX" in os.environ and inside_tether_sandbox():
         lines.append(
             f"note: already inside a tether sandbox (TETHER_SANDBOX={os.environ['TETHER_SANDBOX']}); "
             "commands stay in it and are not wrapped again"
         )
+    elif "TETHER_SANDBOX" in os.environ:
+        lines.append("note: TETHER_SANDBOX is set but this process is not inside a tether sandbox; "
+                     "commands are wrapped as usual")
     sys.stdout.write("\n".join(lines) + "\n")
     return 0

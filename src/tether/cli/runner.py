@@ -177,7 +177,14 @@ def build_registry(flags: RunFlags | None = None, model: str | None = None) -> T
         register_builtin_tools(registry)
         return registry
     ask_user = not flags.headless or flags.input_format == "stream-json"
-    register_builtin_tools(registry, flags.toolset, model=model, base_tools=flags.base_tools,
+    base = flags.base_tools
+    if base is None and flags.tools is not None:
+        # `--tools` names the tools to offer (a subagent type's list): built-ins by that name
+        # whatever the toolset, so a child of an OpenAI-model parent still gets Bash/Read/Edit
+        from tether.tools.toolsets import known_tool_names
+
+        base = [t for t in flags.tools if t in known_tool_names()]
+    register_builtin_tools(registry, flags.toolset, model=model, base_tools=base,
                            ask_user=ask_user)
     return registry
 

@@ -177,6 +177,7 @@ def load_settings(home: Path, cwd: Path, trust: TrustState | None = None) -> Set
                 or box.get("enabled") is False
                 or box.get("allowUnixSockets") is True
                 or bool(box.get("keepEnv"))
+                or box.get("backend") not in (None, "auto", "bwrap")  # a weaker backend
             )
             if f.scope != "user" and not trusted and loosens:
                 widening.append("sandbox")

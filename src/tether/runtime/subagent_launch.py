@@ -198,7 +198,9 @@ def memory_sandboxed(
     env["MEMORY_DIR"] = env["TETHER_MEMORY_DIR"] = str(home / "agents" / parent / "memory")
     if env.get("TETHER_FS_SANDBOX", "").strip().lower() in ("0", "false"):
         return None, None
-    if SANDBOX_ENV in env:
+    from tether.sandbox import inside_tether_sandbox
+
+    if SANDBOX_ENV in env and inside_tether_sandbox():
         return None, None  # the parent's own sandbox holds it (sandboxes never nest)
     status = status or probe()
     if status.backend is None:
