@@ -319,3 +319,38 @@ def test_run_log_is_trimmed(store: CronStore, monkeypatch: pytest.MonkeyPatch) -
         tick(s)
     runs = store.runs(task["id"], limit=100)
     assert len(runs) == 5 and "(fire #9)" in inbox.received[-1][2]
+
+
+def test_a_store_that_cannot_open_is_reported_once_and_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tether.runtime.cron import scheduler as scheduler_module
+
+    monkeypatch.setattr(scheduler_module, "FAILED_PASS_RETRY_S", 0.01)
+    home = tmp_path / "not-a-dir"
+    home.write_text("a file where TETHER_HOME should be")
+    s = Scheduler(CronStore(home), Inbox(), Clock(), poll_s=0.01)
+    attempts = 0
+    real_tick = s.tick
+
+    async def counted() -> list[dict[str, Any]]:
+        nonlocal attempts
+        attempts += 1
+        return await real_tick()
+
+    s.tick = counted  # type: ignore[method-assign]
+
+    async def go() -> None:
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(s.run(stop))
+        await asyncio.sleep(0.3)
+        stop.set()
+        await task
+
+    asyncio.run(go())
+    err = capsys.readouterr().err
+    assert attempts > 3
+    assert (
+        err.count("scheduler pass failed (retrying)") == 1
+        and "cannot open the schedule store" in err
+    )

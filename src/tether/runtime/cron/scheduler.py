@@ -26,6 +26,7 @@ from tether.runtime.cron.store import CronStore, Fire
 LEASE_TTL_MS = 90_000
 LEASE_RENEW_MS = 30_000  # renew when less than TTL - this remains
 GC_EVERY_MS = 3_600_000
+FAILED_PASS_RETRY_S = 15.0
 _MAX_COALESCE = 10_000  # slots walked when catching up after downtime
 
 
@@ -101,14 +102,20 @@ class Scheduler:
     # --- the loop -----------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
+        last_error = ""
         try:
             while not stop.is_set():
+                wait = self.poll_s
                 try:
                     await self.tick()
+                    last_error = ""
                 except Exception as exc:  # a bad pass must not end scheduling for good
-                    sys.stderr.write(f"tether: scheduler pass failed: {exc!r}\n")
+                    wait = max(self.poll_s, FAILED_PASS_RETRY_S)  # e.g. a read-only home
+                    if repr(exc) != last_error:  # say it once, not once a second
+                        last_error = repr(exc)
+                        sys.stderr.write(f"tether: scheduler pass failed (retrying): {exc}\n")
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.poll_s)
+                    await asyncio.wait_for(stop.wait(), wait)
         finally:
             with contextlib.suppress(TetherError):
                 self.store.release_lease(self.owner)

@@ -67,7 +67,12 @@ class CronStore:
     @property
     def db(self) -> sqlite3.Connection:
         if self._conn is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(
+                    f"cannot open the schedule store {self.path}: {exc.strerror or exc}"
+                ) from None
             fresh = not self.path.exists()
             try:
                 conn = sqlite3.connect(self.path, isolation_level=None, timeout=15)
