@@ -94,6 +94,10 @@ OPTION_HELP: dict[str, tuple[str, str]] = {
     "reflection_behavior": ("memory", "reminder or auto-launch: accepted for Letta Code "
                             "compatibility (validated)"),
     "tags": ("memory", "comma list of tags for a new agent"),
+    "no_system_info_reminder": ("model and agent", "accepted for Letta Code SDK compatibility "
+                                "(tether sends no system-info reminder)"),
+    "embedding": ("model and agent", "accepted for Letta Code SDK compatibility (the local "
+                  "backend embeds nothing)"),
 }
 
 # dest -> the placeholder shown for its value (only where the option has none of its own)
@@ -105,7 +109,7 @@ METAVARS = {
     "skills_dir": "DIR", "tools": "TOOLS", "init_blocks": "LABELS", "memory_blocks": "JSON",
     "block_value": "LABEL=VALUE", "reflection_behavior": "BEHAVIOR",
     "reflection_trigger": "TRIGGER", "reflection_step_count": "N", "memfs_startup": "WHEN",
-    "tags": "TAGS", "toolset": "NAME", "base_tools": "TOOLS",
+    "tags": "TAGS", "toolset": "NAME", "base_tools": "TOOLS", "embedding": "HANDLE",
 }
 
 SECTIONS = (
