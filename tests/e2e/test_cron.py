@@ -549,3 +549,87 @@ def test_a_full_conversation_queue_is_recorded_and_the_task_kept(
             assert got["status"] == "active" and got["failed_count"] == 1 and got["fire_count"] == 2
         finally:
             assert server.stop() == 0
+
+
+def test_a_scoped_token_triggers_only_its_own_agents_tasks_and_learns_nothing_else(
+    tmp_path: Path, workdir: Path, tether_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+    import time
+
+    import jwt
+
+    from tests.server.support import Client, InProcess, point_at
+    from tether.server import auth
+    from tether.testing.fake_provider import FakeProvider
+
+    secret = b"k" * 32
+    store = LocalStore(tether_home)
+    mine = store.create_agent(model="anthropic/claude-test", system="s").id
+    other = store.create_agent(model="anthropic/claude-test", system="s").id
+    tasks = {
+        name: ok(
+            cron(
+                "add",
+                "--agent",
+                agent,
+                "--conversation",
+                conv,
+                "--name",
+                name,
+                "--prompt",
+                f"prompt of {name}",
+                "--every",
+                "1h",
+                home=tether_home,
+            )
+        )["id"]
+        for name, agent, conv in (
+            ("own", mine, "default"),
+            ("others", other, "default"),
+            ("own-new", mine, "new"),
+        )
+    }
+
+    def bearer(**scope: Any) -> dict[str, str]:
+        claims = {"exp": time.time() + 300, **scope}
+        return {"Authorization": f"Bearer {jwt.encode(claims, secret, algorithm='HS256')}"}
+
+    async def trigger(srv: InProcess, headers: dict[str, str], task_id: str) -> dict[str, Any]:
+        async with srv.connect(additional_headers=headers) as ws:
+            c = Client(ws)
+            await c.send({"type": "cron_trigger", "request_id": "t", "task_id": task_id})
+            return await c.of_type("cron_trigger_response")
+
+    with FakeProvider([{"text": "ran"}] * 3) as fake:
+        point_at(fake, monkeypatch)
+
+        async def scenario() -> dict[str, dict[str, Any]]:
+            policy = auth.AuthPolicy("signed-bearer-token", secret=secret)
+            async with InProcess(workdir, policy=policy) as srv:
+                assert srv.server is not None
+                srv.server.start_scheduler()
+                agent_scoped = bearer(agents=[mine])
+                conv_scoped = bearer(agents=[mine], conversations=["default"])
+                return {
+                    "others": await trigger(srv, agent_scoped, tasks["others"]),
+                    "unknown": await trigger(srv, agent_scoped, "00c0ffee"),
+                    "own-new by conversation scope": await trigger(
+                        srv, conv_scoped, tasks["own-new"]
+                    ),
+                    "own": await trigger(srv, agent_scoped, tasks["own"]),
+                }
+
+        answers = asyncio.run(scenario())
+        sent = json.dumps([r["body"] for r in fake.requests])
+    assert "prompt of others" not in sent and "prompt of own-new" not in sent
+    assert answers["own"]["success"] and answers["own"]["outcome"] == "queued"
+    for why in ("others", "unknown", "own-new by conversation scope"):
+        assert answers[why]["success"] is False, why
+        assert answers[why]["error"].startswith("no active scheduled task"), why
+    assert answers["others"]["error"] == answers["unknown"]["error"].replace(
+        "00c0ffee", tasks["others"]
+    )  # no oracle: the same words as for an id that never was
+    assert [r["outcome"] for r in ok(cron("runs", tasks["own"], home=tether_home))] == ["queued"]
+    for name in ("others", "own-new"):
+        assert ok(cron("runs", tasks[name], home=tether_home)) == []
