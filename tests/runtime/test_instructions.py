@@ -123,3 +123,15 @@ def test_the_real_script_sends_them_to_the_model(tmp_path: Path, tether_home: Pa
     order = [system.index(s) for s in ("Personal rule", "Repository rule", "Service rule")]
     assert order == sorted(order)
     assert "deploy: Ship the service safely." in system
+
+
+def test_a_bundled_skill_with_files_is_loaded_with_its_folder(tmp_path: Path) -> None:
+    from tether.runtime.skills import discover_skills
+
+    catalog = discover_skills(home=tmp_path, cwd=tmp_path, sources=frozenset({"bundled"}),
+                              project_trusted=False)
+    with_script = catalog.load("self-configuration")
+    assert with_script is not None and with_script.directory is not None
+    assert (with_script.directory / "scripts").is_dir()
+    only_text = catalog.load("remembering")
+    assert only_text is not None and only_text.directory is None

@@ -48,6 +48,10 @@ class Skill:
 
     @property
     def directory(self) -> Path | None:
+        """The skill's folder on disk (bundled ones too); None for skills in memory."""
+        kind, _, rest = self.location.partition(":")
+        if kind == "bundled":
+            return _bundled_root() / rest
         return None if ":" in self.location.split("/", 1)[0] else Path(self.location)
 
 
