@@ -184,6 +184,7 @@ class LocalBackend:
                     # Below the window there is still room: try the call; an overflow compacts again.
                     yield CompactionNotice("context_window_limit", {"failed": str(exc)}, run_id)
         parts = _PartsBuilder()
+        ids = _CallIds(history)
         usage: UsageStatistics | None = None
         stop: StopReason | None = None
         started = time.monotonic()
@@ -200,6 +201,8 @@ class LocalBackend:
                 try:
                     async for chunk in self.provider.stream(request):
                         chunk = replace(chunk, run_id=run_id)
+                        if isinstance(chunk, ToolCallRequest):
+                            chunk = replace(chunk, tool_call_id=ids.own(chunk.tool_call_id))
                         if isinstance(chunk, UsageStatistics):
                             usage = chunk
                         elif isinstance(chunk, StopReason):
@@ -278,6 +281,30 @@ def input_messages(turn_input: TurnInput) -> list[Message]:
     if turn_input.user is not None:
         out.append(turn_input.user)
     return out
+
+
+class _CallIds:
+    """Tool-call ids the conversation can key on: a model that reuses one (local servers number
+    `call_0`, `call_1` afresh every step) gets a fresh id in tether's records, so every call is
+    run, answered and checkpointed as itself."""
+
+    def __init__(self, history: Sequence[Message]) -> None:
+        self._used = {
+            part.id
+            for m in history
+            if isinstance(m, AssistantMessage)
+            for part in m.content
+            if isinstance(part, ToolCallPart)
+        }
+        self._used.update(m.tool_call_id for m in history if isinstance(m, ToolResultMessage))
+
+    def own(self, call_id: str) -> str:
+        fresh, n = call_id, 1
+        while fresh in self._used or not fresh:
+            n += 1
+            fresh = f"{call_id or 'call'}_t{n}"
+        self._used.add(fresh)
+        return fresh
 
 
 class _PartsBuilder:
