@@ -255,6 +255,15 @@ class Prepared:
             },
         )
 
+    def call_id_taken(self, tool_call_id: str) -> bool:
+        """Whether this conversation already has an effect checkpoint under `tool_call_id`
+        (asked only when a model proposes a call: a text turn never opens the database)."""
+        from tether.runtime.checkpoints import conversation_scope
+
+        store, _ = self.checkpoints()
+        scope = conversation_scope(self.session.agent.id, self.session.conversation_id)
+        return store.get(scope, tool_call_id) is not None
+
     def checkpoints(self) -> tuple[CheckpointStore, str]:
         """The effect-checkpoint store ($TETHER_HOME/checkpoints.db) and this process's owner
         id, opened on first use; the App Server hands in its own shared store."""
@@ -422,6 +431,7 @@ def prepare(flags: RunFlags) -> Prepared:
         session.agent.extra.get("compaction_settings"), f"agent {session.agent.id}"
     )
     prepared = Prepared(flags, env, cwd, store, session, backend, build_registry(flags, session.model), hooks)
+    backend.call_id_taken = prepared.call_id_taken
     prepared.settings = settings
     prepared.policy = build_policy(flags, settings, cwd, Path(env.get("HOME") or Path.home()))
     prepared.policy.guards = file_guards(store.home, session.agent.id, env, scratch=prepared.scratch)

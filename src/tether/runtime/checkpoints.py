@@ -162,16 +162,7 @@ class CheckpointStore:
         now = time.time()
         args = dict(arguments)
         try:
-            with self._lock, _store_errors(self.path), self._db:
-                # A settled row under this id is an earlier call whose answer is already in the
-                # conversation (recovery runs before any turn): the id was reused, so that row
-                # moves aside. An unsettled one is a real "may have completed" and blocks.
-                self._db.execute(
-                    "UPDATE effect_checkpoints SET tool_call_id = tool_call_id || '#' || revision"
-                    " || '@' || CAST(created_at AS TEXT)"
-                    " WHERE conversation = ? AND tool_call_id = ? AND phase IN ('after', 'unknown')",
-                    (conversation, tool_call_id),
-                )
+            with self._lock, _store_errors(self.path):
                 self._db.execute(
                     "INSERT INTO effect_checkpoints (conversation, tool_call_id, tool_name, arguments,"
                     " phase, result, owner, revision, created_at, updated_at)"

@@ -94,6 +94,9 @@ class LocalBackend:
         self.compaction = CompactionSettings()
         # PreCompact hooks and mods' compact_start/compact_end, set by the runtime.
         self.compaction_events: CompactionEvents | None = None
+        # Whether a tool-call id was already used in this conversation beyond the loaded
+        # history (the runtime asks the effect checkpoints); a reused one gets a fresh id.
+        self.call_id_taken: Callable[[str], bool] | None = None
 
     async def compact(
         self, conversation: ConversationRef, *, trigger: plan.Trigger = "manual", tools_json: str = ""
@@ -184,7 +187,7 @@ class LocalBackend:
                     # Below the window there is still room: try the call; an overflow compacts again.
                     yield CompactionNotice("context_window_limit", {"failed": str(exc)}, run_id)
         parts = _PartsBuilder()
-        ids = _CallIds(history)
+        ids = _CallIds(history, self.call_id_taken)
         usage: UsageStatistics | None = None
         stop: StopReason | None = None
         started = time.monotonic()
@@ -288,7 +291,8 @@ class _CallIds:
     `call_0`, `call_1` afresh every step) gets a fresh id in tether's records, so every call is
     run, answered and checkpointed as itself."""
 
-    def __init__(self, history: Sequence[Message]) -> None:
+    def __init__(self, history: Sequence[Message], taken: Callable[[str], bool] | None) -> None:
+        self._taken = taken  # ids the conversation used before what `history` holds (checkpoints)
         self._used = {
             part.id
             for m in history
@@ -300,7 +304,7 @@ class _CallIds:
 
     def own(self, call_id: str) -> str:
         fresh, n = call_id, 1
-        while fresh in self._used or not fresh:
+        while fresh in self._used or not fresh or (self._taken is not None and self._taken(fresh)):
             n += 1
             fresh = f"{call_id or 'call'}_t{n}"
         self._used.add(fresh)
