@@ -1,0 +1,1 @@
+"""The channels tether ships: telegram, slack (Socket Mode) and a generic webhook."""

@@ -1,0 +1,315 @@
+"""The channel files under `$TETHER_HOME/channels/`: `accounts.json` (one entry per configured
+channel account, config redacted whenever shown), `routing.yaml` (which chat reaches which
+agent and conversation) and `pairing.yaml` (codes given to unknown users, waiting for the
+owner's `tether channels pair`).
+
+Writes go through a temporary file and `os.replace`, 0600, so a crash never leaves half a file
+and a bot token is readable by its owner only.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tether.errors import UsageError
+
+DM_POLICIES = ("pairing", "allowlist", "open")
+GROUP_POLICIES = ("mention", "open", "disabled")
+REDACTED = "[redacted]"
+PAIRING_TTL = 3600.0  # seconds a pairing code stays valid
+ID_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def channels_dir(home: Path) -> Path:
+    return home / "channels"
+
+
+def check_id(value: str, what: str = "channel id") -> str:
+    if not value or not set(value) <= ID_CHARS:
+        raise UsageError(f"{what} {value!r} must be non-empty and use only a-z, 0-9, _ and -")
+    return value
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path} must hold a mapping at the top level")
+    return data
+
+
+def _write_yaml(path: Path, data: Mapping[str, Any]) -> None:
+    import yaml
+
+    _write(path, yaml.safe_dump(dict(data), sort_keys=False).encode())
+
+
+# --- accounts.json ------------------------------------------------------------------------------
+
+
+@dataclass
+class Account:
+    channel: str
+    account_id: str = "default"
+    display_name: str | None = None
+    enabled: bool = True
+    dm_policy: str = "pairing"
+    allowed_users: list[str] = field(default_factory=list)
+    admin_users: list[str] = field(default_factory=list)
+    group_policy: str = "mention"
+    config: dict[str, Any] = field(default_factory=dict)  # plugin-owned: tokens, URLs
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "channel": self.channel, "accountId": self.account_id,
+            "displayName": self.display_name, "enabled": self.enabled,
+            "dmPolicy": self.dm_policy, "allowedUsers": self.allowed_users,
+            "adminUsers": self.admin_users, "groupPolicy": self.group_policy,
+            "config": self.config, "createdAt": self.created_at, "updatedAt": self.updated_at,
+        }
+
+    def redacted(self) -> dict[str, Any]:
+        """What any command or response shows: every config value hidden (the plugin owns
+        the config, so tether cannot know which fields are secret)."""
+        shown = self.to_json()
+        shown["config"] = {k: REDACTED for k in self.config}
+        return shown
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str) -> Account:
+        if not isinstance(raw, dict):
+            raise UsageError(f"{where} must be an object")
+        channel = raw.get("channel")
+        if not isinstance(channel, str):
+            raise UsageError(f"{where}.channel must be a string")
+        account = cls(check_id(channel), str(raw.get("accountId") or "default"))
+        account.display_name = raw.get("displayName")
+        account.enabled = bool(raw.get("enabled", True))
+        account.dm_policy = str(raw.get("dmPolicy", "pairing"))
+        if account.dm_policy not in DM_POLICIES:
+            raise UsageError(f"{where}.dmPolicy must be one of {', '.join(DM_POLICIES)}")
+        account.group_policy = str(raw.get("groupPolicy", "mention"))
+        if account.group_policy not in GROUP_POLICIES:
+            raise UsageError(f"{where}.groupPolicy must be one of {', '.join(GROUP_POLICIES)}")
+        for key, attr in (("allowedUsers", "allowed_users"), ("adminUsers", "admin_users")):
+            users = raw.get(key, [])
+            if not isinstance(users, list):
+                raise UsageError(f"{where}.{key} must be a list of user ids")
+            setattr(account, attr, [str(u) for u in users])
+        config = raw.get("config", {})
+        if not isinstance(config, dict):
+            raise UsageError(f"{where}.config must be an object")
+        account.config = config
+        account.created_at = float(raw.get("createdAt", time.time()))
+        account.updated_at = float(raw.get("updatedAt", time.time()))
+        return account
+
+
+class AccountStore:
+    def __init__(self, home: Path) -> None:
+        self.path = channels_dir(home) / "accounts.json"
+
+    def load(self) -> list[Account]:
+        if not self.path.exists():
+            return []
+        try:
+            raw = orjson.loads(self.path.read_bytes())
+        except orjson.JSONDecodeError as exc:
+            raise UsageError(f"{self.path} is not valid JSON: {exc}") from None
+        items = raw.get("accounts") if isinstance(raw, dict) else None
+        if not isinstance(items, list):
+            raise UsageError(f"{self.path} must hold {{\"accounts\": [...]}}")
+        return [Account.from_json(a, f"{self.path}: accounts[{i}]") for i, a in enumerate(items)]
+
+    def save(self, accounts: list[Account]) -> None:
+        body = {"accounts": [a.to_json() for a in accounts]}
+        _write(self.path, orjson.dumps(body, option=orjson.OPT_INDENT_2))
+
+    def get(self, channel: str, account_id: str = "default") -> Account | None:
+        return next(
+            (a for a in self.load() if a.channel == channel and a.account_id == account_id), None
+        )
+
+    def upsert(self, account: Account) -> None:
+        accounts = [
+            a for a in self.load()
+            if (a.channel, a.account_id) != (account.channel, account.account_id)
+        ]
+        account.updated_at = time.time()
+        accounts.append(account)
+        self.save(accounts)
+
+
+# --- routing.yaml -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Route:
+    channel: str
+    account_id: str
+    chat_id: str  # "*": every chat of the account without a route of its own
+    agent_id: str
+    conversation_id: str = "default"
+    cwd: str | None = None
+
+    def key(self) -> str:
+        return f"{self.channel}/{self.account_id}/{self.chat_id}"
+
+    def to_yaml(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if v is not None}
+        out["account"] = out.pop("account_id")
+        out["agent"] = out.pop("agent_id")
+        out["conversation"] = out.pop("conversation_id")
+        return out
+
+
+class RouteTable:
+    def __init__(self, home: Path) -> None:
+        self.path = channels_dir(home) / "routing.yaml"
+
+    def load(self) -> list[Route]:
+        data = _read_yaml(self.path)
+        items = data.get("routes", [])
+        if not isinstance(items, list):
+            raise UsageError(f"{self.path}: 'routes' must be a list")
+        routes = []
+        for i, raw in enumerate(items):
+            where = f"{self.path}: routes[{i}]"
+            if not isinstance(raw, dict):
+                raise UsageError(f"{where} must be a mapping")
+            for need in ("channel", "chat", "agent"):
+                if not isinstance(raw.get(need), str | int) or raw.get(need) == "":
+                    raise UsageError(f"{where} needs '{need}'")
+            cwd = raw.get("cwd")
+            routes.append(Route(
+                str(raw["channel"]), str(raw.get("account", "default")), str(raw["chat"]),
+                str(raw["agent"]), str(raw.get("conversation", "default")),
+                str(cwd) if cwd is not None else None,
+            ))
+        return routes
+
+    def save(self, routes: list[Route]) -> None:
+        items = []
+        for r in routes:
+            item = r.to_yaml()
+            item["chat"] = item.pop("chat_id")
+            items.append(item)
+        _write_yaml(self.path, {"routes": items})
+
+    def add(self, route: Route) -> None:
+        routes = [r for r in self.load() if r.key() != route.key()]
+        routes.append(route)
+        self.save(routes)
+
+    def remove(self, channel: str, account_id: str, chat_id: str) -> bool:
+        routes = self.load()
+        kept = [r for r in routes if (r.channel, r.account_id, r.chat_id) !=
+                (channel, account_id, chat_id)]
+        if len(kept) == len(routes):
+            return False
+        self.save(kept)
+        return True
+
+    def lookup(self, channel: str, account_id: str, chat_id: str) -> Route | None:
+        routes = self.load()
+        for wanted in (chat_id, "*"):
+            for r in routes:
+                if (r.channel, r.account_id, r.chat_id) == (channel, account_id, wanted):
+                    return r
+        return None
+
+
+# --- pairing.yaml -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairingRequest:
+    code: str
+    channel: str
+    account_id: str
+    chat_id: str
+    sender_id: str
+    sender_name: str | None
+    created_at: float
+
+
+class PairingStore:
+    def __init__(self, home: Path) -> None:
+        self.path = channels_dir(home) / "pairing.yaml"
+
+    def pending(self, now: float | None = None) -> list[PairingRequest]:
+        now = time.time() if now is None else now
+        items = _read_yaml(self.path).get("pending", [])
+        out = []
+        for raw in items if isinstance(items, list) else []:
+            try:
+                req = PairingRequest(
+                    str(raw["code"]), str(raw["channel"]), str(raw["account"]),
+                    str(raw["chat"]), str(raw["sender"]), raw.get("sender_name"),
+                    float(raw["created_at"]),
+                )
+            except (KeyError, TypeError, ValueError):
+                raise UsageError(f"{self.path}: a pending entry is malformed: {raw!r}") from None
+            if now - req.created_at < PAIRING_TTL:
+                out.append(req)
+        return out
+
+    def _save(self, items: list[PairingRequest]) -> None:
+        _write_yaml(self.path, {"pending": [
+            {"code": r.code, "channel": r.channel, "account": r.account_id, "chat": r.chat_id,
+             "sender": r.sender_id, "sender_name": r.sender_name, "created_at": r.created_at}
+            for r in items
+        ]})
+
+    def code_for(
+        self, channel: str, account_id: str, chat_id: str, sender_id: str, sender_name: str | None
+    ) -> str:
+        """The sender's pending code (the same one again while it is valid)."""
+        items = self.pending()
+        for r in items:
+            if (r.channel, r.account_id, r.sender_id) == (channel, account_id, sender_id):
+                return r.code
+        code = "".join(secrets.choice("ABCDEFGHJKLMNPQRSTUVWXYZ23456789") for _ in range(8))
+        items.append(PairingRequest(
+            code, channel, account_id, chat_id, sender_id, sender_name, time.time()
+        ))
+        self._save(items)
+        return code
+
+    def take(self, channel: str, code: str) -> PairingRequest:
+        items = self.pending()
+        for r in items:
+            if r.channel == channel and secrets.compare_digest(r.code, code.strip().upper()):
+                self._save([x for x in items if x is not r])
+                return r
+        raise UsageError(
+            f"no pending pairing code {code!r} for channel {channel} (codes expire after "
+            f"{int(PAIRING_TTL // 60)} minutes; ask the user to message the bot again)"
+        )

@@ -1,0 +1,119 @@
+"""The gateway's durable journal (`$TETHER_HOME/channels/gateway.db`, SQLite WAL,
+synchronous=FULL): inbound messages keyed by platform message id (an adapter acknowledges the
+platform only after `receive` has committed; a redelivery is recognised and dropped), their
+progress (queued → handled), and outbound replies keyed by the agent's tool call id
+(`sending` before the platform is called, `sent` with the platform's message id after), so a
+reply is never sent twice: a retried call finds `sent` and answers from it, and one found
+`sending` after a crash may have gone out and is not sent again.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tether.channels.plugins import InboundMessage
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS inbox (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  channel TEXT NOT NULL, account TEXT NOT NULL, message_id TEXT NOT NULL,
+  body BLOB NOT NULL, state TEXT NOT NULL, received_at REAL NOT NULL,
+  UNIQUE (channel, account, message_id)
+);
+CREATE TABLE IF NOT EXISTS outbox (
+  tool_call_id TEXT PRIMARY KEY, channel TEXT NOT NULL, account TEXT NOT NULL,
+  chat_id TEXT NOT NULL, state TEXT NOT NULL, result BLOB, updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runtimes (
+  route TEXT PRIMARY KEY, agent_id TEXT NOT NULL, conversation_id TEXT NOT NULL
+);
+"""
+
+
+class Journal:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # --- inbound ---------------------------------------------------------------------------
+
+    def receive(self, msg: InboundMessage) -> bool:
+        """Record an inbound message; False when this message id was seen before."""
+        message_id = msg.message_id or f"{msg.chat_id}:{msg.timestamp}:{hash(msg.text)}"
+        body = orjson.dumps({
+            "channel": msg.channel, "account_id": msg.account_id, "chat_id": msg.chat_id,
+            "sender_id": msg.sender_id, "text": msg.text, "timestamp": msg.timestamp,
+            "message_id": message_id, "sender_name": msg.sender_name,
+            "thread_id": msg.thread_id, "chat_type": msg.chat_type, "is_mention": msg.is_mention,
+        })
+        cur = self.db.execute(
+            "INSERT OR IGNORE INTO inbox (channel, account, message_id, body, state, received_at)"
+            " VALUES (?, ?, ?, ?, 'queued', ?)",
+            (msg.channel, msg.account_id, message_id, body, time.time()),
+        )
+        return cur.rowcount == 1
+
+    def queued(self) -> list[tuple[int, InboundMessage]]:
+        rows = self.db.execute(
+            "SELECT seq, body FROM inbox WHERE state = 'queued' ORDER BY seq"
+        ).fetchall()
+        return [(seq, InboundMessage(**orjson.loads(body))) for seq, body in rows]
+
+    def handled(self, seq: int, state: str = "handled") -> None:
+        self.db.execute("UPDATE inbox SET state = ? WHERE seq = ?", (state, seq))
+
+    def last_chat(self, route: str) -> dict[str, Any] | None:
+        """The newest message handed to a route's runtime (where its approvals are asked)."""
+        row = self.db.execute(
+            "SELECT body FROM inbox WHERE state = ? ORDER BY seq DESC LIMIT 1",
+            (f"submitted:{route}",),
+        ).fetchone()
+        return orjson.loads(row[0]) if row else None
+
+    def chats_of(self, route: str) -> set[tuple[str, str, str]]:
+        rows = self.db.execute(
+            "SELECT body FROM inbox WHERE state = ?", (f"submitted:{route}",)
+        ).fetchall()
+        out = set()
+        for (body,) in rows:
+            b = orjson.loads(body)
+            out.add((b["channel"], b["account_id"], b["chat_id"]))
+        return out
+
+    # --- outbound --------------------------------------------------------------------------
+
+    def reply_state(self, tool_call_id: str) -> tuple[str, Any] | None:
+        row = self.db.execute(
+            "SELECT state, result FROM outbox WHERE tool_call_id = ?", (tool_call_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        return row[0], orjson.loads(row[1]) if row[1] is not None else None
+
+    def reply_sending(self, tool_call_id: str, channel: str, account: str, chat_id: str) -> None:
+        self.db.execute(
+            "INSERT INTO outbox (tool_call_id, channel, account, chat_id, state, updated_at)"
+            " VALUES (?, ?, ?, ?, 'sending', ?)",
+            (tool_call_id, channel, account, chat_id, time.time()),
+        )
+
+    def reply_settled(self, tool_call_id: str, state: str, result: Any) -> None:
+        self.db.execute(
+            "UPDATE outbox SET state = ?, result = ?, updated_at = ? WHERE tool_call_id = ?",
+            (state, orjson.dumps(result), time.time(), tool_call_id),
+        )
+
+    def reply_forget(self, tool_call_id: str) -> None:
+        """A send that provably did not reach the platform (refused before any request)."""
+        self.db.execute("DELETE FROM outbox WHERE tool_call_id = ?", (tool_call_id,))

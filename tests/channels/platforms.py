@@ -1,0 +1,191 @@
+"""Test helpers for channels: loopback fakes of the platforms' HTTP endpoints (a webhook
+receiver, the Telegram Bot API), and the real `tether server` + `tether channel-gateway`
+processes wired together on a temporary TETHER_HOME."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.support import TETHER
+from tests.server.support import ServerProcess, server_env
+from tether.backends.local.store import LocalStore
+
+MODEL = "anthropic/claude-test"
+SECRET = "webhook-test-secret"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(pred: Callable[[], Any], timeout: float = 20, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def sign(body: bytes, secret: str = SECRET) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+class Recorder(ThreadingHTTPServer):
+    """A loopback HTTP server that records every request and answers through `respond`."""
+
+    daemon_threads = True
+
+    def __init__(self, respond: Callable[[Recorder, str, dict[str, Any]], tuple[int, Any]]):
+        self.calls: list[tuple[str, dict[str, Any], dict[str, str]]] = []
+        self.respond = respond
+        self.hold = threading.Event()  # set: answers wait (to kill a client mid-request)
+        self.release = threading.Event()
+        super().__init__(("127.0.0.1", 0), _RecordingHandler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def close(self) -> None:
+        self.release.set()
+        self.shutdown()
+        self.server_close()
+
+
+class _RecordingHandler(BaseHTTPRequestHandler):
+    server: Recorder
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _body(self) -> dict[str, Any]:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        kind = self.headers.get("Content-Type", "")
+        if not raw:
+            return {}
+        if "json" in kind:
+            data = json.loads(raw)
+            return data if isinstance(data, dict) else {"_": data}
+        from urllib.parse import parse_qsl
+
+        return dict(parse_qsl(raw.decode()))
+
+    def do_POST(self) -> None:
+        body = self._body()
+        self.server.calls.append((self.path, body, dict(self.headers)))
+        if self.server.hold.is_set():
+            self.server.release.wait(30)
+        status, answer = self.server.respond(self.server, self.path, body)
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST
+
+
+def webhook_receiver() -> Recorder:
+    return Recorder(lambda srv, path, body: (200, {"message_id": f"out-{len(srv.calls)}"}))
+
+
+def post_webhook(port: int, body: dict[str, Any], signature: str | None = None) -> int:
+    raw = json.dumps(body).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/webhook", raw, method="POST",
+        headers={"Content-Type": "application/json",
+                 "X-Tether-Signature": signature if signature is not None else sign(raw)},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+class Stack:
+    """A `tether server` and a `tether channel-gateway` on one TETHER_HOME."""
+
+    def __init__(self, fake_url: str, home: Path, tmp: Path, project: Path) -> None:
+        self.env = server_env(fake_url, home, tmp)
+        self.env["TETHER_CRON"] = "0"
+        self.home, self.project = home, project
+        self.server = ServerProcess(self.env, project)
+        self.gateway: subprocess.Popen[str] | None = None
+        self.gateway_lines: list[str] = []
+
+    def agent(self) -> str:
+        store = LocalStore(self.home)
+        return store.create_agent(model=MODEL, system="You answer chat messages.").id
+
+    def channels(self, *args: str) -> dict[str, Any]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "tether.cli.channels_cmd", *args], env=self.env,
+            cwd=self.project, capture_output=True, text=True, timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+    def start_gateway(self) -> None:
+        self.gateway_lines = []
+        self.gateway = subprocess.Popen(
+            [TETHER, "channel-gateway", "--server", self.server.url, "--cwd", str(self.project)],
+            env=self.env, cwd=self.project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True,
+        )
+        proc = self.gateway
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                self.gateway_lines.append(line)
+
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
+        wait_until(lambda: any("ready" in x for x in self.gateway_lines) or
+                   proc.poll() is not None, 30, "the gateway to start")
+        assert proc.poll() is None, "".join(self.gateway_lines)
+
+    def kill_gateway(self) -> None:
+        assert self.gateway is not None
+        os.kill(self.gateway.pid, signal.SIGKILL)
+        self.gateway.wait(10)
+        self._reap()
+
+    def _reap(self) -> None:
+        assert self.gateway is not None
+        self._pump.join(10)
+        if self.gateway.stdout is not None:
+            self.gateway.stdout.close()
+
+    def stop(self) -> None:
+        if self.gateway is not None and self.gateway.poll() is None:
+            self.gateway.terminate()
+            try:
+                self.gateway.wait(15)
+            except subprocess.TimeoutExpired:
+                self.gateway.kill()
+                self.gateway.wait(5)
+            self._reap()
+        self.server.stop()

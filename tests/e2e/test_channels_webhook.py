@@ -1,0 +1,175 @@
+"""The webhook channel end to end: real `tether server` and `tether channel-gateway`
+processes, signed POSTs in, the agent's MessageChannel reply out to a loopback receiver."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.channels.platforms import (
+    SECRET,
+    Recorder,
+    Stack,
+    free_port,
+    post_webhook,
+    sign,
+    wait_until,
+    webhook_receiver,
+)
+from tether.testing.fake_provider import FakeProvider
+
+
+def reply(chat: str, text: str) -> dict[str, Any]:
+    return {"name": "MessageChannel",
+            "arguments": {"channel": "webhook", "chat_id": chat, "text": text}}
+
+
+def inbound(message_id: str, sender: str = "u1", text: str = "hello agent",
+            chat: str = "c1") -> dict[str, Any]:
+    return {"message_id": message_id, "chat_id": chat, "sender_id": sender, "text": text}
+
+
+@pytest.fixture
+def receiver() -> Iterator[Recorder]:
+    rec = webhook_receiver()
+    yield rec
+    rec.close()
+
+
+def configure(stack: Stack, receiver: Recorder, port: int, *extra: str) -> str:
+    agent = stack.agent()
+    shown = stack.channels(
+        "configure", "webhook", "--set", f"secret={SECRET}",
+        "--set", f"outbound_url={receiver.url}/out", "--set", f"port={port}", *extra,
+    )
+    assert shown["config"]["secret"] == "[redacted]"  # never shown back
+    stack.channels("route", "add", "webhook", "c1", "--agent", agent)
+    return agent
+
+
+def test_allowed_user_reaches_the_agent_and_its_reply_goes_out(
+    tmp_path: Path, tether_home: Path, workdir: Path, receiver: Recorder
+) -> None:
+    script = [{"tool_calls": [reply("c1", "hi back")]}, {"text": "done"}]
+    with FakeProvider(script) as fake:
+        stack = Stack(fake.url, tether_home, tmp_path, workdir)
+        try:
+            port = free_port()
+            configure(stack, receiver, port, "--allow", "u1")
+            stack.start_gateway()
+            assert post_webhook(port, inbound("m1")) == 200
+            wait_until(lambda: receiver.calls, what="the reply")
+            wait_until(lambda: len(fake.requests) == 2, what="the turn to finish")
+        finally:
+            stack.stop()
+        assert "hello agent" in json.dumps(fake.requests[0]["body"])
+        assert "MessageChannel" in json.dumps(fake.requests[0]["body"])
+        assert "Sent (message id out-1)" in json.dumps(fake.requests[1]["body"])
+    path, body, headers = receiver.calls[0]
+    assert (path, body["chat_id"], body["text"]) == ("/out", "c1", "hi back")
+    raw = json.dumps(body).encode()
+    assert headers["X-Tether-Signature"].startswith("sha256=") and raw  # signed outbound
+    assert len(receiver.calls) == 1
+
+
+BAD_SIGNATURES = ["", "sha256=" + "0" * 64, "sha256=deadbeef", sign(b"other body"),
+                  sign(json.dumps(inbound("m1")).encode(), "wrong-secret")]
+
+
+def test_bad_signatures_are_rejected_and_nothing_reaches_the_agent(
+    tmp_path: Path, tether_home: Path, workdir: Path, receiver: Recorder
+) -> None:
+    with FakeProvider([{"text": "never"}]) as fake:
+        stack = Stack(fake.url, tether_home, tmp_path, workdir)
+        try:
+            port = free_port()
+            configure(stack, receiver, port, "--allow", "u1")
+            stack.start_gateway()
+            for signature in BAD_SIGNATURES:
+                assert post_webhook(port, inbound("m1"), signature) == 401, signature
+        finally:
+            stack.stop()
+        assert fake.requests == []
+    assert receiver.calls == []
+    import sqlite3
+
+    db = sqlite3.connect(tether_home / "channels" / "gateway.db")
+    assert db.execute("SELECT count(*) FROM inbox").fetchone() == (0,)
+
+
+def test_unknown_user_gets_the_pairing_flow_and_nothing_reaches_the_agent(
+    tmp_path: Path, tether_home: Path, workdir: Path, receiver: Recorder
+) -> None:
+    with FakeProvider([{"text": "never"}]) as fake:
+        stack = Stack(fake.url, tether_home, tmp_path, workdir)
+        try:
+            port = free_port()
+            configure(stack, receiver, port, "--dm-policy", "pairing")
+            stack.start_gateway()
+            assert post_webhook(port, inbound("m1", sender="stranger")) == 200
+            wait_until(lambda: receiver.calls, what="the pairing answer")
+            text = receiver.calls[0][1]["text"]
+            code = text.split("pairing code is ")[1].split(".")[0]
+            status = stack.channels("status")
+            assert status["pending_pairings"][0]["sender"] == "stranger"
+            paired = stack.channels("pair", "webhook", code)
+            assert "stranger" in paired["account"]["allowedUsers"]
+            with pytest.raises(AssertionError):  # a code is used once
+                stack.channels("pair", "webhook", code)
+        finally:
+            stack.stop()
+        assert fake.requests == []  # nothing reached the agent
+    assert receiver.calls[0][1]["chat_id"] == "c1"
+
+
+def test_gateway_kill_between_receive_and_reply_loses_and_duplicates_nothing(
+    tmp_path: Path, tether_home: Path, workdir: Path, receiver: Recorder
+) -> None:
+    script = [{"tool_calls": [reply("c1", "once")], "delay_ms": 1500}, {"text": "done"}]
+    with FakeProvider(script) as fake:
+        stack = Stack(fake.url, tether_home, tmp_path, workdir)
+        try:
+            port = free_port()
+            configure(stack, receiver, port, "--allow", "u1")
+            stack.start_gateway()
+            assert post_webhook(port, inbound("m1")) == 200  # acknowledged: journaled
+            wait_until(lambda: fake.requests, what="the model call")
+            stack.kill_gateway()  # received and submitted, the reply not sent yet
+            stack.start_gateway()
+            # The platform redelivers the message it may think was lost: not a second turn.
+            assert post_webhook(port, inbound("m1")) == 200
+            wait_until(lambda: receiver.calls, what="the reply")
+            wait_until(lambda: len(fake.requests) == 2, what="the turn to finish")
+        finally:
+            stack.stop()
+        assert len(fake.requests) == 2, "one turn, one continuation"
+    assert [c[1]["text"] for c in receiver.calls] == ["once"]
+
+
+def test_gateway_kill_while_sending_never_sends_twice(
+    tmp_path: Path, tether_home: Path, workdir: Path, receiver: Recorder
+) -> None:
+    script = [{"tool_calls": [reply("c1", "exactly once")]}, {"text": "done"}]
+    with FakeProvider(script) as fake:
+        stack = Stack(fake.url, tether_home, tmp_path, workdir)
+        try:
+            port = free_port()
+            configure(stack, receiver, port, "--allow", "u1")
+            receiver.hold.set()  # the platform takes the reply but has not answered yet
+            stack.start_gateway()
+            assert post_webhook(port, inbound("m1")) == 200
+            wait_until(lambda: receiver.calls, what="the reply to reach the platform")
+            stack.kill_gateway()
+            receiver.hold.clear()
+            receiver.release.set()
+            stack.start_gateway()
+            wait_until(lambda: len(fake.requests) == 2, what="the turn to finish")
+        finally:
+            stack.stop()
+        continuation = json.dumps(fake.requests[1]["body"])
+        assert "may have been delivered" in continuation
+    assert [c[1]["text"] for c in receiver.calls] == ["exactly once"]
