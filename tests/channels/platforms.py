@@ -189,3 +189,70 @@ class Stack:
                 self.gateway.wait(5)
             self._reap()
         self.server.stop()
+
+
+class FakeTelegram:
+    """The Telegram Bot API methods the channel uses (getMe, getUpdates with offsets and
+    confirmation, sendMessage), on loopback; python-telegram-bot talks to it via base_url."""
+
+    TOKEN = "123456:TEST-token"
+
+    def __init__(self) -> None:
+        self.updates: list[dict[str, Any]] = []
+        self.sent: list[dict[str, Any]] = []
+        self.confirmed = 0
+        self._next_update = 1
+        self._next_message = 1000
+        self._lock = threading.Lock()
+        self.http = Recorder(self._respond)
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.http.url}/bot"
+
+    def close(self) -> None:
+        self.http.close()
+
+    def dm(self, user_id: int, text: str, name: str = "Ann") -> int:
+        """A private message from `user_id` waiting for the bot; returns its update id."""
+        with self._lock:
+            uid = self._next_update
+            self._next_update += 1
+            self.updates.append({"update_id": uid, "message": {
+                "message_id": 500 + uid, "date": int(time.time()),
+                "chat": {"id": user_id, "type": "private", "first_name": name},
+                "from": {"id": user_id, "is_bot": False, "first_name": name},
+                "text": text,
+            }})
+            return uid
+
+    def _respond(self, srv: Recorder, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        method = path.rsplit("/", 1)[-1]
+        if not path.startswith(f"/bot{self.TOKEN}/"):
+            return 401, {"ok": False, "error_code": 401, "description": "Unauthorized"}
+        if method == "getMe":
+            return 200, {"ok": True, "result": {"id": 1, "is_bot": True, "first_name": "Tether",
+                                                "username": "tether_test_bot"}}
+        if method == "getUpdates":
+            offset = int(body.get("offset") or 0)
+            deadline = time.monotonic() + min(float(body.get("timeout") or 0), 0.3)
+            while True:
+                with self._lock:
+                    if offset:
+                        self.confirmed = max(self.confirmed, offset - 1)
+                        self.updates = [u for u in self.updates if u["update_id"] >= offset]
+                    pending = list(self.updates)
+                if pending or time.monotonic() >= deadline:
+                    return 200, {"ok": True, "result": pending}
+                time.sleep(0.05)
+        if method == "sendMessage":
+            with self._lock:
+                self._next_message += 1
+                self.sent.append(dict(body))
+                chat = int(body["chat_id"])
+                return 200, {"ok": True, "result": {
+                    "message_id": self._next_message, "date": int(time.time()),
+                    "chat": {"id": chat, "type": "private"}, "text": body.get("text", ""),
+                    "from": {"id": 1, "is_bot": True, "first_name": "Tether"},
+                }}
+        return 404, {"ok": False, "error_code": 404, "description": f"no method {method}"}
