@@ -91,3 +91,19 @@ def test_bad_arguments_name_the_argument(tmp_path: Path) -> None:
     assert result.is_error and "`cmd`" in result.output
     result = asyncio.run(WriteStdinTool().run({"session_id": "x"}, make_ctx(tmp_path)))
     assert result.is_error and "`session_id`" in result.output
+
+
+def test_workdir_must_stay_below_the_working_directory(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    (work / "sub").mkdir(parents=True)
+    (work / "out").symlink_to(tmp_path)
+
+    async def scenario() -> None:
+        ctx = make_ctx(work, services={"exec_sessions": ExecSessions()})
+        inside = await ExecCommandTool().run({"cmd": "pwd", "description": "d", "workdir": "sub"}, ctx)
+        assert f"{work}/sub" in inside.output
+        for workdir in (str(tmp_path), "..", "out"):
+            refused = await ExecCommandTool().run({"cmd": "pwd", "description": "d", "workdir": workdir}, ctx)
+            assert refused.is_error and "outside the working directory" in refused.output, workdir
+
+    asyncio.run(scenario())

@@ -233,6 +233,19 @@ def _spawn(command: str, cwd: Path, env: dict[str, str], tty: bool, ctx: ToolRun
     return proc, out_fd, out_fd if tty else None
 
 
+def inner_workdir(path: Path, cwd: Path) -> Path:
+    """`workdir` only below the working directory (links resolved): permission checks read the
+    command's relative paths from the working directory, and from below it they can only be
+    judged more strictly than they run. Elsewhere: SetWorkingDirectory first."""
+    real, top = os.path.realpath(path), os.path.realpath(cwd)
+    if real != top and not real.startswith(top.rstrip("/") + "/"):
+        raise ToolFailure(
+            f"Argument `workdir` ({path}) is outside the working directory {cwd}; give a folder "
+            "inside it, or move there with SetWorkingDirectory first."
+        )
+    return Path(real)
+
+
 def _cap(text: str, max_tokens: int) -> str:
     limit = max(max_tokens, 1) * 4
     if len(text) <= limit:
@@ -281,7 +294,7 @@ class ExecCommandTool:
             command = require_str(args, "cmd", allow_empty=False)
             optional_str(args, "description")
             workdir = optional_path_text(args, "workdir")
-            cwd = resolve_path(workdir, ctx.cwd) if workdir else ctx.cwd
+            cwd = inner_workdir(resolve_path(workdir, ctx.cwd), ctx.cwd) if workdir else ctx.cwd
             tty = optional_bool(args, "tty")
             wait_s = _yield_ms(args, DEFAULT_YIELD_MS)
             max_tokens = optional_int(args, "max_output_tokens", minimum=1) or DEFAULT_MAX_OUTPUT_TOKENS

@@ -15,6 +15,7 @@ from typing import Any
 from tether.core.tools import Effect, Tool, ToolResult, ToolRunContext
 from tether.errors import ToolFailure
 from tether.tools.arguments import optional_path_text, resolve_path
+from tether.tools.exec_command import inner_workdir
 from tether.tools.output import error_result
 
 Translate = Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -41,7 +42,7 @@ class GeminiTool:
 
     def _cwd(self, args: Mapping[str, Any], cwd: Path) -> Path:
         value = optional_path_text(args, self.workdir_arg) if self.workdir_arg else None
-        return resolve_path(value, cwd) if value else cwd
+        return inner_workdir(resolve_path(value, cwd), cwd) if value else cwd
 
     def paths(self, args: Mapping[str, Any], cwd: Path) -> list[Path]:
         try:
