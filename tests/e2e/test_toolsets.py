@@ -257,3 +257,32 @@ def test_ask_user_question_in_unrestricted_mode_still_asks_the_sdk(workdir: Path
         second = json.dumps(fake.requests[1]["body"])
     assert result["subtype"] == "success"
     assert '\\"Ship it?\\"=\\"no\\"' in second
+
+
+@pytest.mark.usefixtures("bwrap")
+def test_the_sandbox_follows_the_working_directory_into_a_worktree(workdir: Path, tether_home: Path) -> None:
+    _git(workdir, "init", "-q")
+    (workdir / "a.txt").write_text("main\n")
+    _git(workdir, "add", "a.txt")
+    _git(workdir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    script = [
+        {"tool_calls": [{"name": "EnterWorktree", "arguments": {"name": "boxed"}}]},
+        {"tool_calls": [{"name": "Bash", "arguments": {"command": "touch made-in-tree && touch "
+                                                        f"{workdir}/made-in-main", "description": "t"}}]},
+        {"tool_calls": [{"name": "Edit", "arguments": {"file_path": "a.txt", "old_string": "main",
+                                                       "new_string": "edited"}}]},
+        {"text": "done"},
+    ]  # fmt: skip
+    with FakeProvider(script) as fake:
+        run = run_tether(
+            ["-p", "go", "--model", CLAUDE, "--yolo", "--output-format", "stream-json"],
+            env=tether_env(fake.url, CLAUDE, {"TETHER_FS_SANDBOX": "1"}),
+            cwd=workdir,
+        )
+    assert run.code == 0, run.stderr
+    (tree,) = tether_home.glob("worktrees/*/boxed")
+    outputs = [r["tool_return"] for r in _returns(run)]
+    assert (tree / "made-in-tree").exists(), outputs
+    assert not (workdir / "made-in-main").exists(), outputs  # the old root is no longer writable
+    assert "Read-only file system" in outputs[1]
+    assert (tree / "a.txt").read_text() == "edited\n" and (workdir / "a.txt").read_text() == "main\n"
