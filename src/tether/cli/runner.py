@@ -208,7 +208,7 @@ class Prepared:
     cwd: Path
     store: LocalStore
     session: Session
-    backend: LocalBackend
+    backend: Any  # LocalBackend, or backends.api.backend.ApiBackend for a cloud run
     registry: ToolRegistry
     hooks: HookRunner | None = None
     policy: PermissionPolicy | None = None
@@ -383,55 +383,65 @@ def prepare(flags: RunFlags) -> Prepared:
 
     sandbox_switch(env, {"sandbox": settings.sandbox})  # a bad switch fails before anything is made
     hook_config = _hook_config(settings)  # bad hooks fail here, before anything is created
+    from tether.runtime.backend_choice import build_backend
     from tether.runtime.mods.providers import ModProvider, is_mod_handle, no_mod_could_serve
 
-    if flags.model is not None:  # a bad handle or a missing key fails before anything is created
+    # A cloud run's agent, history and model live on a Letta server (None: the local backend).
+    hosted = build_backend(flags, env, store.home, cwd, system=flags.system_custom)
+    if flags.model is not None and hosted is None:  # a bad handle or a missing key fails first
         if not is_mod_handle(flags.model):
             resolve_provider(flags.model, store.home, env)
         elif why := no_mod_could_serve(flags.model, store.home, cwd, env, flags.no_mods):
             raise UsageError(why)
-    session = resolve_session(
-        store,
-        agent_id=flags.agent,
-        new_agent=flags.new_agent,
-        conversation=flags.conversation,
-        new_conversation=flags.new_conversation,
-        model=flags.model,
-        system=system_text(flags),
-        tags=flags.tags,
-        cwd=cwd,
-        env=env,
-    )
-    provider: Any
-    if is_mod_handle(session.model):  # a mod's provider: bound once mods are loaded, below
-        provider = ModProvider(session.model)
-        provider_name, model_id = provider.prefix, provider.model_id
+    backend: Any
+    provider: Any = None
+    if hosted is not None:
+        session, backend = hosted
     else:
-        provider_name, model_id = parse_handle(session.model)
-        provider = resolve_provider(session.model, store.home, env)
-    backend = LocalBackend(
-        store,
-        provider,
-        provider_name=provider_name,
-        model_id=model_id,
-        system=session.agent.system or system_text(flags),
-        cwd=cwd,
-        platform=f"{platform.system()} {platform.release()}",
-        today=date.today().isoformat(),
-    )
+        session = resolve_session(
+            store,
+            agent_id=flags.agent,
+            new_agent=flags.new_agent,
+            conversation=flags.conversation,
+            new_conversation=flags.new_conversation,
+            model=flags.model,
+            system=system_text(flags),
+            tags=flags.tags,
+            cwd=cwd,
+            env=env,
+        )
+        if is_mod_handle(session.model):  # a mod's provider: bound once mods are loaded, below
+            provider = ModProvider(session.model)
+            provider_name, model_id = provider.prefix, provider.model_id
+        else:
+            provider_name, model_id = parse_handle(session.model)
+            provider = resolve_provider(session.model, store.home, env)
+        backend = LocalBackend(
+            store,
+            provider,
+            provider_name=provider_name,
+            model_id=model_id,
+            system=session.agent.system or system_text(flags),
+            cwd=cwd,
+            platform=f"{platform.system()} {platform.release()}",
+            today=date.today().isoformat(),
+        )
     hooks = None
     if hook_config is not None:
         from tether.runtime.hooks import HookRunner, provider_model_call
 
         hooks = HookRunner(hook_config, cwd=cwd, agent_id=session.agent.id, session_id=session.agent.id,
-                           ask_model=provider_model_call(provider, model_id, store.home, env))
-    backend.context_window = context_window(env, session.agent.model_settings, provider_name)
-    backend.compaction_events = _CompactionEvents(hooks, lambda: prepared.mods)
-    backend.compaction = CompactionSettings.from_dict(
-        session.agent.extra.get("compaction_settings"), f"agent {session.agent.id}"
-    )
+                           ask_model=None if hosted is not None
+                           else provider_model_call(provider, model_id, store.home, env))
+    if hosted is None:
+        backend.context_window = context_window(env, session.agent.model_settings, provider_name)
+        backend.compaction_events = _CompactionEvents(hooks, lambda: prepared.mods)
+        backend.compaction = CompactionSettings.from_dict(
+            session.agent.extra.get("compaction_settings"), f"agent {session.agent.id}"
+        )
     prepared = Prepared(flags, env, cwd, store, session, backend, build_registry(flags, session.model), hooks)
-    backend.call_id_taken = prepared.call_id_taken
+    if hosted is None:
+        backend.call_id_taken = prepared.call_id_taken
     prepared.settings = settings
     prepared.policy = build_policy(flags, settings, cwd, Path(env.get("HOME") or Path.home()))
     prepared.policy.guards = file_guards(store.home, session.agent.id, env, scratch=prepared.scratch)
@@ -465,7 +475,8 @@ def prepare(flags: RunFlags) -> Prepared:
             store.home, session.agent.id, env, sandbox.policy.writable_roots, prepared.scratch
         )
     _add_subagents(prepared)
-    _add_memory(prepared)
+    if hosted is None:  # a hosted agent's memory lives on its server
+        _add_memory(prepared)
     _add_mcp(prepared)
     if flags.tools is not None:
         unknown = sorted(set(flags.tools) - set(prepared.registry.names()))
@@ -480,7 +491,8 @@ def prepare(flags: RunFlags) -> Prepared:
         provider.bind(prepared.mods)
     from tether.runtime.reflection import attach_reflection
 
-    attach_reflection(prepared)  # services["reflection"].after_turn(): the post-turn trigger
+    if hosted is None:
+        attach_reflection(prepared)  # services["reflection"].after_turn(): the post-turn trigger
     from tether.cli import gc_policy
 
     gc_policy.startup_done()
