@@ -256,3 +256,69 @@ class FakeTelegram:
                     "from": {"id": 1, "is_bot": True, "first_name": "Tether"},
                 }}
         return 404, {"ok": False, "error_code": 404, "description": f"no method {method}"}
+
+
+class FakeSlack:
+    """Slack's Web API methods the channel uses (auth.test, apps.connections.open,
+    chat.postMessage) and a Socket Mode websocket on loopback; slack-sdk reaches both through
+    WebClient(base_url=...). `push` sends an events_api envelope; `acks` are the envelope ids
+    the client acknowledged."""
+
+    BOT = "UBOT"
+
+    def __init__(self) -> None:
+        from websockets.sync.server import serve
+
+        self.posts: list[dict[str, Any]] = []
+        self.acks: list[str] = []
+        self.sockets: list[Any] = []
+        self._ts = 1000
+        self._envelopes = 0
+        self.ws_server = serve(self._socket, "127.0.0.1", 0)
+        self.ws_port = self.ws_server.socket.getsockname()[1]
+        threading.Thread(target=self.ws_server.serve_forever, daemon=True).start()
+        self.http = Recorder(self._respond)
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.http.url}/api/"
+
+    def close(self) -> None:
+        self.ws_server.shutdown()
+        self.http.close()
+
+    def _socket(self, ws: Any) -> None:
+        self.sockets.append(ws)
+        ws.send(json.dumps({"type": "hello", "num_connections": 1}))
+        try:
+            for raw in ws:
+                frame = json.loads(raw)
+                if "envelope_id" in frame:
+                    self.acks.append(frame["envelope_id"])
+        except Exception:  # noqa: BLE001 - the client went away
+            pass
+        finally:
+            self.sockets.remove(ws)
+
+    def push(self, event: dict[str, Any]) -> str:
+        self._envelopes += 1
+        envelope = f"env-{self._envelopes}"
+        wait_until(lambda: self.sockets, what="a Socket Mode connection")
+        self.sockets[-1].send(json.dumps({
+            "envelope_id": envelope, "type": "events_api", "accepts_response_payload": False,
+            "payload": {"type": "event_callback", "event_id": f"Ev{self._envelopes}",
+                        "event": event},
+        }))
+        return envelope
+
+    def _respond(self, srv: Recorder, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        method = path.rsplit("/", 1)[-1]
+        if method == "auth.test":
+            return 200, {"ok": True, "user_id": self.BOT, "bot_id": "BBOT", "team_id": "T1"}
+        if method == "apps.connections.open":
+            return 200, {"ok": True, "url": f"ws://127.0.0.1:{self.ws_port}/link"}
+        if method == "chat.postMessage":
+            self._ts += 1
+            self.posts.append(dict(body))
+            return 200, {"ok": True, "channel": body.get("channel"), "ts": f"{self._ts}.000100"}
+        return 200, {"ok": False, "error": "unknown_method"}

@@ -30,6 +30,11 @@ class ChatCommands:
     def is_answer(self, msg: InboundMessage) -> bool:
         return msg.text.strip().lower() in YES | NO and len(self._asks_in(msg)) == 1
 
+    def answers_an_ask(self, msg: InboundMessage) -> bool:
+        """A reply to an approval asked in this chat (a group needs no mention for it)."""
+        head = msg.text.strip().split(maxsplit=1)[0].lower() if msg.text.strip() else ""
+        return bool(self._asks_in(msg)) and (head in ("/approve", "/deny") or self.is_answer(msg))
+
     def _may_steer(self, msg: InboundMessage, verdict: Verdict) -> bool:
         account = self.gw.account_of[(msg.channel, msg.account_id)]
         return msg.chat_type == "direct" or verdict.admin or not account.admin_users

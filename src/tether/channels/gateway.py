@@ -173,6 +173,8 @@ class Gateway:
         account = self.account_of.get((msg.channel, msg.account_id))
         if account is None:
             return "handled:no-account"
+        if not msg.is_mention and self.commands.answers_an_ask(msg):
+            msg = replace(msg, is_mention=True)  # an answer in the chat the bot asked in
         verdict = access.decide(account, msg, self.env)
         if verdict.action in ("ignore", "deny"):
             return f"handled:{verdict.action}"
