@@ -86,7 +86,7 @@ class SetWorkingDirectoryTool:
     name = "SetWorkingDirectory"
     description = DESCRIPTION
     parameters = PARAMETERS
-    effect = Effect.READ
+    effect = Effect.EXEC  # not with the concurrent reads: it changes where later calls run
 
     def paths(self, args: Mapping[str, Any], cwd: Path) -> list[Path]:
         return paths_from(args, "path", cwd, default_cwd=False)
