@@ -286,3 +286,21 @@ def test_the_sandbox_follows_the_working_directory_into_a_worktree(workdir: Path
     assert not (workdir / "made-in-main").exists(), outputs  # the old root is no longer writable
     assert "Read-only file system" in outputs[1]
     assert (tree / "a.txt").read_text() == "edited\n" and (workdir / "a.txt").read_text() == "main\n"
+
+
+def test_set_working_directory_moves_later_calls_and_stays_inside(workdir: Path, tmp_path: Path) -> None:
+    (workdir / "pkg").mkdir()
+    script = [
+        {"tool_calls": [{"name": "SetWorkingDirectory", "arguments": {"path": "pkg"}}]},
+        {"tool_calls": [{"name": "Write", "arguments": {"file_path": "here.txt", "content": "x\n"}},
+                        {"name": "Bash", "arguments": {"command": "pwd", "description": "where"}}]},
+        {"tool_calls": [{"name": "SetWorkingDirectory", "arguments": {"path": str(tmp_path)}}]},
+        {"text": "done"},
+    ]  # fmt: skip
+    with FakeProvider(script) as fake:
+        run = _run(fake, workdir, CLAUDE, "--yolo")
+    assert run.code == 0, run.stderr
+    moved, wrote, pwd, outside = _returns(run)
+    assert moved["status"] == "success" and (workdir / "pkg" / "here.txt").read_text() == "x\n"
+    assert pwd["tool_return"].strip() == str((workdir / "pkg").resolve())
+    assert outside["status"] == "error" and "outside the directories" in outside["tool_return"]
