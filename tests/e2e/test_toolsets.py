@@ -304,3 +304,19 @@ def test_set_working_directory_moves_later_calls_and_stays_inside(workdir: Path,
     assert moved["status"] == "success" and (workdir / "pkg" / "here.txt").read_text() == "x\n"
     assert pwd["tool_return"].strip() == str((workdir / "pkg").resolve())
     assert outside["status"] == "error" and "outside the directories" in outside["tool_return"]
+
+
+def test_gemini_tools_read_and_replace(workdir: Path) -> None:
+    (workdir / "a.py").write_text("x = 1\n")
+    script = [
+        {"tool_calls": [{"name": "read_file", "arguments": {"absolute_path": str(workdir / "a.py")}},
+                        {"name": "replace", "arguments": {"file_path": "a.py", "old_string": "x = 1",
+                                                          "new_string": "x = 2"}}]},
+        {"text": "done"},
+    ]  # fmt: skip
+    with FakeProvider(script) as fake:
+        run = _run(fake, workdir, CLAUDE, "--toolset", "gemini", "--permission-mode", "acceptEdits")
+    assert run.code == 0, run.stderr
+    read, replaced = _returns(run)
+    assert read["status"] == "success" and "x = 1" in read["tool_return"]
+    assert replaced["status"] == "success" and (workdir / "a.py").read_text() == "x = 2\n"
