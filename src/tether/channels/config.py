@@ -187,6 +187,7 @@ class Route:
         out["account"] = out.pop("account_id")
         out["agent"] = out.pop("agent_id")
         out["conversation"] = out.pop("conversation_id")
+        out["chat"] = out.pop("chat_id")
         return out
 
 
@@ -216,12 +217,7 @@ class RouteTable:
         return routes
 
     def save(self, routes: list[Route]) -> None:
-        items = []
-        for r in routes:
-            item = r.to_yaml()
-            item["chat"] = item.pop("chat_id")
-            items.append(item)
-        _write_yaml(self.path, {"routes": items})
+        _write_yaml(self.path, {"routes": [r.to_yaml() for r in routes]})
 
     def add(self, route: Route) -> None:
         routes = [r for r in self.load() if r.key() != route.key()]
