@@ -28,7 +28,7 @@ def bash_call(command: str) -> dict:
 def test_text_reply_stream_json(model: str, workdir: Path, tether_home: Path) -> None:
     with FakeProvider([{"text": "Hello from the fake model", "usage": {"input": 11, "output": 5}}]) as fake:
         run = run_tether(
-            ["-p", "say hello", "--model", model, "--output-format", "stream-json"],
+            ["-p", "say hello", "--model", model, "--toolset", "default", "--output-format", "stream-json"],
             env=tether_env(fake.url, model), cwd=workdir,
         )
         assert fake.violations == []
@@ -61,7 +61,8 @@ def test_bash_tool_call_then_answer(model: str, workdir: Path, tether_home: Path
     ]
     with FakeProvider(script) as fake:
         run = run_tether(
-            ["-p", "write a file", "--model", model, "--output-format", "stream-json", "--yolo"],
+            ["-p", "write a file", "--model", model, "--toolset", "default", "--output-format", "stream-json",
+             "--yolo"],
             env=tether_env(fake.url, model), cwd=workdir,
         )
         assert fake.violations == []
@@ -110,7 +111,7 @@ def test_standard_mode_runs_read_only_tools_inside_cwd(workdir: Path, tmp_path: 
         {"text": "read"},
     ]
     with FakeProvider(script) as fake:
-        run = run_tether(["-p", "read", "--model", model, "--output-format", "stream-json"],
+        run = run_tether(["-p", "read", "--model", model, "--toolset", "default", "--output-format", "stream-json"],
                          env=tether_env(fake.url, model), cwd=workdir)
     assert run.code == 0, run.stderr
     calls = [c["tool_call"]["tool_call_id"] for c in run.of_type("message", "tool_call_message")]
@@ -315,9 +316,10 @@ def test_kill_9_mid_tool_then_resume_reports_an_unknown_outcome(workdir: Path, t
     ]
     with FakeProvider(script) as fake:
         env = tether_env(fake.url, model)
-        first = run_tether(["-p", "a", "--model", model, "--output-format", "json"], env=env, cwd=workdir)
+        first = run_tether(["-p", "a", "--model", model, "--toolset", "default", "--output-format", "json"],
+                           env=env, cwd=workdir)
         conv = json.loads(first.stdout)["conversation_id"]
-        victim = subprocess.Popen([TETHER, "-p", "b", "--conversation", conv, "--yolo"], env=env, cwd=workdir,
+        victim = subprocess.Popen([TETHER, "-p", "b", "--conversation", conv, "--yolo", "--toolset", "default"], env=env, cwd=workdir,
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   start_new_session=True)
         deadline = time.monotonic() + 20

@@ -112,7 +112,7 @@ def test_keep_alive_off_is_one_connection_per_step(workdir: Path) -> None:
     script = [{"tool_calls": [{"name": "LS", "arguments": {"path": "."}}]}] * 2 + [{"text": "ok"}]
     with FakeProvider(script, keep_alive=True) as fake:
         env = tether_env(fake.url, model, {"TETHER_HTTP_KEEPALIVE": "0"})
-        run = run_tether(["-p", "ls", "--model", model], env=env, cwd=workdir)
+        run = run_tether(["-p", "ls", "--model", model, "--toolset", "default"], env=env, cwd=workdir)
     assert run.code == 0, run.stderr
     assert fake.connections == 3
     assert all(r["headers"].get("connection") == "close" for r in fake.requests)

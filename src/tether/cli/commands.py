@@ -82,6 +82,8 @@ def _messages(argv: list[str]) -> int:
     ls.add_argument("--conversation", "--conv", required=True)
     ls.add_argument("--agent")
     ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--format", choices=("pi", "letta"), default="pi",
+                    help="pi: the transcript's own shape; letta: Letta API messages (message_type)")
     ns = p.parse_args(argv)
     from tether.protocol.messages import message_to_dict
 
@@ -92,8 +94,13 @@ def _messages(argv: list[str]) -> int:
         agent_id = ns.agent
     else:
         agent_id = store.get_conversation(ns.conversation).agent_id
-    messages = store.transcript(agent_id, ns.conversation).load()
-    _print_json([message_to_dict(m) for m in messages[-ns.limit :]])
+    messages = store.transcript(agent_id, ns.conversation).load()[-ns.limit :]
+    if ns.format == "letta":
+        from tether.cli.letta_messages import letta_messages
+
+        _print_json(letta_messages(messages))
+    else:
+        _print_json([message_to_dict(m) for m in messages])
     return 0
 
 

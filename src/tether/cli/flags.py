@@ -119,6 +119,8 @@ def _parser() -> _Parser:
     p.add_argument("--toolset", default="auto", help="auto | default | codex | codex_snake | gemini")
     p.add_argument("--base-tools", help="comma list of built-in tools offered instead of the toolset's")
     p.add_argument("--no-mods", action="store_true", help="load no mods this run")
+    p.add_argument("--no-system-info-reminder", action="store_true")  # tether sends none
+    p.add_argument("--embedding")  # accepted: the local backend embeds nothing (no archival search)
     p.add_argument("--mcp-config", action="append", default=[], metavar="FILE|JSON",
                    help='MCP servers to start: a file or inline JSON {"mcpServers": {...}}; repeatable')
     p.add_argument("--strict-mcp-config", action="store_true",

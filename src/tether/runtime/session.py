@@ -70,9 +70,11 @@ def resolve_session(
         elif not new_agent and (last := _last_agent(store, cwd)) is not None:
             agent = last
         else:
-            if model is None and _default_model(store.home, env) is None:
+            # The agent keeps the model it was made with: resuming without -m keeps using it.
+            default = model or _default_model(store.home, env)
+            if default is None:
                 raise UsageError(NO_MODEL)  # before anything is created
-            agent = store.create_agent(model=model, system=system, tags=tuple(tags))
+            agent = store.create_agent(model=default, system=system, tags=tuple(tags))
             created = True
         if conversation == "default":
             conversation_id = store.default_conversation(agent.id).id
