@@ -403,3 +403,54 @@ def test_headless_runs_of_an_install_update_it_in_the_background(
         assert f"tether: tether updated from {OLD} to {NEW} (with venv); restart" in second.stderr
         third = run(argv, env, timeout=60)
         assert third.stdout.strip() == "four" and "updated" not in third.stderr
+
+
+def test_each_installer_gets_its_own_command(tmp_path: Path) -> None:
+    from tether.runtime.updater import Install
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("uv", "pipx"):
+        (bin_dir / tool).write_text("#!/bin/sh\n")
+        (bin_dir / tool).chmod(0o755)
+    on_path = {"PATH": str(bin_dir)}
+    site = tmp_path / "venvs" / "tether" / "lib" / "site-packages" / "tether"
+    python = str(tmp_path / "venvs" / "tether" / "bin" / "python")
+    idx = "http://127.0.0.1:1/simple"
+    assert Install("uv", python, site).command("tether", "1.2.0", idx, on_path) == [
+        str(bin_dir / "uv"),
+        "tool",
+        "install",
+        "--force",
+        "--index-url",
+        idx,
+        "tether==1.2.0",
+    ]
+    assert Install("pipx", python, site).command("tether", "1.2.0", None, on_path) == [
+        str(bin_dir / "pipx"),
+        "runpip",
+        "tether",
+        "install",
+        "--upgrade",
+        "tether==1.2.0",
+    ]
+    # without the tool on PATH, the install's own pip does the same job
+    for kind in ("uv", "pipx", "venv"):
+        assert Install(kind, python, site).command("tether", "1.2.0", idx, {"PATH": ""})[:4] == [
+            python,
+            "-m",
+            "pip",
+            "install",
+        ]
+
+
+def test_forced_package_manager_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tether.runtime import updater
+
+    monkeypatch.setattr(updater, "_editable", lambda location: False)
+    monkeypatch.setattr(
+        tether, "__file__", "/opt/v/lib/python3.11/site-packages/tether/__init__.py"
+    )
+    assert updater.detect_install({"TETHER_PACKAGE_MANAGER": "uv"}).kind == "uv"
+    with pytest.raises(updater.UpdateError, match="use pipx, uv or pip"):
+        updater.detect_install({"TETHER_PACKAGE_MANAGER": "npm"})
