@@ -81,8 +81,8 @@ def test_message_channel_reaches_only_chats_of_its_own_conversation(
         result = json.dumps(fake.requests[1]["body"])
     assert receiver.calls == []  # nothing reached any chat
     refusals = ("is not routed to this conversation", "is running in this gateway",
-                "MessageChannel needs string")
-    assert any(r in result for r in refusals), result
+                "MessageChannel needs string", "Invalid arguments for MessageChannel")
+    assert any(r in result for r in refusals), result[:2000]
     db = sqlite3.connect(tether_home / "channels" / "gateway.db")
     assert db.execute("SELECT count(*) FROM outbox WHERE state = 'sent'").fetchone() == (0,)
 
