@@ -116,7 +116,7 @@ def test_bad_external_tools_are_refused_by_name(
                           "create_agent": {"body": {"model": "anthropic/claude-test"}}, **extra})
             answer = await c.wait_for(lambda f: f.get("request_id") == "r")
             assert answer.get("success") is not True
-            assert why in (answer.get("message") or answer.get("error")), answer
+            assert why in str(answer.get("message") or answer.get("error")), answer
 
     with FakeProvider([{"text": "unused"}]) as fake:
         point_at(fake, monkeypatch)

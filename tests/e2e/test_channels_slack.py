@@ -9,6 +9,7 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,7 @@ def test_an_approval_is_asked_and_answered_in_a_slack_thread(
                                            "description": "make the file"}}
     done = {"name": "MessageChannel", "arguments": {
         "channel": "slack", "chat_id": "C1", "thread_id": "1700000000.000100", "text": "made it"}}
-    script = [{"tool_calls": [write]}, {"tool_calls": [done]}, {"text": "finished"}]
+    script: list[dict[str, Any]] = [{"tool_calls": [write]}, {"tool_calls": [done]}, {"text": "finished"}]
     with FakeProvider(script) as fake:
         stack = Stack(fake.url, tether_home, tmp_path, workdir)
         try:

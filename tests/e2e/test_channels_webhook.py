@@ -54,7 +54,7 @@ def configure(stack: Stack, receiver: Recorder, port: int, *extra: str) -> str:
 def test_allowed_user_reaches_the_agent_and_its_reply_goes_out(
     tmp_path: Path, tether_home: Path, workdir: Path, receiver: Recorder
 ) -> None:
-    script = [{"tool_calls": [reply("c1", "hi back")]}, {"text": "done"}]
+    script: list[dict[str, Any]] = [{"tool_calls": [reply("c1", "hi back")]}, {"text": "done"}]
     with FakeProvider(script) as fake:
         stack = Stack(fake.url, tether_home, tmp_path, workdir)
         try:
@@ -129,7 +129,7 @@ def test_unknown_user_gets_the_pairing_flow_and_nothing_reaches_the_agent(
 def test_gateway_kill_between_receive_and_reply_loses_and_duplicates_nothing(
     tmp_path: Path, tether_home: Path, workdir: Path, receiver: Recorder
 ) -> None:
-    script = [{"tool_calls": [reply("c1", "once")], "delay_ms": 1500}, {"text": "done"}]
+    script: list[dict[str, Any]] = [{"tool_calls": [reply("c1", "once")], "delay_ms": 1500}, {"text": "done"}]
     with FakeProvider(script) as fake:
         stack = Stack(fake.url, tether_home, tmp_path, workdir)
         try:
@@ -153,7 +153,7 @@ def test_gateway_kill_between_receive_and_reply_loses_and_duplicates_nothing(
 def test_gateway_kill_while_sending_never_sends_twice(
     tmp_path: Path, tether_home: Path, workdir: Path, receiver: Recorder
 ) -> None:
-    script = [{"tool_calls": [reply("c1", "exactly once")]}, {"text": "done"}]
+    script: list[dict[str, Any]] = [{"tool_calls": [reply("c1", "exactly once")]}, {"text": "done"}]
     with FakeProvider(script) as fake:
         stack = Stack(fake.url, tether_home, tmp_path, workdir)
         try:

@@ -67,7 +67,7 @@ def test_message_channel_reaches_only_chats_of_its_own_conversation(
     tmp_path: Path, tether_home: Path, workdir: Path, receiver: Recorder, route_chat: str,
     args: dict[str, Any],
 ) -> None:
-    script = [{"tool_calls": [{"name": "MessageChannel", "arguments": args}]}, {"text": "ok"}]
+    script: list[dict[str, Any]] = [{"tool_calls": [{"name": "MessageChannel", "arguments": args}]}, {"text": "ok"}]
     with FakeProvider(script) as fake:
         stack, port = _stack(fake, tmp_path, tether_home, workdir, receiver, route_chat,
                              "--allow", "u1")

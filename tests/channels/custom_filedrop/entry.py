@@ -20,7 +20,7 @@ class FileDropAdapter:
         self.id = f"filedrop/{account.account_id}"
         self.name = self.id
         self.dir = Path(account.config["dir"])
-        self.on_message = None
+        self.on_message: Any = None  # set by the host before start()
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
