@@ -73,13 +73,13 @@ CASES = [
         "read-provider-key-via-symlink",
         _link("p", lambda w: w.tether_home / "providers" / "anthropic.json"),
         lambda w: tool("Read", file_path="p"),
-        refused_in=("Read refused",),
+        refused_in=("Read refused", "tether state guard"),  # the tool, or the permission layer
     ),
     Case(
         "read-provider-key-via-symlinked-dir",
         _link("d", lambda w: w.tether_home),
         lambda w: tool("Read", file_path="d/providers/anthropic.json"),
-        refused_in=("Read refused",),
+        refused_in=("Read refused", "tether state guard"),
     ),
     Case(
         "read-provider-key-direct",
@@ -161,8 +161,8 @@ def test_sandbox_on_unrestricted_tools_keep_the_boundary(world: World, case: Cas
     output = outcome.outputs[0]
     if case.call(world)["name"] != "Read":  # a listing names no file inside a hidden tree
         assert not any(name in output for name in HIDDEN_NAMES), outcome.explain()
-    for words in case.refused_in:
-        assert words in output, outcome.explain()
+    if case.refused_in:  # refused by one of the layers named, never leaked
+        assert any(words in output for words in case.refused_in), outcome.explain()
 
 
 @pytest.mark.parametrize(
@@ -174,8 +174,8 @@ def test_sandbox_off_unrestricted_tools_never_reach_tether_state(world: World, c
     outcome = _outcome(world, case, NO_SANDBOX, UNRESTRICTED)
     if case.call(world)["name"] != "Read":
         assert "anthropic.json" not in outcome.outputs[0], outcome.explain()
-    for words in case.refused_in:
-        assert words in outcome.outputs[0], outcome.explain()
+    if case.refused_in:
+        assert any(words in outcome.outputs[0] for words in case.refused_in), outcome.explain()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

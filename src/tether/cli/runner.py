@@ -252,6 +252,7 @@ class Prepared:
             env={
                 "TETHER_AGENT_ID": self.session.agent.id,
                 "TETHER_CONVERSATION_ID": self.session.conversation_id,
+                "TETHER_PYTHON": sys.executable,  # bundled skills' scripts run with tether's Python
             },
         )
 

@@ -170,7 +170,11 @@ class TetherApp(App[int]):
             with contextlib.redirect_stderr(captured):
                 if self.flags.resume and not apply_resume(self.flags):
                     print("tether: nothing to resume yet; this is a new conversation", file=sys.stderr)
-                return prepare(self.flags)
+                prepared = prepare(self.flags)
+                from tether.runtime.updater import startup_check
+
+                startup_check(prepared.env, prepared.store.home)  # the daily update check
+                return prepared
 
         try:
             self._prepared = await asyncio.to_thread(work)
@@ -185,7 +189,15 @@ class TetherApp(App[int]):
             return
         self._session_ready()
 
+    def _answer_questions_here(self) -> None:
+        """AskUserQuestion allowed without an approval dialog (a mode that asks nothing) still
+        reaches the user: the session's `ask_user` service shows the question dialog."""
+        from tether.tui.approvals import question_service
+
+        self.prepared.services["ask_user"] = question_service(self._show_approval)
+
     def _session_ready(self) -> None:
+        self._answer_questions_here()
         self.prompt_box.prompt_history[:0] = self._read_history()
         s = self.prepared.session
         self.notice(
@@ -229,6 +241,7 @@ class TetherApp(App[int]):
         self.flags.new_agent = self.flags.new_conversation = False
         fresh = await asyncio.to_thread(prepare, self.flags)
         old, self._prepared = p, fresh
+        self._answer_questions_here()
         await old.shutdown()
         self.notice(f"Trusted {p.cwd}: its project settings now apply.", "info")
         self.refresh_status()

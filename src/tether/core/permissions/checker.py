@@ -59,7 +59,10 @@ from tether.core.permissions.rules import (
 )
 
 # Step 11: tools that only change conversation state, and subagents that only read history.
-DEFAULT_ALLOWED = frozenset({"TodoWrite", "TaskOutput", "TaskStop", "update_plan", "memory"})
+DEFAULT_ALLOWED = frozenset({
+    "TodoWrite", "TaskOutput", "TaskStop", "update_plan", "UpdatePlan", "memory",
+    "TaskCreate", "TaskGet", "TaskList", "TaskUpdate",
+})
 READ_ONLY_SUBAGENTS = frozenset({"recall", "Recall", "reflection", "Reflection", "history-analyzer"})
 _PRIMARY_ARGUMENT = {"Task": "subagent_type", "Skill": "skill", "WebFetch": "url"}
 
