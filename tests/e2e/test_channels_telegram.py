@@ -64,3 +64,50 @@ def test_a_user_not_on_the_allowlist_gets_the_pairing_flow_and_nothing_reaches_t
     text = telegram.sent[0]["text"]
     assert telegram.sent[0]["chat_id"] == "42" and "pairing code" in text
     assert "tether channels pair telegram" in text
+
+
+def _post_update(port: int, update: dict[str, object], secret: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/telegram", json.dumps(update).encode(), method="POST",
+        headers={"Content-Type": "application/json",
+                 "X-Telegram-Bot-Api-Secret-Token": secret},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_webhook_mode_checks_the_secret_token_and_delivers(
+    tmp_path: Path, tether_home: Path, workdir: Path, telegram: FakeTelegram
+) -> None:
+    from tests.channels.platforms import free_port
+
+    call = {"name": "MessageChannel",
+            "arguments": {"channel": "telegram", "chat_id": "42", "text": "via webhook"}}
+    update = {"update_id": 9, "message": {
+        "message_id": 77, "date": 1700000000, "text": "hook hello",
+        "chat": {"id": 42, "type": "private"},
+        "from": {"id": 42, "is_bot": False, "first_name": "Ann"}}}
+    with FakeProvider([{"tool_calls": [call]}, {"text": "done"}]) as fake:
+        stack = Stack(fake.url, tether_home, tmp_path, workdir)
+        try:
+            port = free_port()
+            configure(stack, telegram, "--allow", "42", "--set", "mode=webhook",
+                      "--set", f"port={port}", "--set", "secret_token=hook-secret")
+            stack.start_gateway()
+            for wrong in ("", "hook-secreT", "hook-secret2", "x" * 300):
+                assert _post_update(port, update, wrong) == 401
+            assert fake.requests == []
+            assert _post_update(port, update, "hook-secret") == 200
+            assert _post_update(port, update, "hook-secret") == 200  # a redelivery: dropped
+            wait_until(lambda: telegram.sent, what="sendMessage")
+            wait_until(lambda: len(fake.requests) == 2, what="the turn to finish")
+        finally:
+            stack.stop()
+        assert "hook hello" in json.dumps(fake.requests[0]["body"])
+    assert [m["text"] for m in telegram.sent] == ["via webhook"]

@@ -173,3 +173,35 @@ def test_gateway_kill_while_sending_never_sends_twice(
         continuation = json.dumps(fake.requests[1]["body"])
         assert "may have been delivered" in continuation
     assert [c[1]["text"] for c in receiver.calls] == ["exactly once"]
+
+
+def test_channel_slash_commands(
+    tmp_path: Path, tether_home: Path, workdir: Path, receiver: Recorder
+) -> None:
+    with FakeProvider([{"text": "only the resumed message gets here"}]) as fake:
+        stack = Stack(fake.url, tether_home, tmp_path, workdir)
+        try:
+            port = free_port()
+            agent = configure(stack, receiver, port, "--allow", "u1")
+            stack.start_gateway()
+
+            def command(n: int, text: str) -> str:
+                assert post_webhook(port, inbound(f"cmd{n}", text=text)) == 200
+                wait_until(lambda: len(receiver.calls) >= n, what=f"the answer to {text}")
+                return str(receiver.calls[n - 1][1]["text"])
+
+            assert "You are u1 (allowed user) in chat c1" in command(1, "/whoami")
+            assert f"agent {agent}, conversation default" in command(2, "/chat")
+            assert "approvals waiting: 0" in command(3, "/status")
+            assert "Paused" in command(4, "/pause")
+            assert post_webhook(port, inbound("while-paused", text="are you there?")) == 200
+            assert "(paused)" in command(5, "/status")
+            assert "Resumed" in command(6, "/resume")
+            assert "Nothing was running" in command(7, "/cancel")
+            assert "No such approval" in command(8, "/approve abc123")
+            assert post_webhook(port, inbound("after", text="back again")) == 200
+            wait_until(lambda: fake.requests, what="the resumed message")
+        finally:
+            stack.stop()
+        sent = json.dumps([r["body"] for r in fake.requests])
+    assert "back again" in sent and "are you there?" not in sent and "/whoami" not in sent
