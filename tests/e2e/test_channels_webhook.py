@@ -205,3 +205,29 @@ def test_channel_slash_commands(
             stack.stop()
         sent = json.dumps([r["body"] for r in fake.requests])
     assert "back again" in sent and "are you there?" not in sent and "/whoami" not in sent
+
+
+def test_a_new_conversation_route_keeps_its_conversation_across_gateway_restarts(
+    tmp_path: Path, tether_home: Path, workdir: Path, receiver: Recorder
+) -> None:
+    with FakeProvider([{"text": "first answer"}, {"text": "second answer"}]) as fake:
+        stack = Stack(fake.url, tether_home, tmp_path, workdir)
+        try:
+            port = free_port()
+            agent = stack.agent()
+            stack.channels("configure", "webhook", "--set", f"secret={SECRET}",
+                           "--set", f"outbound_url={receiver.url}/out", "--set", f"port={port}",
+                           "--allow", "u1")
+            stack.channels("route", "add", "webhook", "c1", "--agent", agent,
+                           "--conversation", "new")
+            stack.start_gateway()
+            assert post_webhook(port, inbound("m1", text="remember the number 7")) == 200
+            wait_until(lambda: fake.requests, what="the first turn")
+            stack.kill_gateway()
+            stack.start_gateway()
+            assert post_webhook(port, inbound("m2", text="which number?")) == 200
+            wait_until(lambda: len(fake.requests) == 2, what="the second turn")
+        finally:
+            stack.stop()
+        second = json.dumps(fake.requests[1]["body"])
+    assert "remember the number 7" in second and "first answer" in second

@@ -230,10 +230,12 @@ class Gateway:
                 "external_tools": [{"scope_id": f"channels:{route.key()}",
                                     "tools": [MESSAGE_CHANNEL]}],
             }
-            if route.conversation_id == "new":
-                frame["create_conversation"] = {}
+            made = self.journal.route_conversation(route.key(), route.agent_id)
+            if route.conversation_id == "new" and made is None:
+                frame["create_conversation"] = {}  # once: kept for the route from then on
             else:
-                frame["conversation_id"] = route.conversation_id
+                frame["conversation_id"] = made if route.conversation_id == "new" else (
+                    route.conversation_id)
             cwd = route.cwd or self.cwd
             if cwd is not None:
                 frame["cwd"] = cwd
@@ -244,6 +246,10 @@ class Gateway:
                     f"{answer.get('error') or answer.get('message')}"
                 )
             handle = RuntimeHandle(route, answer["runtime"])
+            if route.conversation_id == "new":
+                self.journal.remember_conversation(
+                    route.key(), route.agent_id, answer["runtime"]["conversation_id"]
+                )
             self.runtimes[route.key()] = handle
             return handle
 

@@ -91,6 +91,20 @@ class Journal:
             out.add((b["channel"], b["account_id"], b["chat_id"]))
         return out
 
+    def route_conversation(self, route: str, agent_id: str) -> str | None:
+        """The conversation a `conversation: new` route was given the first time."""
+        row = self.db.execute(
+            "SELECT conversation_id FROM runtimes WHERE route = ? AND agent_id = ?",
+            (route, agent_id),
+        ).fetchone()
+        return str(row[0]) if row else None
+
+    def remember_conversation(self, route: str, agent_id: str, conversation_id: str) -> None:
+        self.db.execute(
+            "INSERT OR REPLACE INTO runtimes (route, agent_id, conversation_id) VALUES (?, ?, ?)",
+            (route, agent_id, conversation_id),
+        )
+
     # --- outbound --------------------------------------------------------------------------
 
     def reply_state(self, tool_call_id: str) -> tuple[str, Any] | None:
