@@ -121,3 +121,32 @@ def test_bad_external_tools_are_refused_by_name(
     with FakeProvider([{"text": "unused"}]) as fake:
         point_at(fake, monkeypatch)
         asyncio.run(scenario())
+
+
+def test_external_tools_survive_a_move_to_another_folder(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+
+    async def scenario() -> None:
+        async with InProcess(project) as srv, srv.connect() as ws:
+            c = Client(ws)
+            started = await c.start(project, external_tools=[{"tools": [TOOL]}])
+            runtime = started["runtime"]
+            await c.send({"type": "change_device_state", "request_id": "move",
+                          "runtime": runtime, "payload": {"cwd": str(other)}})
+            moved = await c.of_type("change_device_state_response")
+            assert moved["applied"] is True
+            await c.say(runtime, "hi")
+            request = await c.of_type("external_tool_call_request")
+            await c.send({"type": "external_tool_call_response",
+                          "request_id": request["request_id"], "result": "delivered"})
+            finished = await c.of_type("turn_finished")
+            assert finished["stop_reason"] == "end_turn", finished
+
+    with FakeProvider([{"tool_calls": [reply("x")]}, {"text": "done"}]) as fake:
+        point_at(fake, monkeypatch)
+        asyncio.run(scenario())
+        assert str(other) in json.dumps(fake.requests[0]["body"])  # the rebuilt runtime ran it
+        assert "delivered" in json.dumps(fake.requests[1]["body"])

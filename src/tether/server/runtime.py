@@ -272,6 +272,7 @@ class ConversationRuntime:
                 workspace_sandbox=self.sandboxed,
             )
             self._built_trusted = self._folder_trusted()
+            self._carry_external_tools(old)
             asyncio.ensure_future(old.shutdown())
         elif mode is not None:
             self.p.flags.permission_mode = mode
@@ -315,6 +316,13 @@ class ConversationRuntime:
                 self.abort_event = None
                 self._set_status("WAITING_ON_INPUT")
 
+    def _carry_external_tools(self, old: Prepared) -> None:
+        """Tools a client registered (server/external_tools.py) belong to the runtime, not to
+        its folder: a rebuilt runtime keeps them."""
+        for tool in old.registry.tools().values():
+            if getattr(tool, "external", False) and self.p.registry.get(tool.name) is None:
+                self.p.registry.register(tool)
+
     def _folder_trusted(self) -> bool:
         from tether.runtime.trust import TrustStore
 
@@ -332,6 +340,7 @@ class ConversationRuntime:
             self.ctx, self.scope, old.cwd, given, workspace_sandbox=self.sandboxed
         )
         self._built_trusted = False
+        self._carry_external_tools(old)
         asyncio.ensure_future(old.shutdown())
         self.broadcast(error_frame(
             f"{old.cwd} changed since it was trusted (run `tether trust --status` there to see "
