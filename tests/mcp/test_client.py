@@ -29,7 +29,7 @@ def test_time_server_tools_registered_and_called(tmp_path: Path) -> None:
     async def go() -> tuple[list[str], str, bool]:
         registry = ToolRegistry()
         servers = McpServers((TIME,), env=dict(os.environ))
-        servers._on_change = registrar(lambda: registry, servers)
+        servers.on_change = registrar(lambda: registry, servers)
         try:
             await servers.ready()
             tool = registry.get("mcp__time__get_current_time")
@@ -75,7 +75,7 @@ def test_server_that_dies_mid_session_withdraws_its_tools(tmp_path: Path) -> Non
     async def go() -> tuple[bool, str, list[str]]:
         registry = ToolRegistry()
         servers = McpServers((TIME,), env=dict(os.environ))
-        servers._on_change = registrar(lambda: registry, servers)
+        servers.on_change = registrar(lambda: registry, servers)
         try:
             await servers.ready()
             tool = registry.get("mcp__time__get_current_time")
