@@ -231,3 +231,26 @@ def test_a_new_conversation_route_keeps_its_conversation_across_gateway_restarts
             stack.stop()
         second = json.dumps(fake.requests[1]["body"])
     assert "remember the number 7" in second and "first answer" in second
+
+
+def test_a_reply_the_platform_refused_is_retried_and_delivered_once(
+    tmp_path: Path, tether_home: Path, workdir: Path
+) -> None:
+    flaky = Recorder(lambda srv, path, body: (503, {"error": "busy"}) if len(srv.calls) == 1
+                     else (200, {"message_id": "out-ok"}))
+    script: list[dict[str, Any]] = [{"tool_calls": [reply("c1", "persist")]}, {"text": "done"}]
+    try:
+        with FakeProvider(script) as fake:
+            stack = Stack(fake.url, tether_home, tmp_path, workdir)
+            try:
+                port = free_port()
+                configure(stack, flaky, port, "--allow", "u1")
+                stack.start_gateway()
+                assert post_webhook(port, inbound("m1")) == 200
+                wait_until(lambda: len(fake.requests) == 2, what="the turn to finish")
+            finally:
+                stack.stop()
+            assert "Sent (message id out-ok)" in json.dumps(fake.requests[1]["body"])
+        assert [c[1]["text"] for c in flaky.calls] == ["persist", "persist"]  # refused, then sent
+    finally:
+        flaky.close()

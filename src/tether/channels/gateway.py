@@ -136,6 +136,14 @@ class Gateway:
         """(Re)start every route's runtime with MessageChannel, so calls waiting for a
         gateway (one that crashed mid-reply) come to this one."""
         self.runtimes.clear()
+        info = await self.link.call({"type": "app_server_info",
+                                     "request_id": self.link.request_id("info")})
+        if not (info.get("capabilities") or {}).get("runtime_external_tools_update"):
+            raise TetherError(
+                f"the App Server at {self.server_url} does not take client tools "
+                "(capability runtime_external_tools_update), so agents could not reply; "
+                "upgrade it"
+            )
         for route in self.routes.load():
             if (route.channel, route.account_id) in self.adapters:
                 await self.ensure_runtime(route)
