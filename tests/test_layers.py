@@ -128,7 +128,7 @@ def edges() -> set[tuple[str, str]]:
 
 def breaks_rule(source: str, target: str) -> bool:
     src, dst = _package(source), _package(target)
-    if src == dst or src == ROOT:
+    if src in (dst, ROOT):
         return False
     if dst == ROOT:
         return target != "tether"  # the package itself is data (__version__); __main__ is not
