@@ -127,11 +127,13 @@ def post_webhook(port: int, body: dict[str, Any], signature: str | None = None) 
 class Stack:
     """A `tether server` and a `tether channel-gateway` on one TETHER_HOME."""
 
-    def __init__(self, fake_url: str, home: Path, tmp: Path, project: Path) -> None:
+    def __init__(self, fake_url: str, home: Path, tmp: Path, project: Path,
+                 *server_args: str, gateway_args: tuple[str, ...] = ()) -> None:
         self.env = server_env(fake_url, home, tmp)
         self.env["TETHER_CRON"] = "0"
         self.home, self.project = home, project
-        self.server = ServerProcess(self.env, project)
+        self.gateway_args = gateway_args
+        self.server = ServerProcess(self.env, project, *server_args)
         self.gateway: subprocess.Popen[str] | None = None
         self.gateway_lines: list[str] = []
 
@@ -150,7 +152,8 @@ class Stack:
     def start_gateway(self) -> None:
         self.gateway_lines = []
         self.gateway = subprocess.Popen(
-            [TETHER, "channel-gateway", "--server", self.server.url, "--cwd", str(self.project)],
+            [TETHER, "channel-gateway", "--server", self.server.url, "--cwd", str(self.project),
+             *self.gateway_args],
             env=self.env, cwd=self.project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True,
         )

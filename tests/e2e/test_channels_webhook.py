@@ -254,3 +254,24 @@ def test_a_reply_the_platform_refused_is_retried_and_delivered_once(
         assert [c[1]["text"] for c in flaky.calls] == ["persist", "persist"]  # refused, then sent
     finally:
         flaky.close()
+
+
+def test_the_gateway_authenticates_to_a_token_protected_server(
+    tmp_path: Path, tether_home: Path, workdir: Path, receiver: Recorder
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("channel-gateway-token\n")
+    token.chmod(0o600)
+    script: list[dict[str, Any]] = [{"tool_calls": [reply("c1", "authed")]}, {"text": "done"}]
+    with FakeProvider(script) as fake:
+        stack = Stack(fake.url, tether_home, tmp_path, workdir, "--ws-auth", "capability-token",
+                      "--ws-token-file", str(token), gateway_args=("--token-file", str(token)))
+        try:
+            port = free_port()
+            configure(stack, receiver, port, "--allow", "u1")
+            stack.start_gateway()
+            assert post_webhook(port, inbound("m1")) == 200
+            wait_until(lambda: receiver.calls, what="the reply")
+        finally:
+            stack.stop()
+    assert receiver.calls[0][1]["text"] == "authed"
