@@ -60,3 +60,20 @@ def test_a_configure_missing_a_required_field_is_refused_by_name(
     proc = subprocess.run([*run, "configure", "nosuch"], env=env, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 1 and "no channel 'nosuch'" in proc.stderr
+
+
+def test_the_gateway_names_what_is_missing(tmp_path: Path, tether_home: Path) -> None:
+    from tests.e2e.support import TETHER
+
+    env = {"TETHER_HOME": str(tether_home), "HOME": str(tmp_path / "home"),
+           "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([TETHER, "channel-gateway"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1 and "--server" in proc.stderr
+    proc = subprocess.run([TETHER, "channel-gateway", "--server", "ws://127.0.0.1:9/ws"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "no channel account is configured" in proc.stderr
+    proc = subprocess.run([TETHER, "channel-gateway", "--server", "ws://127.0.0.1:9/ws",
+                           "--token-file", str(tmp_path / "missing")],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "--token-file" in proc.stderr

@@ -4,6 +4,7 @@ processes, signed POSTs in, the agent's MessageChannel reply out to a loopback r
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,7 @@ def test_gateway_kill_between_receive_and_reply_loses_and_duplicates_nothing(
             assert post_webhook(port, inbound("m1")) == 200  # acknowledged: journaled
             wait_until(lambda: fake.requests, what="the model call")
             stack.kill_gateway()  # received and submitted, the reply not sent yet
+            time.sleep(2.0)  # the agent's MessageChannel call now waits for a gateway
             stack.start_gateway()
             # The platform redelivers the message it may think was lost: not a second turn.
             assert post_webhook(port, inbound("m1")) == 200

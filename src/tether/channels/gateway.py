@@ -92,6 +92,8 @@ class Gateway:
         self.commands = ChatCommands(self)
         self._wake = asyncio.Event()
         self._start_lock = asyncio.Lock()
+        self._stop = asyncio.Event()
+        self.fatal: str | None = None  # why the gateway stopped by itself
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -111,6 +113,7 @@ class Gateway:
                              "<channel> ...` first")
 
     async def run(self, stop: asyncio.Event) -> None:
+        self._stop = stop
         self.load_adapters()
         reader = asyncio.ensure_future(self.link.run())
         await asyncio.wait_for(self.link.connected.wait(), 30)
@@ -139,14 +142,19 @@ class Gateway:
         info = await self.link.call({"type": "app_server_info",
                                      "request_id": self.link.request_id("info")})
         if not (info.get("capabilities") or {}).get("runtime_external_tools_update"):
-            raise TetherError(
+            self.fatal = (
                 f"the App Server at {self.server_url} does not take client tools "
                 "(capability runtime_external_tools_update), so agents could not reply; "
                 "upgrade it"
             )
+            self._stop.set()
+            return
         for route in self.routes.load():
             if (route.channel, route.account_id) in self.adapters:
-                await self.ensure_runtime(route)
+                try:
+                    await self.ensure_runtime(route)
+                except TetherError as exc:  # this route waits; the others work
+                    print(f"channel-gateway: {exc}", flush=True)
         self._wake.set()
 
     # --- inbound ---------------------------------------------------------------------------
@@ -269,6 +277,11 @@ class Gateway:
 
     async def on_frame(self, frame: Frame) -> None:
         kind = frame.get("type")
+        # The server sends a call waiting for this gateway, or an open approval, as soon as
+        # runtime_start registers it, before its response: wait for starts under way, so the
+        # runtime's route is known.
+        async with self._start_lock:
+            pass
         if kind == "external_tool_call_request":
             await self.send_reply(frame)
         elif kind == "control_request":
@@ -443,4 +456,7 @@ async def _serve(gateway: Gateway) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await gateway.run(stop)
+    if gateway.fatal is not None:
+        sys.stderr.write(f"Error: {gateway.fatal}\n")
+        return 1
     return 0
