@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,3 +112,30 @@ def test_webhook_mode_checks_the_secret_token_and_delivers(
             stack.stop()
         assert "hook hello" in json.dumps(fake.requests[0]["body"])
     assert [m["text"] for m in telegram.sent] == ["via webhook"]
+
+
+def test_an_approval_denied_with_a_plain_no_in_the_dm_runs_nothing(
+    tmp_path: Path, tether_home: Path, workdir: Path, telegram: FakeTelegram
+) -> None:
+    bash = {"name": "Bash", "arguments": {"command": "touch denied.txt", "description": "x"}}
+    tell = {"name": "MessageChannel",
+            "arguments": {"channel": "telegram", "chat_id": "42", "text": "ok, not doing it"}}
+    script: list[dict[str, Any]] = [{"tool_calls": [bash]}, {"tool_calls": [tell]},
+                                    {"text": "done"}]
+    with FakeProvider(script) as fake:
+        stack = Stack(fake.url, tether_home, tmp_path, workdir)
+        try:
+            configure(stack, telegram, "--allow", "42")
+            telegram.dm(42, "please make denied.txt")
+            stack.start_gateway()
+            ask = wait_until(lambda: [m for m in telegram.sent if "Approval needed" in m["text"]],
+                             what="the approval question")[0]
+            assert "touch denied.txt" in ask["text"]
+            telegram.dm(42, "no")
+            wait_until(lambda: len(fake.requests) == 3, what="the turn to finish")
+        finally:
+            stack.stop()
+        assert "answered by 42 in the chat" in json.dumps(fake.requests[1]["body"])
+    assert not (workdir / "denied.txt").exists()
+    texts = [m["text"] for m in telegram.sent]
+    assert "Denied." in texts and "ok, not doing it" in texts

@@ -277,3 +277,30 @@ def test_the_gateway_authenticates_to_a_token_protected_server(
         finally:
             stack.stop()
     assert receiver.calls[0][1]["text"] == "authed"
+
+
+def test_a_message_journaled_before_a_crash_is_submitted_by_the_next_gateway(
+    tmp_path: Path, tether_home: Path, workdir: Path, receiver: Recorder
+) -> None:
+    from tether.channels.journal import Journal
+    from tether.channels.plugins import InboundMessage
+
+    with FakeProvider([{"text": "got it"}]) as fake:
+        stack = Stack(fake.url, tether_home, tmp_path, workdir)
+        try:
+            port = free_port()
+            configure(stack, receiver, port, "--allow", "u1")
+            # What a gateway killed right after acknowledging (journaled, not yet submitted)
+            # leaves behind:
+            journal = Journal(tether_home / "channels" / "gateway.db")
+            journal.receive(InboundMessage("webhook", "default", "c1", "u1", "left behind",
+                                           time.time(), "m-crash"))
+            journal.close()
+            stack.start_gateway()
+            wait_until(lambda: fake.requests, what="the journaled message to reach the agent")
+            assert post_webhook(port, inbound("m-crash", text="left behind")) == 200  # redelivery
+            time.sleep(1.0)
+        finally:
+            stack.stop()
+        assert len(fake.requests) == 1
+        assert "left behind" in json.dumps(fake.requests[0]["body"])
