@@ -31,6 +31,9 @@ def test_a_custom_channel_is_installed_routed_and_answers(
             stack.channels("configure", "filedrop", "--set", f"dir={drop}", "--allow", "ann")
             stack.channels("route", "add", "filedrop", "room", "--agent", agent)
             assert stack.channels("route", "list")[0]["chat"] == "room"
+            status = stack.channels("status")
+            assert status["installed_channels"] == ["filedrop"] and "trusted" in status["note"]
+            assert status["accounts"][0]["config"] == {"dir": "[redacted]"}
             stack.start_gateway()
             (drop / "inbox.jsonl").write_text(
                 json.dumps({"id": "1", "chat": "room", "user": "ann", "text": "hi custom"}) + "\n"

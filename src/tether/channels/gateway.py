@@ -183,6 +183,10 @@ class Gateway:
                     state = "handled:error"
                     with contextlib.suppress(Exception):
                         await self.say(msg, f"The agent is unavailable: {exc}")
+                except Exception as exc:  # noqa: BLE001 - e.g. the platform refused our answer
+                    print(f"channel-gateway: message {msg.message_id}: "
+                          f"{type(exc).__name__}: {exc}", flush=True)
+                    state = "handled:error"
                 self.journal.handled(seq, state)
 
     async def handle(self, msg: InboundMessage) -> str:

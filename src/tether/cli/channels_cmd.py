@@ -119,7 +119,13 @@ def _run(ns: argparse.Namespace) -> Any:
         accounts.upsert(account)
         return account.redacted()
     if ns.action == "status":
+        folder = config.channels_dir(home)
+        custom = sorted(
+            d.name for d in folder.iterdir() if (d / "channel.json").is_file()
+        ) if folder.is_dir() else []
         return {
+            "installed_channels": custom,
+            "note": TRUST_NOTE if custom else None,
             "accounts": [a.redacted() for a in accounts.load()],
             "routes": [r.to_yaml() for r in routes.load()],
             "pending_pairings": [
