@@ -71,11 +71,13 @@ def test_bad_files_are_named(tether_home: Path, name: str, text: str, why: str) 
 
 def test_bundled_plugins_check_their_config(tether_home: Path) -> None:
     webhook = load_plugin(tether_home, "webhook")
-    check_config(webhook, {"secret": "s", "port": 8080})
+    check_config(webhook, {"secret": "s" * 16, "port": 8080})
     with pytest.raises(UsageError, match="needs config 'secret'"):
         check_config(webhook, {})
+    with pytest.raises(UsageError, match="at least 16 characters"):
+        check_config(webhook, {"secret": ""})
     with pytest.raises(UsageError, match="'port' must be a number"):
-        check_config(webhook, {"secret": "s", "port": "eighty"})
+        check_config(webhook, {"secret": "s" * 16, "port": "eighty"})
     telegram = load_plugin(tether_home, "telegram")
     with pytest.raises(UsageError, match="'mode' must be a select"):
         check_config(telegram, {"token": "t", "mode": "carrier-pigeon"})

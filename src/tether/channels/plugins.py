@@ -111,6 +111,10 @@ def check_config(plugin: ChannelPlugin, config: dict[str, Any]) -> None:
         }[kind]
         if not ok:
             raise UsageError(f"channel {plugin.metadata.id}: config {key!r} must be a {kind}")
+        shortest = spec.get("min_length")
+        if isinstance(shortest, int) and isinstance(value, str) and len(value) < shortest:
+            raise UsageError(f"channel {plugin.metadata.id}: config {key!r} must be at least "
+                             f"{shortest} characters long")
 
 
 def load_plugin(home: Path, channel: str) -> ChannelPlugin:

@@ -115,7 +115,8 @@ class WebhookAdapter:
 
 class WebhookPlugin:
     metadata = PluginMetadata("webhook", "Webhook", [
-        {"key": "secret", "type": "secret", "required": True, "label": "HMAC secret"},
+        {"key": "secret", "type": "secret", "required": True, "min_length": 16,
+         "label": "HMAC secret (16+ characters)"},
         {"key": "outbound_url", "type": "text", "label": "URL replies are POSTed to"},
         {"key": "host", "type": "text", "label": "listen host (default 127.0.0.1)"},
         {"key": "port", "type": "number", "label": "listen port"},
