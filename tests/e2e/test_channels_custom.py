@@ -80,3 +80,28 @@ def test_the_gateway_names_what_is_missing(tmp_path: Path, tether_home: Path) ->
                            "--token-file", str(tmp_path / "missing")],
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "--token-file" in proc.stderr
+
+
+def test_bind_routes_every_chat_of_an_account_and_needs_the_account(
+    tmp_path: Path, tether_home: Path
+) -> None:
+    from tether.backends.local.store import LocalStore
+
+    agent = LocalStore(tether_home).create_agent(model=None, system="s").id
+    env = {"TETHER_HOME": str(tether_home), "HOME": str(tmp_path / "home"),
+           "PATH": "/usr/bin:/bin"}
+    run = [sys.executable, "-m", "tether.cli.channels_cmd"]
+    proc = subprocess.run([*run, "bind", "webhook", "--agent", agent], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "configure it first" in proc.stderr
+    subprocess.run([*run, "configure", "webhook", "--set", "secret=" + "k" * 16], env=env,
+                   check=True, capture_output=True, timeout=60)
+    proc = subprocess.run([*run, "bind", "webhook", "--agent", "agent-local-nope"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "agent-local-nope" in proc.stderr
+    proc = subprocess.run([*run, "bind", "webhook", "--agent", agent], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["chat"] == "*"
+    routes = (tether_home / "channels" / "routing.yaml").read_text()
+    assert "chat: '*'" in routes and agent in routes
