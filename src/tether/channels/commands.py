@@ -67,7 +67,7 @@ class ChatCommands:
             await gw.say(msg, f"This chat talks to {where}.")
             return True
         if head == "/status":
-            paused = " (paused)" if chat in gw.paused else ""
+            paused = " (paused)" if gw.journal.is_paused(chat) else ""
             waiting = len(self._asks_in(msg))
             await gw.say(msg, f"Gateway up{paused}; route: "
                               f"{route.key() if route else 'none'}; approvals waiting: {waiting}.")
@@ -77,10 +77,10 @@ class ChatCommands:
                 await gw.say(msg, f"Only an admin may {head[1:]} in this chat.")
                 return True
             if head == "/pause":
-                gw.paused.add(chat)
+                gw.journal.pause(chat, True)
                 await gw.say(msg, "Paused: messages here no longer reach the agent (/resume).")
             elif head == "/resume":
-                gw.paused.discard(chat)
+                gw.journal.pause(chat, False)
                 await gw.say(msg, "Resumed.")
             else:
                 await self._cancel(msg)

@@ -87,7 +87,6 @@ class Gateway:
         self.account_of: dict[tuple[str, str], Account] = {}
         self.runtimes: dict[str, RuntimeHandle] = {}  # route key -> runtime
         self.asks: dict[str, PendingAsk] = {}
-        self.paused: set[tuple[str, str, str]] = set()
         self.link = ServerLink(self.server_url, self.token, self.on_frame, self.on_connect)
         self.commands = ChatCommands(self)
         self._wake = asyncio.Event()
@@ -213,7 +212,7 @@ class Gateway:
             if handled:
                 return "handled:command"
         chat = (msg.channel, msg.account_id, msg.chat_id)
-        if chat in self.paused:
+        if self.journal.is_paused(chat):  # kept across restarts
             return "handled:paused"
         route = self.routes.lookup(msg.channel, msg.account_id, msg.chat_id)
         if route is None:

@@ -29,6 +29,7 @@ CREATE TABLE IF NOT EXISTS outbox (
   tool_call_id TEXT PRIMARY KEY, channel TEXT NOT NULL, account TEXT NOT NULL,
   chat_id TEXT NOT NULL, state TEXT NOT NULL, result BLOB, updated_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS paused (chat TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS runtimes (
   route TEXT PRIMARY KEY, agent_id TEXT NOT NULL, conversation_id TEXT NOT NULL
 );
@@ -104,6 +105,17 @@ class Journal:
             "INSERT OR REPLACE INTO runtimes (route, agent_id, conversation_id) VALUES (?, ?, ?)",
             (route, agent_id, conversation_id),
         )
+
+    def pause(self, chat: tuple[str, str, str], paused: bool) -> None:
+        key = "/".join(chat)
+        if paused:
+            self.db.execute("INSERT OR IGNORE INTO paused (chat) VALUES (?)", (key,))
+        else:
+            self.db.execute("DELETE FROM paused WHERE chat = ?", (key,))
+
+    def is_paused(self, chat: tuple[str, str, str]) -> bool:
+        key = "/".join(chat)
+        return self.db.execute("SELECT 1 FROM paused WHERE chat = ?", (key,)).fetchone() is not None
 
     # --- outbound --------------------------------------------------------------------------
 

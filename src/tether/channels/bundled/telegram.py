@@ -20,6 +20,8 @@ import orjson
 from tether.channels.config import Account
 from tether.channels.plugins import InboundMessage, OnMessage, OutboundMessage, PluginMetadata
 
+MAX_TEXT = 4096
+
 
 class TelegramAdapter:
     channel_id = "telegram"
@@ -134,15 +136,31 @@ class TelegramAdapter:
         reply_to = msg.reply_to_message_id
         if reply_to and ":" in reply_to:
             reply_to = reply_to.rsplit(":", 1)[1]
-        sent = await self.bot.send_message(
-            chat_id=msg.chat_id, text=msg.text,
-            message_thread_id=int(msg.thread_id) if msg.thread_id else None,
-            reply_to_message_id=int(reply_to) if reply_to else None,
-        )
-        return {"message_id": f"{sent.chat.id}:{sent.message_id}"}
+        ids = []
+        for part in split_text(msg.text):  # the Bot API takes 4096 characters a message
+            sent = await self.bot.send_message(
+                chat_id=msg.chat_id, text=part,
+                message_thread_id=int(msg.thread_id) if msg.thread_id else None,
+                reply_to_message_id=int(reply_to) if reply_to and not ids else None,
+            )
+            ids.append(f"{sent.chat.id}:{sent.message_id}")
+        return {"message_id": ",".join(ids)}
 
     async def send_direct_reply(self, chat_id: str, text: str, **opts: Any) -> dict[str, Any]:
         return await self.send_message(OutboundMessage(chat_id, text, opts.get("thread_id")))
+
+
+def split_text(text: str, limit: int = MAX_TEXT) -> list[str]:
+    """`text` in pieces of at most `limit` characters, cut at a newline (else a space) when
+    one is in the last quarter of the piece."""
+    parts = []
+    while len(text) > limit:
+        cut = max(text.rfind("\n", 0, limit), text.rfind(" ", 0, limit))
+        if cut < limit * 3 // 4:
+            cut = limit
+        parts.append(text[:cut])
+        text = text[cut:].lstrip("\n ")
+    return [*parts, text] if text or not parts else parts
 
 
 class TelegramPlugin:
