@@ -136,7 +136,7 @@ class TelegramAdapter:
         reply_to = msg.reply_to_message_id
         if reply_to and ":" in reply_to:
             reply_to = reply_to.rsplit(":", 1)[1]
-        ids = []
+        ids: list[str] = []
         for part in split_text(msg.text):  # the Bot API takes 4096 characters a message
             sent = await self.bot.send_message(
                 chat_id=msg.chat_id, text=part,
