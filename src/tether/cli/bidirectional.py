@@ -22,7 +22,6 @@ from typing import Any
 import orjson
 
 from tether.cli.output import Renderer, StdoutGone, init_fields, say, write_line
-from tether.cli.runner import Prepared
 from tether.cli.stopping import STOP_SIGNALS, RunStop, state_failure
 from tether.core.approvals import Classified
 from tether.core.tools import Effect, ToolContext, ToolResult, ToolRunContext
@@ -32,6 +31,7 @@ from tether.protocol import wire
 from tether.protocol.chunks import now_ms
 from tether.protocol.messages import ImagePart, TextPart, UserMessage, UserPart, message_to_dict
 from tether.protocol.turns import TurnError
+from tether.runtime.prepared import Prepared
 
 STDIN_LIMIT = 64 * 1024 * 1024
 ENGINE_INTERRUPT = "Interrupted by SIGINT"  # what the turn engine says for any abort

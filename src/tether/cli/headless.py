@@ -26,7 +26,7 @@ from tether.protocol.messages import TextPart, UserMessage
 from tether.protocol.turns import TurnError
 
 if TYPE_CHECKING:
-    from tether.cli.runner import Prepared
+    from tether.runtime.prepared import Prepared
 
 
 class HeadlessApprover:

@@ -1,6 +1,6 @@
 """What a `runtime_start` names (reference §12.3): the agent and conversation (created when
 asked), the working directory, and the same session pieces a headless run of that conversation
-would get from `cli.runner.prepare`.
+would get from `runtime.assembly.prepare`.
 
 A working directory is never inside `$TETHER_HOME` (symlinks resolved): that is where tether
 keeps credentials, every conversation and the checkpoints, and a runtime there would make them
@@ -13,16 +13,17 @@ own scratch directory."""
 
 from __future__ import annotations
 
-import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether.backends.local.store import LocalStore
-from tether.cli.runner import Prepared, system_text
 from tether.errors import UsageError
+from tether.runtime.assembly import system_text
 from tether.runtime.checkpoints import CheckpointStore
+from tether.runtime.prepared import Prepared
 from tether.server.protocol_v2 import RuntimeScope, RuntimeStart
 
 if TYPE_CHECKING:
@@ -176,14 +177,14 @@ def build_prepared(
     *,
     workspace_sandbox: bool = False,
 ) -> Prepared:
-    """Exactly what a headless run of this conversation in `cwd` would get (`cli.runner.prepare`:
-    settings, trust, hooks, sandbox, file guards, subagents, memory, mods), so the server never
-    drifts from the CLI. `prepare` reads the process's cwd and environment; the event loop is
-    single-threaded and this call does not yield, so switching them for the call is safe. With
-    `workspace_sandbox`, the run sees `TETHER_FS_SANDBOX=1` (and keeps it in its environment,
-    so its subagents are sandboxed too)."""
-    from tether.cli.runner import prepare
+    """Exactly what a headless run of this conversation in `cwd` would get (the same
+    `runtime.assembly.prepare`: settings, trust, hooks, sandbox, file guards, subagents, memory,
+    mods), so the server never drifts from the CLI; the folder and environment are passed in,
+    never switched for the process. With `workspace_sandbox`, the run sees
+    `TETHER_FS_SANDBOX=1` (and keeps it in its environment, so its subagents are sandboxed
+    too). The assembly's warnings go to the server's stderr."""
     from tether.core.permissions import normalize_mode
+    from tether.runtime.assembly import RunSpec, prepare
     from tether.runtime.sandboxing import FS_SANDBOX_ENV
 
     chosen = normalize_mode(mode) if mode is not None else None
@@ -191,20 +192,15 @@ def build_prepared(
     flags.permission_mode_given = chosen is not None
     flags.agent = scope.agent_id
     flags.conversation = scope.conversation_id
-    previous = os.getcwd()
-    saved = os.environ.get(FS_SANDBOX_ENV)
-    os.chdir(cwd)
+    env = dict(ctx.env)
     if workspace_sandbox:
-        os.environ[FS_SANDBOX_ENV] = "1"
+        env[FS_SANDBOX_ENV] = "1"
+    spec = RunSpec(cwd=cwd, env=env, home=Path(env.get("HOME") or Path.home()))
     try:
-        prepared = prepare(flags)
+        prepared = prepare(flags, spec)
     finally:
-        os.chdir(previous)
-        if workspace_sandbox:
-            if saved is None:
-                os.environ.pop(FS_SANDBOX_ENV, None)
-            else:
-                os.environ[FS_SANDBOX_ENV] = saved
+        for message in spec.warnings:
+            print(f"tether: {message}", file=sys.stderr)
     # Every runtime checkpoints into the server's one store, under the server's owner id.
     prepared.checkpoint_store = (ctx.checkpoints, ctx.owner)
     prepared.shared_checkpoints = True

@@ -39,8 +39,8 @@ from tether.tui.styles import STYLESHEET
 from tether.tui.widgets import PromptInput, StatusInfo, StatusLine, Transcript
 
 if TYPE_CHECKING:  # the runtime loads in a thread once the first frame is up
-    from tether.cli.runner import Prepared
     from tether.core.turn import Event, TurnOutcome
+    from tether.runtime.prepared import Prepared
 
 MAX_STOP_CONTINUATIONS = 3  # a Stop hook that keeps blocking cannot loop forever
 DOUBLE_PRESS_S = 2.0
@@ -163,14 +163,13 @@ class TetherApp(App[int]):
         captured = io.StringIO()
 
         def work() -> Prepared:
-            from tether.cli.runner import prepare
             from tether.tui.sessions import apply_resume
 
-            # prepare() reports ignored settings on stderr: shown as notices, not over the screen
+            # what start-up reports (ignored settings…) is shown as notices, not over the screen
             with contextlib.redirect_stderr(captured):
                 if self.flags.resume and not apply_resume(self.flags):
                     print("tether: nothing to resume yet; this is a new conversation", file=sys.stderr)
-                prepared = prepare(self.flags)
+                prepared = prepare_here(self.flags, captured)
                 from tether.runtime.updater import startup_check
 
                 startup_check(prepared.env, prepared.store.home)  # the daily update check
@@ -233,13 +232,15 @@ class TetherApp(App[int]):
         if choice != "trust":
             self.notice("Folder not trusted: its widening settings stay off (`tether trust` later).", "dim")
             return False
-        from tether.cli.runner import prepare
         from tether.runtime.trust import TrustStore
 
         TrustStore(p.store.home).trust(p.cwd)
         self.flags.agent, self.flags.conversation = p.session.agent.id, p.session.conversation_id
         self.flags.new_agent = self.flags.new_conversation = False
-        fresh = await asyncio.to_thread(prepare, self.flags)
+        notes = io.StringIO()
+        fresh = await asyncio.to_thread(prepare_here, self.flags, notes)
+        for line in notes.getvalue().splitlines():
+            self.notice(line, "dim")
         old, self._prepared = p, fresh
         self._answer_questions_here()
         await old.shutdown()
@@ -556,3 +557,20 @@ class TetherApp(App[int]):
             await SessionHooks(self._prepared.hooks).session_end()
         with contextlib.suppress(Exception):
             await self._prepared.shutdown()
+
+
+def prepare_here(flags: RunFlags, notes: io.StringIO) -> Prepared:
+    """The TUI's session: assembled in this process's folder and environment, what assembly
+    warns about written to `notes` (shown as notices), the start-up heap frozen after."""
+    from tether.cli import gc_policy
+    from tether.runtime.assembly import RunSpec, prepare
+
+    env = dict(os.environ)
+    spec = RunSpec(cwd=Path.cwd(), env=env, home=Path(env.get("HOME") or Path.home()))
+    try:
+        prepared = prepare(flags, spec)
+    finally:
+        for message in spec.warnings:
+            notes.write(f"tether: {message}\n")
+    gc_policy.startup_done()
+    return prepared

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from tether.backends.local.store import LocalStore
 from tether.cli.flags import RunFlags
-from tether.cli.runner import Prepared
 from tether.protocol.messages import Message, TextPart, UserMessage
+from tether.runtime.prepared import Prepared
 from tether.runtime.session import tether_home
 
 

@@ -1,0 +1,199 @@
+"""The session a run holds once assembled (`runtime.assembly.prepare`): store, agent and
+conversation, backend, tools, policy and services, and what every frontend does with them (turn
+wiring, effect recovery, shutdown)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tether.backends.local.store import LocalStore
+from tether.core.permissions.rules import parse_rule
+from tether.core.tools import ToolContextStore, ToolRegistry, ToolRunContext
+from tether.core.turn import Approver, Event, TurnDeps
+from tether.protocol.messages import TextPart, UserMessage
+from tether.protocol.turns import ApprovalResult, ConversationRef, LocalToolReturn
+from tether.runtime.permission_policy import PermissionPolicy, build_policy
+from tether.runtime.session import Session
+from tether.runtime.settings import Settings
+
+if TYPE_CHECKING:
+    from tether.cli.flags import RunFlags
+    from tether.runtime.checkpoints import CheckpointStore, RecoveredEffect
+    from tether.runtime.hooks import HookRunner
+
+
+@dataclass
+class Prepared:
+    flags: RunFlags
+    env: dict[str, str]
+    cwd: Path
+    store: LocalStore
+    session: Session
+    backend: Any  # LocalBackend, or backends.api.backend.ApiBackend for a cloud run
+    registry: ToolRegistry
+    hooks: HookRunner | None = None
+    policy: PermissionPolicy | None = None
+    settings: Settings = field(default_factory=Settings)
+    contexts: ToolContextStore = field(default_factory=ToolContextStore)
+    services: dict[str, Any] = field(default_factory=dict)
+    mods: Any = None  # runtime.mods.ModSession, None when mods are off
+    checkpoint_store: tuple[CheckpointStore, str] | None = None
+    shared_checkpoints: bool = False  # the store belongs to someone else (the App Server)
+    user_home: Path = field(default_factory=lambda: Path("/"))  # `~` in permission rules
+    warnings: list[str] = field(default_factory=list)  # for the frontend to show, never printed
+
+    @property
+    def conversation(self) -> ConversationRef:
+        return ConversationRef(self.session.agent.id, self.session.conversation_id)
+
+    @property
+    def scratch(self) -> Path:
+        value = self.env.get("TETHER_SCRATCHPAD")
+        return Path(value) if value else self.store.home / "tmp" / self.session.conversation_id
+
+    async def start_tool_sources(self) -> list[dict[str, Any]]:
+        """Start the run's MCP servers and wait (each within its start timeout) until they are
+        connected or failed; their status, for the init event. Nothing when none is configured."""
+        mcp = self.services.get("mcp")
+        if mcp is None:
+            return []
+        await mcp.ready()
+        return mcp.status()
+
+    def add_session_rule(self, text: str) -> None:
+        """An "always allow" answer: the rule holds for the rest of this process."""
+        if self.policy is None:
+            self.policy = self._default_policy()
+        self.policy.add_session_allow(parse_rule(text))
+
+    def _default_policy(self) -> PermissionPolicy:
+        f = self.flags
+        return build_policy(self.settings, self.cwd, self.user_home, f.allowed_tools, f.disallowed_tools)
+
+    def make_run_context(self, tool_call_id: str) -> ToolRunContext:
+        return ToolRunContext(
+            cwd=self.cwd,
+            tool_call_id=tool_call_id,
+            scratch_dir=self.scratch,
+            services=self.services,
+            env={
+                "TETHER_AGENT_ID": self.session.agent.id,
+                "TETHER_CONVERSATION_ID": self.session.conversation_id,
+                "TETHER_PYTHON": sys.executable,  # bundled skills' scripts run with tether's Python
+            },
+        )
+
+    def call_id_taken(self, tool_call_id: str) -> bool:
+        """Whether this conversation already has an effect checkpoint under `tool_call_id`
+        (asked only when a model proposes a call: a text turn never opens the database)."""
+        from tether.runtime.checkpoints import conversation_scope
+
+        store, _ = self.checkpoints()
+        scope = conversation_scope(self.session.agent.id, self.session.conversation_id)
+        return store.get(scope, tool_call_id) is not None
+
+    def checkpoints(self) -> tuple[CheckpointStore, str]:
+        """The effect-checkpoint store ($TETHER_HOME/checkpoints.db) and this process's owner
+        id, opened on first use; the App Server hands in its own shared store."""
+        if self.checkpoint_store is None:
+            from tether.runtime.checkpoints import CheckpointStore, new_owner
+
+            self.checkpoint_store = (CheckpointStore(self.store.home / "checkpoints.db"), new_owner())
+        return self.checkpoint_store
+
+    def recover_effects(self, emit: Callable[[Event], None] | None = None) -> list[RecoveredEffect]:
+        """Answer tool calls a crashed run left open from their checkpoints: exact results,
+        unknown outcomes (never re-run), or not started; each recovered one is also emitted as
+        a tool return so the client sees it. Call while holding the turn lock."""
+        from tether.runtime.checkpoints import conversation_scope, recover_open_calls
+
+        groups = self.services.get("shell_groups")
+        if groups is not None:  # shell commands a killed run left running: stop them first
+            groups.reap_orphans()
+        store, owner = self.checkpoints()
+        session = self.session
+        transcript = self.store.transcript(session.agent.id, session.conversation_id)
+        scope = conversation_scope(session.agent.id, session.conversation_id)
+        recovered, results = recover_open_calls(store, scope, owner, transcript.load())
+        if results:
+            transcript.append(results)
+        if emit is not None:
+            for r in recovered:
+                emit(LocalToolReturn(ApprovalResult(r.tool_call_id, r.tool_name, r.output, r.is_error)))
+        return recovered
+
+    def begin_turn(self, user: UserMessage, emit: Callable[[Event], None] | None = None) -> UserMessage:
+        """What every frontend does first under the turn lock: settle what a crashed run left
+        (`recover_effects`), then put the notifications of background tasks that ended since the
+        last turn in front of the user's message."""
+        self.recover_effects(emit)
+        subagents = self.services.get("subagents")
+        notes = subagents.take_notifications() if subagents is not None else []
+        if not notes:
+            return user
+        parts = tuple(TextPart(n) for n in notes)
+        return UserMessage(user.id, (*parts, *user.content), user.timestamp, user.otid)
+
+    def turn_deps(
+        self,
+        *,
+        emit: Callable[[Event], None],
+        approver: Approver,
+        abort: asyncio.Event,
+        max_turns: int | None,
+        on_tool_start: Callable[[str], None] | None = None,
+        on_tool_end: Callable[[str], None] | None = None,
+    ) -> TurnDeps:
+        """Every frontend's turn wiring. Effectful tool calls are checkpointed on every path:
+        a durable `before` record, then the exact result (DESIGN §4 item 3)."""
+        from tether.runtime.checkpoints import CheckpointHooks, conversation_scope
+
+        flags = self.flags
+        tool_hooks = permission_hooks = None
+        if self.hooks is not None:
+            from tether.runtime.hooks import SessionPermissionHooks, SessionToolHooks
+
+            tool_hooks, permission_hooks = SessionToolHooks(self.hooks), SessionPermissionHooks(self.hooks)
+        deps = TurnDeps(
+            backend=self.backend,
+            snapshot=lambda: self.contexts.snapshot(self.registry, self.cwd, flags.permission_mode),
+            decide=self.policy or self._default_policy(),
+            approver=approver,
+            make_run_context=self.make_run_context,
+            emit=emit,
+            abort=abort,
+            max_turns=max_turns,
+            tool_hooks=tool_hooks,
+            permission_hooks=permission_hooks,
+            before_turn=self.services["mcp"].ready if "mcp" in self.services else None,
+        )
+        if self.mods is not None:
+            deps = self.mods.attach(deps)
+        store, owner = self.checkpoints()
+        scope = conversation_scope(self.session.agent.id, self.session.conversation_id)
+        deps.tool_hooks = CheckpointHooks(
+            store, scope, owner, inner=deps.tool_hooks, on_start=on_tool_start, on_end=on_tool_end
+        )
+        return deps
+
+    async def shutdown(self) -> None:
+        """Stop what the run started in the background: nothing outlives the process."""
+        if self.mods is not None:
+            await self.mods.close()
+        if self.checkpoint_store is not None and not self.shared_checkpoints:
+            self.checkpoint_store[0].close()
+        for name in ("subagents", "background"):
+            service = self.services.get(name)
+            if service is not None:
+                await service.stop_all()
+        mcp = self.services.get("mcp")
+        if mcp is not None:
+            await mcp.close()
+        sessions = self.services.get("exec_sessions")
+        if sessions is not None:
+            await sessions.close_all()
