@@ -150,3 +150,26 @@ def test_external_tools_survive_a_move_to_another_folder(
         asyncio.run(scenario())
         assert str(other) in json.dumps(fake.requests[0]["body"])  # the rebuilt runtime ran it
         assert "delivered" in json.dumps(fake.requests[1]["body"])
+
+
+def test_a_deny_rule_stops_an_external_tool_before_the_client_is_asked(
+    project: Path, tether_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tether_home.mkdir(parents=True, exist_ok=True)
+    (tether_home / "settings.json").write_text(
+        json.dumps({"permissions": {"deny": ["MessageChannel"]}})
+    )
+
+    async def scenario() -> None:
+        async with InProcess(project) as srv, srv.connect() as ws:
+            c = Client(ws)
+            started = await c.start(project, external_tools=[{"tools": [TOOL]}])
+            await c.say(started["runtime"], "hi")
+            finished = await c.of_type("turn_finished")
+            assert finished["stop_reason"] == "end_turn", finished
+            assert not [f for f in c.seen if f.get("type") == "external_tool_call_request"]
+
+    with FakeProvider([{"tool_calls": [reply("leak")]}, {"text": "done"}]) as fake:
+        point_at(fake, monkeypatch)
+        asyncio.run(scenario())
+        assert "Permission denied by rule" in json.dumps(fake.requests[1]["body"])
