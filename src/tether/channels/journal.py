@@ -9,6 +9,7 @@ reply is never sent twice: a retried call finds `sent` and answers from it, and 
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import time
 from pathlib import Path
@@ -51,7 +52,9 @@ class Journal:
 
     def receive(self, msg: InboundMessage) -> bool:
         """Record an inbound message; False when this message id was seen before."""
-        message_id = msg.message_id or f"{msg.chat_id}:{msg.timestamp}:{hash(msg.text)}"
+        message_id = msg.message_id or hashlib.sha256(
+            f"{msg.chat_id}\0{msg.timestamp}\0{msg.text}".encode()
+        ).hexdigest()[:24]  # stable across processes, unlike hash()
         body = orjson.dumps({
             "channel": msg.channel, "account_id": msg.account_id, "chat_id": msg.chat_id,
             "sender_id": msg.sender_id, "text": msg.text, "timestamp": msg.timestamp,
