@@ -160,9 +160,6 @@ class Gateway:
 
     async def receive(self, msg: InboundMessage) -> None:
         """Journal an inbound message (durable before the adapter acknowledges it)."""
-        if msg.message_id is None:
-            digest = hashlib.sha256(f"{msg.chat_id}\0{msg.timestamp}\0{msg.text}".encode())
-            msg = replace(msg, message_id=digest.hexdigest()[:24])
         self.journal.receive(msg)
         self._wake.set()
 
