@@ -11,7 +11,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -143,7 +142,7 @@ class Stack:
 
     def channels(self, *args: str) -> Any:
         proc = subprocess.run(
-            [sys.executable, "-m", "tether.cli.channels_cmd", *args], env=self.env,
+            [TETHER, "channels", *args], env=self.env,
             cwd=self.project, capture_output=True, text=True, timeout=60,
         )
         assert proc.returncode == 0, proc.stderr

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from tests.channels.platforms import Stack, wait_until
+from tests.e2e.support import TETHER
 from tether.testing.fake_provider import FakeProvider
 
 PLUGIN = Path(__file__).parent.parent / "channels" / "custom_filedrop"
@@ -54,7 +54,7 @@ def test_a_configure_missing_a_required_field_is_refused_by_name(
 ) -> None:
     env = {"TETHER_HOME": str(tether_home), "HOME": str(tmp_path / "home"),
            "PATH": "/usr/bin:/bin"}
-    run = [sys.executable, "-m", "tether.cli.channels_cmd"]
+    run = [TETHER, "channels"]
     assert subprocess.run([*run, "install", str(PLUGIN)], env=env, capture_output=True,
                           timeout=60).returncode == 0
     proc = subprocess.run([*run, "configure", "filedrop"], env=env, capture_output=True,
@@ -66,8 +66,6 @@ def test_a_configure_missing_a_required_field_is_refused_by_name(
 
 
 def test_the_gateway_names_what_is_missing(tmp_path: Path, tether_home: Path) -> None:
-    from tests.e2e.support import TETHER
-
     env = {"TETHER_HOME": str(tether_home), "HOME": str(tmp_path / "home"),
            "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([TETHER, "channel-gateway"], env=env, capture_output=True, text=True,
@@ -90,7 +88,7 @@ def test_bind_routes_every_chat_of_an_account_and_needs_the_account(
     agent = LocalStore(tether_home).create_agent(model=None, system="s").id
     env = {"TETHER_HOME": str(tether_home), "HOME": str(tmp_path / "home"),
            "PATH": "/usr/bin:/bin"}
-    run = [sys.executable, "-m", "tether.cli.channels_cmd"]
+    run = [TETHER, "channels"]
     proc = subprocess.run([*run, "bind", "webhook", "--agent", agent], env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "configure it first" in proc.stderr
