@@ -208,3 +208,21 @@ def test_payload_has_claude_code_field_names(workdir: Path, tether_home: Path) -
     post = json.loads((workdir / "post.json").read_text())
     assert post["tool_response"]["output"] == "hi"
     assert (workdir / "dir.txt").read_text() == f"{workdir}\n"
+
+
+def test_pre_tool_use_ask_goes_to_the_sdk_client(workdir: Path, tether_home: Path) -> None:
+    from tests.e2e.test_bidirectional import Client, is_control
+    from tether.testing.fake_provider import FakeProvider
+
+    ask = {"hookSpecificOutput": {"permissionDecision": "ask", "additionalContext": "confirm it"}}
+    hooks(tether_home, {"PreToolUse": group(f"echo '{json.dumps(ask)}'")})
+    with FakeProvider([{"tool_calls": [bash("touch asked.txt")]}, {"text": "done"}]) as fake:
+        c = Client(fake.url, workdir, "--yolo")  # the mode allows it; the hook still wants a yes
+        c.user("go")
+        req = c.wait_for(is_control("can_use_tool"))
+        assert req["request"]["tool_name"] == "Bash"
+        c.send({"type": "control_response", "response": {"subtype": "success",
+                "request_id": req["request_id"], "response": {"behavior": "allow"}}})
+        assert c.result()["subtype"] == "success"
+        assert c.close() == 0
+    assert (workdir / "asked.txt").exists()

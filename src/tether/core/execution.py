@@ -43,6 +43,7 @@ class PreToolVerdict:
     blocked: str | None = None  # feedback when a hook blocked (or failed: a guard never fails open)
     updated_args: Mapping[str, Any] | None = None
     result: ToolResult | None = None  # the call is answered without running the tool (a mod)
+    ask: str | None = None  # a hook wants a human's yes first: the approver is asked (reason)
 
 
 class ToolHooks(Protocol):
@@ -117,6 +118,13 @@ async def _run_locked(
             verdict = await hooks.before(call)
             if verdict.blocked is not None:
                 return _result(call, ToolResult(f"Error: Tool execution blocked by hook. {verdict.blocked}", True))
+            if verdict.ask is not None:  # Claude Code's permissionDecision "ask": a human decides
+                from tether.core.permissions import Decision
+
+                asked = Decision("ask", verdict.ask, sticky=True)
+                if reask is None or not await reask(call, asked):
+                    return _result(call, ToolResult(
+                        f"Error: a PreToolUse hook asked for approval, which was not given: {verdict.ask}", True))
             if verdict.updated_args is not None and verdict.result is None:
                 call = replace(call, args={**call.args, **verdict.updated_args})
                 refused = await _decide_rewritten(call, tool, ctx, decide, reask) if decide else None

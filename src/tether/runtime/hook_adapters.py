@@ -1,14 +1,15 @@
 """The settings hooks as the turn engine sees them: PreToolUse/PostToolUse around a tool call and
 PermissionRequest while a call is still `ask`, with Claude Code's JSON decisions honoured.
 
-Never fail open: a PreToolUse hook that errs, denies (exit 2 or JSON) or asks blocks the call; a
+Never fail open: a PreToolUse hook that errs or denies (exit 2 or JSON) blocks the call; a
 PermissionRequest hook approves only by saying so (`decision.behavior: "allow"`), so a notifier
 that exits 0 approves nothing. `continue: false` from any tool hook stops the session's tool
 calls: the call is blocked and so is every later one, with the hook's stopReason.
 
 PreToolUse runs after tether's permission decision (the call is already admitted), so a hook's
-`allow` adds nothing and can never lift a deny, and its `ask` cannot be put to a human at that
-point: such a call is blocked with the hook's reason rather than run unasked.
+`allow` adds nothing and can never lift a deny; its `ask` goes to whoever answers approvals (the
+TUI, the SDK's `can_use_tool`, an App Server client), and where nobody can answer (one-shot
+headless) the call is not run.
 """
 
 from __future__ import annotations
@@ -45,11 +46,9 @@ class SessionToolHooks:
                 return PreToolVerdict(blocked=STOPPED.format(reason=result.output.stop_reason))
             if result.decision != "allow":  # block, or an error: a broken guard must not fail open
                 return PreToolVerdict(blocked=result.feedback)
-            if result.output.verdict == "ask":
+            if result.output.verdict == "ask":  # the approver is asked (headless: not run)
                 why = result.output.context or "the hook asked for approval"
-                return PreToolVerdict(blocked=(
-                    f"[{result.command}]: {why}. tether runs PreToolUse after the approval step, "
-                    "so a hook's `ask` blocks the call instead of running it unasked."))
+                return PreToolVerdict(ask=f"[{result.command}]: {why}")
             if result.output.updated_input is not None:
                 updated.update(result.output.updated_input)
             if result.output.context:

@@ -274,7 +274,7 @@ class ModToolHooks:
         if verdict.blocked is not None or verdict.result is not None:
             return verdict
         merged = {**(updated or {}), **(verdict.updated_args or {})}
-        return PreToolVerdict(updated_args=merged or None)
+        return PreToolVerdict(updated_args=merged or None, ask=verdict.ask)
 
     async def after(self, call: AdmittedCall, result: ApprovalResult) -> str | ApprovalResult | None:
         payload = {"toolName": call.name, "args": dict(call.args), "toolCallId": call.tool_call_id,
