@@ -141,19 +141,9 @@ def _scope_file(scope: str) -> Path:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        data = orjson.loads(raw) if raw.strip() else {}
-    except orjson.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc}); fix it before editing") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}: must be a JSON object")
-    return data
+    from tether.mcp.config import read_json_object
+
+    return read_json_object(path) or {}
 
 
 def _add(argv: list[str]) -> int:

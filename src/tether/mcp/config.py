@@ -182,9 +182,9 @@ def read_cli_value(value: str, cwd: Path) -> tuple[Any, str]:
     return data.get("mcpServers", data), origin
 
 
-def project_file(cwd: Path) -> tuple[Any, str] | None:
-    """`<cwd>/.mcp.json`'s `mcpServers`, or None when there is no such file."""
-    path = cwd / ".mcp.json"
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """A JSON object file (empty: `{}`), None when it does not exist; UsageError naming the file
+    when it cannot be read or is not an object."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -196,8 +196,15 @@ def project_file(cwd: Path) -> tuple[Any, str] | None:
     except orjson.JSONDecodeError as exc:
         raise UsageError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise UsageError(f"{path}: must be a JSON object with \"mcpServers\"")
-    return data.get("mcpServers", {}), str(path)
+        raise UsageError(f"{path}: must be a JSON object, not {type(data).__name__}")
+    return data
+
+
+def project_file(cwd: Path) -> tuple[Any, str] | None:
+    """`<cwd>/.mcp.json`'s `mcpServers`, or None when there is no such file."""
+    path = cwd / ".mcp.json"
+    data = read_json_object(path)
+    return None if data is None else (data.get("mcpServers", {}), str(path))
 
 
 def resolve_config(
