@@ -27,8 +27,6 @@ ROOT = "tether"
 
 # (importing module, imported module) -> why it is allowed (for now).
 CLI_DISPATCH = "the console script dispatches to the frontend or subcommand the user chose"
-SESSION_IN_CLI = ("issue 15: server/runtime.py still names Prepared through cli/runner.py "
-                  "(its home is runtime/prepared.py)")
 RUN_FLAGS = "issue 15: RunFlags (the user's choices) still lives in cli/flags.py"
 DIFFS = "approval diff previews live in cli/diffs.py; TUI and App Server show the same ones"
 BACKEND_WIRE = ("a backend is one provider call per send: it speaks through the providers' "
@@ -42,7 +40,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "the server freezes its start-up heap like every long run (cli/gc_policy.py)",
     ("tether.server.approvals", "tether.cli.diffs"): DIFFS,
     ("tether.tui.approvals", "tether.cli.diffs"): DIFFS,
-    ("tether.server.runtime", "tether.cli.runner"): SESSION_IN_CLI,
     ("tether.server.runtime", "tether.cli.stopping"):
         "issue 15: the stop-reason wording shared with headless lives in cli/stopping.py",
     ("tether.server.runtime_start", "tether.cli.flags"): RUN_FLAGS,

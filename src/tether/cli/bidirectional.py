@@ -25,12 +25,13 @@ from tether.cli.output import Renderer, StdoutGone, init_fields, say, write_line
 from tether.cli.stopping import STOP_SIGNALS, RunStop, state_failure
 from tether.core.approvals import Classified
 from tether.core.tools import Effect, ToolContext, ToolResult, ToolRunContext
-from tether.core.turn import ApprovalAnswer, TurnOutcome, run_turn
+from tether.core.turn import ApprovalAnswer, TurnOutcome
 from tether.errors import TetherError
 from tether.protocol import wire
 from tether.protocol.chunks import now_ms
 from tether.protocol.messages import ImagePart, TextPart, UserMessage, UserPart, message_to_dict
 from tether.protocol.turns import TurnError
+from tether.runtime.conversation import Conversation
 from tether.runtime.prepared import Prepared
 
 STDIN_LIMIT = 64 * 1024 * 1024
@@ -55,6 +56,7 @@ class Session:
         # closing mid-turn (the client went away: nothing more of its turn may run).
         self.interrupted_by: str | None = None
         self.reflection: asyncio.Future[Any] | None = None  # a pass started after a turn
+        self.conversation = Conversation(prepared)
 
     # --- output ----------------------------------------------------------------------------
 
@@ -484,15 +486,14 @@ async def run_one_turn(session: Session, renderer: Renderer, batch: list[dict[st
     def emit(event: Any) -> None:
         renderer.on_event(retitle(event))
 
-    deps = p.turn_deps(emit=emit, approver=SdkApprover(session, p.add_session_rule), abort=session.abort, max_turns=None)
-    checkpoint_hooks: Any = deps.tool_hooks
-    if hasattr(checkpoint_hooks, "on_unavailable"):  # the effect store failing ends the turn
-        checkpoint_hooks.on_unavailable = turn_stop.on_store_unavailable
     api_before = p.backend.api_ms
     try:
-        with p.store.turn_lock(p.session.agent.id, p.session.conversation_id):
-            p.recover_effects(emit)
-            outcome = await run_turn(deps, p.conversation, UserMessage(f"ui-msg-{now_ms()}", parts, now_ms()))
+        outcome = await session.conversation.turn(
+            UserMessage(f"ui-msg-{now_ms()}", parts, now_ms()), emit=emit,
+            approver=SdkApprover(session, p.add_session_rule), abort=session.abort,
+            take_notifications=False,  # task notifications reach the client as their own events
+            on_store_unavailable=turn_stop.on_store_unavailable,
+        )
     except (TetherError, OSError) as exc:
         message = state_failure(exc)
         if message is None and not isinstance(exc, TetherError):
@@ -521,10 +522,9 @@ async def run_one_turn(session: Session, renderer: Renderer, batch: list[dict[st
         usage=wire.usage_dict(outcome.usage, outcome.steps) if subtype == "success" else None,
         stop_reason=None if subtype == "success" else outcome.stop_reason,
     ))
-    trigger = p.services.get("reflection")
-    if subtype == "success" and trigger is not None and (session.reflection is None or session.reflection.done()):
+    if subtype == "success":
         # In the background: the session keeps taking input while memory is reviewed.
-        session.reflection = asyncio.ensure_future(trigger.after_turn())
+        session.reflection = session.conversation.start_reflection() or session.reflection
 
 
 def run_bidirectional(prepared: Prepared) -> int:

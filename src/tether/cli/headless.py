@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tether.cli.flags import RunFlags
 from tether.cli.output import Renderer, StdoutGone, init_fields, report_failure, say
@@ -18,12 +18,13 @@ from tether.cli.stopping import RunStop, state_failure
 from tether.core.approvals import Classified
 from tether.core.permissions import headless_denial
 from tether.core.tools import Effect, ToolContext
-from tether.core.turn import ApprovalAnswer, Event, TurnOutcome, run_turn
+from tether.core.turn import ApprovalAnswer, Event, TurnOutcome
 from tether.errors import TetherError
 from tether.protocol import wire
 from tether.protocol.chunks import now_ms
 from tether.protocol.messages import TextPart, UserMessage
 from tether.protocol.turns import TurnError
+from tether.runtime.conversation import Conversation
 
 if TYPE_CHECKING:
     from tether.runtime.prepared import Prepared
@@ -90,24 +91,17 @@ def run_headless(flags: RunFlags) -> int:
         def emit(event: Event) -> None:
             renderer.on_event(stop.retitle(event))
 
-        deps = prepared.turn_deps(
-            emit=emit,
-            approver=HeadlessApprover(flags.permission_mode),
-            abort=abort,
-            max_turns=flags.max_turns,
-        )
-        checkpoint_hooks: Any = deps.tool_hooks
-        if hasattr(checkpoint_hooks, "on_unavailable"):  # the effect store's (CheckpointHooks)
-            checkpoint_hooks.on_unavailable = stop.on_store_unavailable
+        conversation = Conversation(prepared)
         try:
             await prepared.start_tool_sources()  # MCP servers: connected or failed, each bounded
             renderer.emit_init(**init_fields(prepared))
             user = UserMessage(f"ui-msg-{now_ms()}", (TextPart(prompt),), now_ms())
             state_failed = False
             try:
-                with prepared.store.turn_lock(session.agent.id, session.conversation_id):
-                    user = prepared.begin_turn(user, emit)
-                    outcome = await run_turn(deps, prepared.conversation, user)
+                outcome = await conversation.turn(
+                    user, emit=emit, approver=HeadlessApprover(flags.permission_mode), abort=abort,
+                    max_turns=flags.max_turns, on_store_unavailable=stop.on_store_unavailable,
+                )
             except (TetherError, OSError) as exc:  # a busy conversation, a damaged transcript, a full disk
                 message = state_failure(exc)
                 if message is None and not isinstance(exc, TetherError):
@@ -125,8 +119,8 @@ def run_headless(flags: RunFlags) -> int:
                 api_ms=prepared.backend.api_ms,
                 result_on_error=state_failed or stop.failure is not None,
             )
-            if code == 0 and "reflection" in prepared.services:
-                await prepared.services["reflection"].after_turn(abort)
+            if code == 0:
+                await conversation.reflect(abort)
             return stop.exit_code(code)
         finally:
             try:

@@ -18,7 +18,7 @@ from tether.runtime.prepared import Prepared
 if TYPE_CHECKING:
     from tether.runtime.assembly import RunSpec
 
-__all__ = ["Prepared", "prepare", "process_spec", "read_prompt"]  # Prepared: server/runtime.py
+__all__ = ["prepare", "process_spec", "read_prompt"]
 
 
 def process_spec() -> RunSpec:

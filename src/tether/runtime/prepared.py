@@ -91,11 +91,16 @@ class Prepared:
     def call_id_taken(self, tool_call_id: str) -> bool:
         """Whether this conversation already has an effect checkpoint under `tool_call_id`
         (asked only when a model proposes a call: a text turn never opens the database)."""
-        from tether.runtime.checkpoints import conversation_scope
+        from tether.runtime.checkpoints import EffectStoreUnavailable, conversation_scope
 
         store, _ = self.checkpoints()
         scope = conversation_scope(self.session.agent.id, self.session.conversation_id)
-        return store.get(scope, tool_call_id) is not None
+        try:
+            return store.get(scope, tool_call_id) is not None
+        except (EffectStoreUnavailable, OSError):
+            # No store to ask: the call's `before` record fails the same way, so it is refused
+            # without running and the run fails naming the store (not the id check).
+            return False
 
     def checkpoints(self) -> tuple[CheckpointStore, str]:
         """The effect-checkpoint store ($TETHER_HOME/checkpoints.db) and this process's owner

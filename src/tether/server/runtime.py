@@ -21,14 +21,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tether import __version__
-from tether.cli.runner import Prepared
-from tether.core.tools import ToolContext
-from tether.core.turn import Event, TurnOutcome, run_turn
+from tether.core.turn import Event, TurnOutcome
 from tether.errors import TetherError, UsageError
 from tether.protocol.chunks import RetryNotice, now_ms
 from tether.protocol.messages import UserMessage
-from tether.protocol.turns import ApprovalResult, LocalToolReturn
-from tether.runtime.checkpoints import CheckpointHooks, RecoveredEffect
+from tether.runtime.checkpoints import RecoveredEffect
+from tether.runtime.conversation import Conversation
+from tether.runtime.prepared import Prepared
 from tether.server.approvals import PendingApproval, RuntimeApprover
 from tether.server.auth import FULL_GRANT, Grant
 from tether.server.protocol_v2 import (
@@ -91,6 +90,7 @@ class ConversationRuntime:
         self._built_trusted = self._folder_trusted()
         self.scope = stream.scope
         self._reflection: asyncio.Future[Any] | None = None
+        self._conversation: Conversation | None = None
         self.subscribers: dict[str, Subscriber] = {}
         self.queue: deque[QueuedInput] = deque()
         self.status = "WAITING_ON_INPUT"
@@ -357,39 +357,18 @@ class ConversationRuntime:
         turn_id = f"turn-{uuid.uuid4().hex[:12]}"
         self.abort_event = abort = asyncio.Event()
         self.active_run_ids = []
-        deps = p.turn_deps(
-            emit=self._on_event, approver=RuntimeApprover(self), abort=abort, max_turns=None,
-            on_tool_start=self._tool_started, on_tool_end=self._tool_ended,
-        )
-        hooks = deps.tool_hooks
-        assert isinstance(hooks, CheckpointHooks)  # the effect checkpoints of every path
-        hooks.on_unavailable = lambda _: abort.set()  # no effect store: the turn stops, failed
-        results: dict[str, ApprovalResult] = {}
-        emit = deps.emit
-
-        def emit_and_note(event: Event) -> None:
-            if isinstance(event, LocalToolReturn):
-                results[event.result.tool_call_id] = event.result
-            emit(event)
-
-        deps.emit = emit_and_note
-        snapshot = deps.snapshot
-
-        def snapshot_and_send() -> ToolContext:
-            self._set_status("SENDING_API_REQUEST")
-            return snapshot()
-
-        deps.snapshot = snapshot_and_send
         parts = tuple(part for m in item.messages for part in m.parts)
         user = UserMessage(f"ui-msg-{now_ms()}-{item.id}", parts, now_ms())
         error: str | None = None
+        conversation = self._conversation_of(p)
         try:
-            with p.store.turn_lock(self.scope.agent_id, self.scope.conversation_id):
-                user = p.begin_turn(user, self._broadcast_event)
-                try:
-                    outcome = await run_turn(deps, p.conversation, user)
-                finally:
-                    await hooks.settle_leftovers(results)
+            outcome = await conversation.turn(
+                user, emit=self._on_event, approver=RuntimeApprover(self), abort=abort,
+                emit_recovered=self._broadcast_event,
+                on_tool_start=self._tool_started, on_tool_end=self._tool_ended,
+                on_store_unavailable=lambda _: abort.set(),  # no effect store: the turn stops, failed
+                on_send=lambda: self._set_status("SENDING_API_REQUEST"),
+            )
         except Exception as exc:
             # A busy conversation, a damaged transcript, a fenced checkpoint, the disk — or a
             # bug: the turn ends with the error and the runtime keeps serving its queue (a
@@ -421,8 +400,8 @@ class ConversationRuntime:
                 pending.future.cancel()
             self.approvals.clear()
             self.executing.clear()
-        if hooks.unavailable is not None and error is None:
-            error, outcome.stop_reason = hooks.unavailable, "error"
+        if conversation.store_unavailable is not None and error is None:
+            error, outcome.stop_reason = conversation.store_unavailable, "error"
         if outcome.error is not None and error is None:
             error = outcome.error.message
         frame: dict[str, Any] = {
@@ -438,14 +417,22 @@ class ConversationRuntime:
         self.active_run_ids = []
         self._set_status("WAITING_ON_INPUT")
         self.broadcast(self.stream.frame("turn_finished", **frame))
-        trigger = p.services.get("reflection")
-        idle = self._reflection is None or self._reflection.done()
-        if error is None and outcome.stop_reason == "end_turn" and trigger is not None and idle:
-            self._reflection = asyncio.ensure_future(trigger.after_turn())  # memory review, off the turn
+        if error is None and outcome.stop_reason == "end_turn":
+            started = conversation.start_reflection()  # memory review, off the turn
+            self._reflection = started or self._reflection
         try:
             self._apply_device_state()
         except TetherError as exc:
             self.broadcast(error_frame(f"change_device_state: {exc}"))
+
+    def _conversation_of(self, prepared: Prepared) -> Conversation:
+        """The conversation's turns over the current session (rebuilt when trust changes it),
+        keeping the reflection a previous session started."""
+        current = self._conversation
+        if current is None or current.p is not prepared:
+            current = self._conversation = Conversation(prepared)
+            current.reflection = self._reflection
+        return current
 
     def _on_event(self, event: Event) -> None:
         status = self.status

@@ -15,7 +15,7 @@ import io
 import os
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ from tether.tui.widgets import PromptInput, StatusInfo, StatusLine, Transcript
 
 if TYPE_CHECKING:  # the runtime loads in a thread once the first frame is up
     from tether.core.turn import Event, TurnOutcome
+    from tether.runtime.conversation import Conversation
     from tether.runtime.prepared import Prepared
 
 MAX_STOP_CONTINUATIONS = 3  # a Stop hook that keeps blocking cannot loop forever
@@ -88,6 +89,7 @@ class TetherApp(App[int]):
         if flags is None:
             raise ValueError("TetherApp needs a prepared session or the flags to prepare one")
         self._prepared = prepared
+        self._conversation: Conversation | None = None  # its turns; made for the ready session
         self.flags = flags
         self.initial_prompt = initial_prompt
         self.queue: list[str] = []
@@ -333,12 +335,12 @@ class TetherApp(App[int]):
         self.turn_task = asyncio.ensure_future(self._turn_loop(prompts))
         self.refresh_status()
 
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+    def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(self._guard(coro))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _guard(self, coro: Coroutine[Any, Any, Any]) -> None:
+    async def _guard(self, coro: Awaitable[Any]) -> None:
         try:
             await coro
         except TetherError as exc:
@@ -381,7 +383,7 @@ class TetherApp(App[int]):
 
     async def _one_turn(self, texts: list[str], *, from_hook: bool) -> tuple[TurnOutcome | None, str | None]:
         """One user turn; returns its outcome and a Stop hook's feedback when one blocked."""
-        from tether.core.turn import run_turn
+        from tether.runtime.conversation import Conversation
 
         p = self.prepared
         prompt = "\n\n".join(texts)
@@ -401,13 +403,13 @@ class TetherApp(App[int]):
         abort = asyncio.Event()
         self.abort = abort
         self._tool_calls = 0
-        deps = p.turn_deps(emit=self._emit, approver=self.approver, abort=abort, max_turns=None)
         user = UserMessage(f"ui-msg-{now_ms()}", tuple(parts), now_ms())
         self.refresh_status()
-        try:
-            with p.store.turn_lock(p.session.agent.id, p.session.conversation_id):
-                user = p.begin_turn(user, self._emit)  # crash leftovers, task notifications
-                outcome = await run_turn(deps, p.conversation, user)
+        if self._conversation is None or self._conversation.p is not p:  # a rebuilt session
+            self._conversation = Conversation(p)
+        try:  # crash leftovers and task notifications first, under the turn lock
+            outcome = await self._conversation.turn(user, emit=self._emit, approver=self.approver,
+                                                    abort=abort)
         except TetherError as exc:  # a busy conversation, a damaged transcript
             self.notice(str(exc), "error")
             return None, None
@@ -415,9 +417,9 @@ class TetherApp(App[int]):
             self.abort = None
         if outcome.stop_reason != "end_turn" or self._quitting:
             return outcome, None
-        trigger = p.services.get("reflection")
-        if trigger is not None:  # memory review in the background; the prompt stays live
-            self._spawn(trigger.after_turn())
+        reflection = self._conversation.start_reflection()
+        if reflection is not None:  # memory review in the background; the prompt stays live
+            self._spawn(reflection)
         stopped = self._show(await SessionHooks(p.hooks).stop(
             stop_reason=outcome.stop_reason, tool_call_count=self._tool_calls,
             assistant_message=outcome.last_text, user_message=prompt, active=from_hook,
