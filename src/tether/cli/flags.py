@@ -11,10 +11,10 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tether.core.prompt import SYSTEM_PRESETS  # the presets and their texts live there
 from tether.errors import UsageError
 
 OUTPUT_FORMATS = ("text", "json", "stream-json")
-SYSTEM_PRESETS = ("default", "letta-code", "tether", "blank")
 REFLECTION_TRIGGERS = ("off", "step-count", "compaction-event")
 MEMFS_STARTUP = ("blocking", "background", "skip")
 SKILL_SOURCES = ("all", "bundled", "global", "agent", "project")
@@ -170,6 +170,10 @@ def parse_run_flags(argv: Sequence[str], *, stdin_is_tty: bool | None = None) ->
     if ns.system is not None and ns.system_custom is not None:
         raise UsageError("--system and --system-custom are mutually exclusive")
     flags.system_custom = ns.system_custom
+    if flags.system_preset is not None:  # the preset's text, for a local agent and a server one
+        from tether.core.prompt import preset_system
+
+        flags.system_custom = preset_system(flags.system_preset)
     flags.system_append = ns.system_append
     flags.allowed_tools = _tool_list("--allowedTools", ns.allowed_tools)
     flags.disallowed_tools = _tool_list("--disallowedTools", ns.disallowed_tools)
