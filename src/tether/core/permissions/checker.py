@@ -37,12 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tether.core.permissions.gitconfig import git_hazard
+from tether.core.permissions.gitconfig import git_hazard, lazy_fetch
 from tether.core.permissions.modes import Decision
 from tether.core.permissions.paths import (
     PathRef,
     arms_later,
     expand_glob,
+    hard_linked,
     magic_link,
     names_arming_dir,
     resolve_path,
@@ -99,6 +100,9 @@ class Scope:
     home: Path
     resolve: Callable[[str, Path, Path], PathRef] = resolve_path
     git_hazard: Callable[[Path], str | None] = git_hazard
+    # where a read fetches from a partial clone's promisor remote (see gitconfig.lazy_fetch)
+    lazy_fetch: Callable[[Path], str | None] = lazy_fetch
+    hard_linked: Callable[[Path], bool] = hard_linked  # a file with other names (st_nlink > 1)
     expand: Callable[[str, Path], list[str] | None] = expand_glob  # a shell glob, on disk
 
     @staticmethod
@@ -230,6 +234,10 @@ def _decide_tool(call: Call, family: str, policy: Policy) -> Decision:
     inside = all(within(r.resolved, scope.roots) for r in refs)
     if mode == "unrestricted":
         return Decision("allow", "permission mode unrestricted")
+    if inside and family in FILE_FAMILIES and any(scope.hard_linked(r.resolved) for r in refs):
+        # Its other names may be outside the workspace or under a deny rule: the mode's and the
+        # workspace's auto-allows do not cover it (an explicit rule or a human still may).
+        inside = False
     if mode == "acceptEdits" and family in WRITE_FAMILIES and refs and inside:
         return Decision("allow", "permission mode acceptEdits allows edits inside the workspace")
     for rule in rules.cli_allow:
@@ -257,7 +265,11 @@ def _decide_tool(call: Call, family: str, policy: Policy) -> Decision:
     if family == "Task" and call.args.get("subagent_type") in READ_ONLY_SUBAGENTS:
         return Decision("allow", "the subagent only reads conversation history")
     if refs and not inside:
-        outside = next(r.resolved for r in refs if not within(r.resolved, scope.roots))
+        outside = next((r.resolved for r in refs if not within(r.resolved, scope.roots)), None)
+        if outside is None:
+            linked = next(r.spelled for r in refs if scope.hard_linked(r.resolved))
+            return Decision("ask", f"{call.tool} touches {linked}, a file with other names (hard "
+                                   "links) that may be outside the workspace or under a deny rule")
         return Decision("ask", f"{call.tool} touches {outside}, outside the workspace")
     return Decision("ask", f"{call.tool} needs approval in permission mode {mode}")
 

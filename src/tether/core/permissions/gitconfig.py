@@ -121,6 +121,37 @@ def git_hazard(directory: Path) -> str | None:
     return verdict.hazard
 
 
+def lazy_fetch(directory: Path) -> str | None:
+    """The promisor remote a read in the repository git finds from `directory` fetches from
+    (a partial clone: `git log -p`, `git show` of a blob it never fetched), or None.
+
+    Not a program, so not a `git_hazard`: confined, the fetch finds no network. A command that
+    runs unconfined (a rule or the mode admitted another part of it) would connect wherever the
+    repository's config points, so its read-only git commands must not meet one.
+    """
+    import shutil
+
+    directory = Path(directory)
+    while not directory.is_dir() and directory != directory.parent:
+        directory = directory.parent
+    git = shutil.which("git")
+    if git is None:
+        return None  # no git: the command's own git cannot fetch either
+    try:
+        found = _run_git(git, directory, "config", "-z", "--get-regexp",
+                         r"^(extensions\.partialclone|remote\..*\.promisor)$")
+    except _ProbeFailed as exc:
+        return f"a repository tether could not inspect ({exc})"
+    for entry in found.stdout.decode(errors="replace").split("\0"):
+        key, _, value = entry.partition("\n")
+        value = value.strip()
+        if key == "extensions.partialclone" and value:
+            return f"the promisor remote `{value}` (extensions.partialClone)"
+        if key.endswith(".promisor") and value.lower() not in ("", "false", "no", "off", "0"):
+            return f"the promisor remote `{key[7:-9]}` ({key})"
+    return None
+
+
 # probing with git --------------------------------------------------------------------------
 
 

@@ -168,6 +168,20 @@ def resolve_path(raw: str | os.PathLike[str], cwd: Path, home: Path) -> PathRef:
     return PathRef(spelled, resolved)
 
 
+def hard_linked(path: Path) -> bool:
+    """Whether `path` is a regular file with other names (`st_nlink > 1`). Another name may sit
+    outside the workspace, under a deny rule or in a folder the sandbox hides, where neither the
+    path rules nor the kernel's mounts see it: a read or an in-place write through this name
+    reaches that file (catalogue b7)."""
+    import stat
+
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_nlink > 1
+
+
 def within(path: Path, roots: Sequence[Path]) -> bool:
     """Component-wise containment: `/proj_evil/x` is not inside `/proj`."""
     return any(_relative(path, root) is not None for root in roots)

@@ -184,6 +184,10 @@ class ShellCheck:
             matched.append(admitted)
         rules_used = [m for m in matched if not m.startswith(_READ_ONLY)]
         summary = ", ".join(dict.fromkeys(matched)) or "the command runs nothing"
+        if rules_used or granted:
+            lazy = self._lazy_fetch(matched)
+            if lazy is not None:
+                return Decision("ask", lazy)
         if (rules_used or granted) and self._unseen is not None:
             # what the read-only part reads is only known at run time: safe confined, and a
             # rule or the mode would make the whole command run unconfined
@@ -197,6 +201,22 @@ class ShellCheck:
                                    "kernel sandbox here can confine auto-allowed commands "
                                    "(install bubblewrap, or a kernel with Landlock)")
         return Decision("allow", f"allowed: {summary}", confine=True)
+
+    def _lazy_fetch(self, matched: Sequence[str]) -> str | None:
+        """Why a read-only git command, run unconfined beside what a rule or the mode admitted,
+        would reach the network: a partial clone fetches missing objects from its promisor
+        remote, which the repository names. Confined, it would find no network."""
+        for command, admitted in zip(self.commands, matched, strict=True):
+            if not admitted.startswith(_READ_ONLY) or command.argv[0] != "git":
+                continue
+            assert command.cwd is not None  # _admit asked for an unknowable directory
+            run_dir = self.scope.resolve(str(command.cwd), self.cwd, self.scope.home).resolved
+            remote = self.scope.lazy_fetch(run_dir)
+            if remote:
+                return (f"`{_show(command.argv)}` would run unconfined (a rule or the mode admits "
+                        f"the rest of the command) in a partial clone, where a read fetches from "
+                        f"{remote}")
+        return None
 
     def _generic_allow(self) -> Rule | None:
         """An explicit rule admitting every shell command (`Bash`, `Bash(:*)`, `*`)."""
@@ -332,6 +352,9 @@ class ShellCheck:
         for ref in refs:
             if magic_link(ref) or not within(ref.resolved, self.scope.roots):
                 return f"`{shown}` reads {ref.spelled}, outside the workspace"
+            if self.scope.hard_linked(ref.resolved):
+                return (f"`{shown}` reads {ref.spelled}, a file with other names (hard links) "
+                        "that may be outside the workspace, hidden or under a deny rule")
         return None
 
     def _option_files(self, command: SimpleCommand, kind: ReadOnly) -> list[PathRef]:
@@ -370,6 +393,10 @@ class ShellCheck:
                     return None, True
             return (f"The command writes {ref.spelled} inside {armed}, whose contents run later "
                     "without asking; only a rule naming it, or you, may allow it"), False
+        if inside and self.scope.hard_linked(ref.resolved):
+            # another name of the file may be outside the workspace: a read or an in-place write
+            # through this one reaches it, and only a rule naming it or a human may say yes
+            inside = False
         if not write:
             if inside and self.policy.mode != "strict":
                 return None, False
