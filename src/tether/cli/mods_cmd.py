@@ -1,6 +1,7 @@
 """`tether mods …` and `tether hooks list`: what extends this folder's sessions, and from where.
 
-    tether mods list [--json] [--agent ID]   every discovered mod: source, status, location
+    tether mods list [--json] [--agent ID]   every discovered mod: source, status, location; a
+                                             mod that failed to load shows `failed` and why
     tether mods disable NAME                 keep NAME from loading (in $TETHER_HOME/mods/state.json)
     tether mods enable NAME                  undo a disable
     tether mods remove NAME --yes            delete the mod's file or package directory
@@ -61,6 +62,7 @@ def _mods(argv: Sequence[str]) -> int:
         else:
             for r in rows:
                 why = f" (shadowed by {r['shadowed_by']})" if r.get("shadowed_by") else ""
+                why = f" ({r['error']})" if r.get("error") else why
                 print(f"{r['name']}\t{r['source']}\t{r['status']}{why}\t{r['location']}")
         return 0
     from tether.runtime.mods.engine import read_disabled, write_disabled
@@ -105,6 +107,7 @@ def _mods(argv: Sequence[str]) -> int:
 def mod_rows(home: Path, cwd: Path, env: Any, *, agent_id: str | None) -> list[dict[str, Any]]:
     """Every mod any source offers, with what a session here would do with it."""
     from tether.runtime.mods.engine import candidates, mods_disabled, read_disabled
+    from tether.runtime.mods.load_record import failure_of, read_failures
 
     trusted = _folder_trusted(home, cwd)
     found, _ = candidates(home, cwd, env, agent_id=agent_id, project_trusted=True)
@@ -116,6 +119,7 @@ def mod_rows(home: Path, cwd: Path, env: Any, *, agent_id: str | None) -> list[d
                 winners[spec.name] = spec
     off = set(read_disabled(home))
     globally_off = mods_disabled(env)
+    failures = read_failures(home)  # what the last session's load said
     rows: list[dict[str, Any]] = []
     for spec in sorted(found, key=lambda s: (s.name, -s.priority)):
         winner = winners.get(spec.name)
@@ -127,10 +131,13 @@ def mod_rows(home: Path, cwd: Path, env: Any, *, agent_id: str | None) -> list[d
             status = "disabled"
         else:
             status = "off (TETHER_DISABLE_MODS)" if globally_off else "enabled"
+        error = failure_of(spec, failures) if status == "enabled" else None
         row: dict[str, Any] = {
-            "name": spec.name, "source": spec.source, "status": status,
+            "name": spec.name, "source": spec.source, "status": "failed" if error else status,
             "location": spec.location, "path": str(spec.path) if spec.path is not None else None,
         }
+        if error:
+            row["error"] = error
         if status == "shadowed" and winner is not None:
             row["shadowed_by"] = winner.source
         rows.append(row)

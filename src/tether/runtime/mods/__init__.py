@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether.core.execution import AdmittedCall, PreToolVerdict, ToolHooks
@@ -33,6 +34,7 @@ from tether.runtime.mods.api import (
     normalize_result,
 )
 from tether.runtime.mods.engine import Diagnostic, ModEngine, Owner, discover, mods_disabled
+from tether.runtime.mods.load_record import record_load
 
 if TYPE_CHECKING:
     from tether.core.approvals import DecideFn
@@ -327,17 +329,37 @@ def load_mods(prepared: Any) -> ModSession | None:
         capabilities=capabilities_for(env.get("TETHER_MOD_CAPABILITY_PROFILE")),
         tool_allowed=(lambda name: name in keep) if keep is not None else (lambda name: True),
     )
-    engine = ModEngine(
-        lambda: discover(home, cwd, env, agent_id=agent_id, project_trusted=trusted),
-        lambda eng, owner: ModApi(eng, owner, host),
-        report=print_diagnostic,
-    )
+    specs: dict[str, Any] = {}  # the last discovery's active mods by name (for the load record)
+
+    def discovered() -> Any:
+        found = discover(home, cwd, env, agent_id=agent_id, project_trusted=trusted)
+        specs.clear()
+        specs.update((s.name, s) for s in found.active)
+        return found
+
+    def report(diagnostic: Diagnostic) -> None:
+        print_diagnostic(diagnostic)
+        spec = specs.get(diagnostic.mod)
+        if diagnostic.phase == "event" and spec is not None:  # a mod failing mid-session
+            record_load(home, (), [(spec, diagnostic)])
+
+    engine = ModEngine(discovered, lambda eng, owner: ModApi(eng, owner, host), report=report)
 
     def message_count() -> int:
         return len(prepared.store.transcript(agent_id, prepared.session.conversation_id).load())
 
     session = ModSession(engine, host, model=prepared.session.model, message_count=message_count)
     engine.load()
+    _record(engine, home, specs)
     for note in engine.notes:
         print(f"tether: {note}", file=sys.stderr)
     return session
+
+
+def _record(engine: ModEngine, home: Path, specs: Mapping[str, Any]) -> None:
+    """What `tether mods list` shows as failed: this load's import/activate failures."""
+    failed = {d.mod: d for d in engine.diagnostics
+              if d.generation == engine.generation and d.phase in ("import", "activate")}
+    loaded = {o.name for o in engine.owners}
+    record_load(home, [s for n, s in specs.items() if n in loaded],
+                [(specs[n], d) for n, d in failed.items() if n in specs])
