@@ -336,6 +336,10 @@ def _load(path: Path, boundary: ReadBoundary | None, walked: bool) -> list[str] 
     except ToolFailure:
         return None
     try:
+        # A file met on a walk with other names (hard links) may be a secret or a denied file
+        # under another name; the permission check only saw the folder, so it is skipped.
+        if walked and os.fstat(fd).st_nlink > 1:
+            return None
         # Bounded on the open file: the walk's size may be stale, or the name swapped since.
         data = read_fd(fd, GREP_MAX_FILE_BYTES + 1)
     except OSError:
