@@ -7,7 +7,9 @@ finish, and returns what it printed; a command still running stays open as a ses
 sandbox as Bash (`bash.sandbox_service`: the workspace sandbox, or the read-only confinement for
 calls admitted only as read-only) and are recorded in the shell-group ledger before the command
 is let go, so a killed run's sessions are reaped by the next one. Sessions are killed when the
-runtime closes them (`ExecSessions.close_all`) or the process exits.
+runtime closes them (`ExecSessions.close_all`) or the process exits. A `write_stdin` call is
+judged by how its session was admitted (`WriteStdinTool.session_admission`, `Call.session`):
+it never asks again for a session already admitted, and an unknown session is refused.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tether.core.permissions.checker import SESSION_ALLOWED, SESSION_CONFINED, SESSION_UNKNOWN
 from tether.core.tools import Effect, Tool, ToolResult, ToolRunContext
 from tether.errors import SandboxError, ToolFailure
 from tether.tools.arguments import (
@@ -104,6 +107,7 @@ class ExecSession:
         self.dropped = 0
         self.eof = False
         self.started = time.monotonic()
+        self.confined = False  # started by a call admitted only as read-only (see admission())
         os.set_blocking(out_fd, False)
         asyncio.get_running_loop().add_reader(out_fd, self._readable)
         self._killer = lambda: _kill_now(proc.pid)
@@ -178,6 +182,14 @@ class ExecSessions:
 
     def next_id(self) -> int:
         return next(self._ids)
+
+    def admission(self, sid: int | None) -> str:
+        """How session `sid` was admitted when it started, for permissions (`Call.session`):
+        every session exists only because its exec_command call was admitted."""
+        session = self.sessions.get(sid) if sid is not None else None
+        if session is None:
+            return SESSION_UNKNOWN
+        return SESSION_CONFINED if session.confined else SESSION_ALLOWED
 
     async def close_all(self) -> None:
         for session in list(self.sessions.values()):
@@ -287,7 +299,10 @@ class ExecCommandTool:
 
     def sessions(self, ctx: ToolRunContext) -> ExecSessions:
         given = ctx.services.get("exec_sessions")
-        return given if isinstance(given, ExecSessions) else self._sessions
+        if isinstance(given, ExecSessions):
+            # the run's sessions from now on, also where write_stdin's permission check looks
+            self._sessions = given
+        return self._sessions
 
     async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
         try:
@@ -316,6 +331,7 @@ class ExecCommandTool:
         except OSError as exc:
             return error_result(f"Could not start bash: {exc.strerror or exc}")
         session = ExecSession(sessions.next_id(), proc, out_fd, in_fd, secret_values(env))
+        session.confined = ctx.confined
         sessions.sessions[session.id] = session
         await session.wait(wait_s, ctx.abort)
         if ctx.abort.is_set():
@@ -336,6 +352,15 @@ class WriteStdinTool:
 
     def paths(self, args: Mapping[str, Any], cwd: Path) -> list[Path]:
         return []
+
+    def session_admission(self, args: Mapping[str, Any]) -> str:
+        """What the permission check judges this call by (it carries no command): how its
+        session was admitted when exec_command started it (`ExecSessions.admission`)."""
+        try:
+            sid = optional_int(args, "session_id", minimum=1)
+        except ToolFailure:
+            sid = None
+        return self._exec._sessions.admission(sid)
 
     async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
         try:

@@ -23,6 +23,9 @@ part tether cannot see into makes it ask, even in unrestricted mode when deny ru
 hidden part could be dodging. Path words of shell commands and redirection targets are held to the
 file deny rules too (`cat .env` under `deny: Read(.env)`).
 
+A write to a running exec_command session (`write_stdin`, `Call.session`) inherits how the session
+was admitted when it started (see `_decide_session_write`); an unknown session is denied.
+
 Confinement: a shell call allowed only by step 6 (every command read-only, no rule or mode
 admitted any part of it, nor a redirection) comes back `Decision(..., confine=True)`: the runner
 must run it in the kernel read-only sandbox. When `Policy.can_confine` is False there is no such
@@ -194,10 +197,21 @@ class Call:
     cwd: Path | None = None  # defaults to the scope's cwd
     external: bool = False  # executed by the client that registered it
     read_only_hint: bool = False  # an MCP tool its server marks read-only, opted in by a setting
+    # A write to a running exec_command session (write_stdin): how that session's start was
+    # admitted, SESSION_ALLOWED or SESSION_CONFINED, or SESSION_UNKNOWN for no such session.
+    # None for every other call.
+    session: str | None = None
+
+
+SESSION_ALLOWED = "allowed"  # by a rule, the mode, a hook or a human
+SESSION_CONFINED = "confined"  # by the read-only auto-allow: it runs in the read-only sandbox
+SESSION_UNKNOWN = "unknown"
 
 
 def decide(call: Call, policy: Policy) -> Decision:
     family = canonical_tool_name(call.tool)
+    if call.session is not None and family == SHELL_FAMILY and call.command is None:
+        return _decide_session_write(call, family, policy)
     if family == SHELL_FAMILY and call.command is not None:
         # the shell analysis (and tree-sitter) loads on the first shell call only
         from tether.core.permissions.shellcheck import ShellCheck
@@ -272,6 +286,34 @@ def _decide_tool(call: Call, family: str, policy: Policy) -> Decision:
                                    "links) that may be outside the workspace or under a deny rule")
         return Decision("ask", f"{call.tool} touches {outside}, outside the workspace")
     return Decision("ask", f"{call.tool} needs approval in permission mode {mode}")
+
+
+def _decide_session_write(call: Call, family: str, policy: Policy) -> Decision:
+    """write_stdin carries no command: what runs is the session's, admitted when it started.
+    Deny and alwaysAsk rules still bind, strict still asks (unless a rule admits the tool);
+    otherwise the write inherits the session's admission, and a confined session stays in the
+    read-only sandbox it runs in. No such session: an error, never a prompt."""
+    rules, scope = policy.rules, policy.scope
+    sid = call.args.get("session_id")
+    for rule in rules.denies:
+        if _tool_rule(rule, family, call, (), scope, deny=True):
+            return Decision("deny", f"Permission denied by rule: {rule}", rule.text)
+    if call.session not in (SESSION_ALLOWED, SESSION_CONFINED):
+        return Decision("deny", f"No running exec_command session {sid}: start one with "
+                                "exec_command, then write to the session id it returns")
+    for rule in rules.always_ask:
+        if _tool_rule(rule, family, call, (), scope, deny=True):
+            return Decision("ask", f"{rule} always asks", rule.text, sticky=True)
+    if policy.mode == "strict":
+        for rule in (*rules.cli_allow, *rules.session_allow, *rules.allow):
+            if _tool_rule(rule, family, call, (), scope, deny=False):
+                return Decision("allow", f"allowed by rule {rule}", rule.text)
+        return Decision("ask", "permission mode strict asks for every call")
+    if call.session == SESSION_CONFINED:
+        return Decision("allow", f"exec_command session {sid} runs in the read-only confinement "
+                                 "it was started in", confine=True)
+    return Decision("allow", f"exec_command session {sid} was admitted when it started; "
+                             "writing to it inherits that")
 
 
 def _mcp_server_rule(rule_family: str, family: str) -> bool:
