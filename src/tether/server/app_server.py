@@ -80,6 +80,7 @@ class ServerOptions:
     cwd: Path | None = None
     openai_api: bool = False  # also serve /v1/* (server/openai_bridge.py)
     max_connections_per_ip: int = 64  # open websockets one address may hold (slowloris, e10)
+    idle_release_after: float = 60.0  # seconds before an idle runtime is released (issue 22)
 
 
 def parse_listen_url(url: str) -> tuple[str, int, str]:
@@ -482,6 +483,11 @@ def _parser() -> _Parser:
     )
     p.add_argument("--cwd", help="working directory for runtimes that name none (default: here)")
     p.add_argument(
+        "--idle-release-after", type=float, default=60.0, metavar="SECONDS",
+        help="release a conversation's runtime this long after it went idle with no client "
+        "(rebuilt from disk when asked for again; default 60)",
+    )
+    p.add_argument(
         "--openai-api",
         action="store_true",
         help="also serve /v1/models, /v1/chat/completions, /v1/responses (model = agent id)",
@@ -495,6 +501,8 @@ def options_from_argv(argv: Sequence[str]) -> ServerOptions:
                         ("--max-connections-per-ip", ns.max_connections_per_ip)):
         if value <= 0:
             raise UsageError(f"{flag} must be a positive integer")
+    if not ns.idle_release_after >= 0:  # NaN too
+        raise UsageError(f"--idle-release-after must be 0 or more seconds, not {ns.idle_release_after}")
     policy = auth.policy_from_flags(
         auth.AuthFlags(
             ns.ws_auth,
@@ -517,6 +525,7 @@ def options_from_argv(argv: Sequence[str]) -> ServerOptions:
         cwd,
         ns.openai_api,
         ns.max_connections_per_ip,
+        ns.idle_release_after,
     )
 
 
@@ -533,6 +542,7 @@ def make_context(options: ServerOptions, env: dict[str, str]) -> ServerContext:
         default_cwd=options.cwd or Path.cwd(),
         owner=new_owner(),
         max_queue=options.max_queue,
+        idle_release_after=options.idle_release_after,
     )
 
 

@@ -315,6 +315,7 @@ class OpenAIBridge:
             check_scoped_folder,
             check_workspace,
             effective_mode,
+            register_runtime,
             sandbox_available,
         )
 
@@ -340,7 +341,7 @@ class OpenAIBridge:
                 server.ctx, scope, cwd, None, workspace_sandbox=conn.grant.scoped
             )
             rt = ConversationRuntime(server.ctx, prepared, EventStream(scope, server.instance))
-            server.runtimes[scope] = rt
+            register_runtime(server.ctx, server.runtimes, rt)
         refusal = conn.grant.mode_refusal(rt.p.flags.permission_mode)
         if refusal is not None:
             raise ApiError(403, refusal, "model", "mode_not_granted")

@@ -395,6 +395,11 @@ class EventStream:
         self._seq = itertools.count(1)
         self.last_seq = 0
 
+    def resume_after(self, seq: int) -> None:
+        """Go on from `seq` (a runtime rebuilt after its release): keys stay unique."""
+        self._seq = itertools.count(seq + 1)
+        self.last_seq = seq
+
     def frame(self, kind: str, **fields: Any) -> dict[str, Any]:
         self.last_seq = seq = next(self._seq)
         return {

@@ -16,6 +16,7 @@ import sys
 import traceback
 import uuid
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,6 +38,7 @@ from tether.server.protocol_v2 import (
     error_frame,
 )
 from tether.server.runtime_start import (
+    Kept,
     ServerContext,
     build_prepared,
     check_scoped_folder,
@@ -46,6 +48,7 @@ from tether.server.runtime_start import (
 # tether's permission modes under the names protocol v2 clients know
 _WIRE_MODES = {"standard": "default", "unrestricted": "bypassPermissions"}
 _SEEN_KEYS = 1024
+_KEPT_KEYS = 64  # idempotency keys a released runtime keeps answering "duplicate" for
 
 
 class Subscriber(Protocol):
@@ -103,15 +106,78 @@ class ConversationRuntime:
         self._pending_state: tuple[str | None, Path | None] | None = None
         self._wake = asyncio.Event()
         self._closing = False
+        # Set by the server's table (runtime_start.register_runtime): forget this runtime there.
+        self.on_release: Callable[[ConversationRuntime], None] | None = None
+        self._release_timer: asyncio.TimerHandle | None = None
         self._worker = asyncio.ensure_future(self._work())
 
     # --- subscribers and state ---------------------------------------------------------------
 
     def subscribe(self, sub: Subscriber) -> None:
         self.subscribers[sub.id] = sub
+        if self._release_timer is not None:
+            self._release_timer.cancel()
+            self._release_timer = None
 
     def unsubscribe(self, sub: Subscriber) -> None:
         self.subscribers.pop(sub.id, None)
+        self.release_when_idle()
+
+    # --- release when idle (issue 22 item 5) ------------------------------------------------
+
+    def idle(self) -> bool:
+        """Nobody watches and nothing is running or waiting: no subscriber, no turn, an empty
+        queue, no pending approval or device change, reflection done, no background task or
+        subagent running."""
+        if self.subscribers or self.busy or self.queue or self.approvals or self._closing:
+            return False
+        if self._pending_state is not None:
+            return False
+        if self._reflection is not None and not self._reflection.done():
+            return False
+        for name in ("background", "subagents"):
+            service = self.p.services.get(name)
+            if service is not None and any(t.running for t in service.tasks()):
+                return False
+        return True
+
+    def release_when_idle(self) -> None:
+        """After the server's grace period, release this runtime if it is (still) idle; its
+        memory goes, and the next start rebuilds it from disk with what `kept` holds."""
+        delay = self.ctx.idle_release_after
+        if self.on_release is None or delay is None or not self.idle():
+            return
+        if self._release_timer is not None:
+            self._release_timer.cancel()
+        self._release_timer = asyncio.get_running_loop().call_later(delay, self._release_if_idle)
+
+    def _release_if_idle(self) -> None:
+        self._release_timer = None
+        release, self.on_release = self.on_release, None
+        if release is None or not self.idle():
+            self.on_release = release
+            return
+        release(self)
+        asyncio.ensure_future(self.close())
+
+    def kept(self) -> Kept:
+        policy = self.p.policy
+        return Kept(
+            last_seq=self.stream.last_seq,
+            seen=tuple(self.seen.items())[-_KEPT_KEYS:],
+            mode=self.p.flags.permission_mode,
+            cwd=self.p.cwd,
+            session_allow=policy.rules.session_allow if policy is not None else (),
+            sandboxed=self.sandboxed,
+        )
+
+    def restore(self, kept: Kept) -> None:
+        """Carry on from a released runtime of the same conversation."""
+        self.stream.resume_after(kept.last_seq)
+        self.seen.update(kept.seen)
+        for rule in kept.session_allow:
+            if self.p.policy is not None:
+                self.p.policy.add_session_allow(rule)
 
     def broadcast(self, frame: dict[str, Any]) -> None:
         for sub in list(self.subscribers.values()):
@@ -303,6 +369,8 @@ class ConversationRuntime:
     async def _work(self) -> None:
         while not self._closing:
             if not self.queue:
+                if not self.subscribers:  # a cron fire or a client that left: maybe let go
+                    self.release_when_idle()
                 self._wake.clear()
                 await self._wake.wait()
                 continue
@@ -419,7 +487,9 @@ class ConversationRuntime:
         self.broadcast(self.stream.frame("turn_finished", **frame))
         if error is None and outcome.stop_reason == "end_turn":
             started = conversation.start_reflection()  # memory review, off the turn
-            self._reflection = started or self._reflection
+            if started is not None:
+                self._reflection = started
+                started.add_done_callback(lambda _: self.release_when_idle())
         try:
             self._apply_device_state()
         except TetherError as exc:

@@ -14,8 +14,9 @@ own scratch directory."""
 from __future__ import annotations
 
 import sys
+from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,49 @@ class ServerContext:
     default_cwd: Path
     owner: str  # this process's checkpoint owner id (fences a crashed predecessor out)
     max_queue: int = 32
+    # Seconds an idle runtime (no subscriber, nothing running or waiting) is kept before it is
+    # released and later rebuilt from disk; None: never released (issue 22 item 5).
+    idle_release_after: float | None = 60.0
+    released: OrderedDict[RuntimeScope, Kept] = field(default_factory=OrderedDict)
+
+
+# How many released conversations' small state the server remembers (oldest forgotten first).
+KEPT_RUNTIMES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """What must survive a runtime's release, for the one rebuilt from disk: the event stream
+    goes on after `last_seq` (idempotency keys stay unique), recent idempotency keys still
+    answer "duplicate", and the mode, folder and session allow rules a client chose hold."""
+
+    last_seq: int
+    seen: tuple[tuple[str, dict[str, Any]], ...]
+    mode: str
+    cwd: Path
+    session_allow: tuple[Any, ...]
+    sandboxed: bool
+
+
+def register_runtime(
+    ctx: ServerContext, runtimes: dict[RuntimeScope, ConversationRuntime], rt: ConversationRuntime
+) -> None:
+    """Put a new runtime into the server's table, with what its release does: forget it there,
+    keep its `Kept` state (bounded), and give it back to a rebuilt one."""
+    scope = rt.scope
+    kept = ctx.released.pop(scope, None)
+    if kept is not None:
+        rt.restore(kept)
+    runtimes[scope] = rt
+
+    def release(gone: ConversationRuntime) -> None:
+        if runtimes.get(scope) is gone:
+            del runtimes[scope]
+        ctx.released[scope] = gone.kept()
+        while len(ctx.released) > KEPT_RUNTIMES:
+            ctx.released.popitem(last=False)
+
+    rt.on_release = release
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +143,16 @@ def start_runtime(
         raise UsageError(refusal)
     rt = runtimes.get(resolved.scope)
     if rt is None:
+        kept = ctx.released.get(resolved.scope)
+        if kept is not None:  # released while idle: rebuilt where and how it last ran
+            cwd, mode_given, sandboxed = _as_kept(kept, frame, grant, home, cwd, sandboxed)
+        else:
+            mode_given = frame.mode
         prepared = build_prepared(
-            ctx, resolved.scope, cwd, frame.mode, workspace_sandbox=sandboxed
+            ctx, resolved.scope, cwd, mode_given, workspace_sandbox=sandboxed
         )
         rt = ConversationRuntime(ctx, prepared, EventStream(resolved.scope, instance))
-        runtimes[resolved.scope] = rt
+        register_runtime(ctx, runtimes, rt)
         return rt, resolved
     # Another client started it: it must already be what this one asks for and may use.
     running = rt.p.flags.permission_mode
@@ -209,6 +258,22 @@ def build_prepared(
         raise UsageError("workspace_sandbox was asked for but the run has no shell sandbox")
     _hide_state_from_shell(prepared, ctx.store.home)
     return prepared
+
+
+def _as_kept(
+    kept: Kept, frame: RuntimeStart, grant: Grant, home: Path, cwd: Path, sandboxed: bool
+) -> tuple[Path, str | None, bool]:
+    """The folder, mode and sandbox a rebuilt runtime starts with: what the released one had,
+    unless this start names others; held to this client's grant like any start."""
+    if frame.cwd is None:
+        cwd = check_workspace(str(kept.cwd), kept.cwd, home, scoped=grant.scoped)
+        if grant.scoped:
+            check_scoped_folder(home, cwd)
+    mode = frame.mode if frame.mode is not None else kept.mode
+    refusal = grant.mode_refusal(mode)
+    if refusal is not None:
+        raise UsageError(f"{refusal}: this conversation's runtime runs in it")
+    return cwd, mode, sandboxed or kept.sandboxed
 
 
 def _hide_state_from_shell(prepared: Prepared, home: Path) -> None:
