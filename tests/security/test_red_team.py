@@ -26,7 +26,7 @@ import pytest
 
 from tests.requirements import need_bwrap
 from tests.sandbox.support import CountingServer
-from tests.security.support import MARKER, Outcome, World, attempt, bash, tool
+from tests.security.support import CANARY_SECRET, MARKER, Outcome, World, attempt, bash, tool
 
 M = MARKER
 OUT = f"../outside/{MARKER}"
@@ -545,6 +545,41 @@ def test_a_partial_clone_fetches_nothing_it_was_not_allowed_to(
     _partial_clone(git_world, server.port)
     out, found = run(git_world, bash(command), settings=settings, args=list(args))
     assert not found and server.accepted == 0, (found, server.accepted, out.explain())
+
+
+# -- 6b. the environment of a command a rule makes run unconfined ------------------------------
+
+CREDENTIAL_ENV = {
+    "GITHUB_TOKEN": CANARY_SECRET,
+    "DATABASE_URL": f"postgres://app:{CANARY_SECRET}@db.internal/app",
+}
+# the canary in the shapes that slip past a verbatim redaction
+_CANARY_SHAPES = ("7f3a9c", "c9a3f7", "Q0FOQVJZLTdmM2E5Yy1TRUNSRVQ", "N2YzYTlj", "ZjNhOWM")
+ENV_LEAKS = [
+    ("git status -s; echo ${GITHUB_TOKEN:1}", RULED, ()),
+    ("git status; printenv | rev", RULED, ()),
+    ("git status; cat <<< \"$GITHUB_TOKEN\" | base64", RULED, ()),
+    ("git status && jq -n env.GITHUB_TOKEN | rev", RULED, ()),
+    ("npm test; env | base64 -w0", RULED, ()),
+    ("git status; awk 'BEGIN{print substr(ENVIRON[\"GITHUB_TOKEN\"],2)}'", RULED, ()),
+    ("git status; echo ${DATABASE_URL#*:}", RULED, ()),
+    ("git status\ncat <<EOF\n${GITHUB_TOKEN:2}\nEOF", RULED, ()),
+    ("echo ${GITHUB_TOKEN:1} > scratch.txt; cat scratch.txt", None,
+     ("--permission-mode", "acceptEdits")),
+    ("printenv | rev > scratch.txt; cat scratch.txt", None, ("--permission-mode", "acceptEdits")),
+    ("echo ${GITHUB_TOKEN:1}", None, ()),
+    ("printenv | rev", None, ()),
+]
+
+
+@pytest.mark.parametrize(("command", "settings", "args"), ENV_LEAKS)
+def test_no_credential_variable_is_printed_in_any_shape(
+    git_world: World, command: str, settings: Any, args: tuple
+) -> None:
+    out, found = run(git_world, bash(command), settings=settings, args=list(args),
+                     env=CREDENTIAL_ENV)
+    shapes = [s for s in _CANARY_SHAPES if s in out.run.stdout]
+    assert not found and not shapes, (found, shapes, out.explain())
 
 
 # -- 6. no over-blocking: fifty benign commands, at most three ask ------------------------------

@@ -184,15 +184,17 @@ class ShellCheck:
             matched.append(admitted)
         rules_used = [m for m in matched if not m.startswith(_READ_ONLY)]
         summary = ", ".join(dict.fromkeys(matched)) or "the command runs nothing"
-        if rules_used or granted:
-            lazy = self._lazy_fetch(matched)
-            if lazy is not None:
-                return Decision("ask", lazy)
         if (rules_used or granted) and self._unseen is not None:
             # what the read-only part reads is only known at run time: safe confined, and a
             # rule or the mode would make the whole command run unconfined
             return Decision("ask", f"`{self._unseen}` reads files named only at run time, and "
                                    "the rest of the command cannot run confined")
+        if rules_used or granted:
+            from tether.core.permissions.unconfined import unconfined_problem
+
+            unconfined = unconfined_problem(self, matched)
+            if unconfined is not None:
+                return Decision("ask", unconfined)
         if rules_used or granted:
             return Decision("allow", f"allowed: {summary}", rules_used[0] if rules_used else None)
         # Admitted by nobody but the read-only analysis: the kernel must hold it to that.
@@ -201,22 +203,6 @@ class ShellCheck:
                                    "kernel sandbox here can confine auto-allowed commands "
                                    "(install bubblewrap, or a kernel with Landlock)")
         return Decision("allow", f"allowed: {summary}", confine=True)
-
-    def _lazy_fetch(self, matched: Sequence[str]) -> str | None:
-        """Why a read-only git command, run unconfined beside what a rule or the mode admitted,
-        would reach the network: a partial clone fetches missing objects from its promisor
-        remote, which the repository names. Confined, it would find no network."""
-        for command, admitted in zip(self.commands, matched, strict=True):
-            if not admitted.startswith(_READ_ONLY) or command.argv[0] != "git":
-                continue
-            assert command.cwd is not None  # _admit asked for an unknowable directory
-            run_dir = self.scope.resolve(str(command.cwd), self.cwd, self.scope.home).resolved
-            remote = self.scope.lazy_fetch(run_dir)
-            if remote:
-                return (f"`{_show(command.argv)}` would run unconfined (a rule or the mode admits "
-                        f"the rest of the command) in a partial clone, where a read fetches from "
-                        f"{remote}")
-        return None
 
     def _generic_allow(self) -> Rule | None:
         """An explicit rule admitting every shell command (`Bash`, `Bash(:*)`, `*`)."""
