@@ -309,13 +309,13 @@ class OpenAIBridge:
 
     def runtime_for(self, conn: HttpConnection, agent_id: str) -> ConversationRuntime:
         """The runtime of the agent's default conversation, shared with websocket clients."""
+        from tether.server.idle_release import register_runtime
         from tether.server.runtime import ConversationRuntime
         from tether.server.runtime_start import (
             build_prepared,
             check_scoped_folder,
             check_workspace,
             effective_mode,
-            register_runtime,
             sandbox_available,
         )
 

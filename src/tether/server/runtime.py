@@ -31,6 +31,7 @@ from tether.runtime.conversation import Conversation
 from tether.runtime.prepared import Prepared
 from tether.server.approvals import PendingApproval, RuntimeApprover
 from tether.server.auth import FULL_GRANT, Grant
+from tether.server.idle_release import runtime_idle
 from tether.server.protocol_v2 import (
     ApprovalResponse,
     CreateMessage,
@@ -38,7 +39,6 @@ from tether.server.protocol_v2 import (
     error_frame,
 )
 from tether.server.runtime_start import (
-    Kept,
     ServerContext,
     build_prepared,
     check_scoped_folder,
@@ -48,7 +48,6 @@ from tether.server.runtime_start import (
 # tether's permission modes under the names protocol v2 clients know
 _WIRE_MODES = {"standard": "default", "unrestricted": "bypassPermissions"}
 _SEEN_KEYS = 1024
-_KEPT_KEYS = 64  # idempotency keys a released runtime keeps answering "duplicate" for
 
 
 class Subscriber(Protocol):
@@ -126,24 +125,11 @@ class ConversationRuntime:
     # --- release when idle (issue 22 item 5) ------------------------------------------------
 
     def idle(self) -> bool:
-        """Nobody watches and nothing is running or waiting: no subscriber, no turn, an empty
-        queue, no pending approval or device change, reflection done, no background task or
-        subagent running."""
-        if self.subscribers or self.busy or self.queue or self.approvals or self._closing:
-            return False
-        if self._pending_state is not None:
-            return False
-        if self._reflection is not None and not self._reflection.done():
-            return False
-        for name in ("background", "subagents"):
-            service = self.p.services.get(name)
-            if service is not None and any(t.running for t in service.tasks()):
-                return False
-        return True
+        return runtime_idle(self)
 
     def release_when_idle(self) -> None:
         """After the server's grace period, release this runtime if it is (still) idle; its
-        memory goes, and the next start rebuilds it from disk with what `kept` holds."""
+        memory goes, and the next start rebuilds it from disk with what `Kept` holds."""
         delay = self.ctx.idle_release_after
         if self.on_release is None or delay is None or not self.idle():
             return
@@ -159,25 +145,6 @@ class ConversationRuntime:
             return
         release(self)
         asyncio.ensure_future(self.close())
-
-    def kept(self) -> Kept:
-        policy = self.p.policy
-        return Kept(
-            last_seq=self.stream.last_seq,
-            seen=tuple(self.seen.items())[-_KEPT_KEYS:],
-            mode=self.p.flags.permission_mode,
-            cwd=self.p.cwd,
-            session_allow=policy.rules.session_allow if policy is not None else (),
-            sandboxed=self.sandboxed,
-        )
-
-    def restore(self, kept: Kept) -> None:
-        """Carry on from a released runtime of the same conversation."""
-        self.stream.resume_after(kept.last_seq)
-        self.seen.update(kept.seen)
-        for rule in kept.session_allow:
-            if self.p.policy is not None:
-                self.p.policy.add_session_allow(rule)
 
     def broadcast(self, frame: dict[str, Any]) -> None:
         for sub in list(self.subscribers.values()):

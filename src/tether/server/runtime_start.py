@@ -29,6 +29,7 @@ from tether.server.protocol_v2 import RuntimeScope, RuntimeStart
 
 if TYPE_CHECKING:
     from tether.server.auth import Grant
+    from tether.server.idle_release import Kept
     from tether.server.runtime import ConversationRuntime
 
 
@@ -45,46 +46,7 @@ class ServerContext:
     # Seconds an idle runtime (no subscriber, nothing running or waiting) is kept before it is
     # released and later rebuilt from disk; None: never released (issue 22 item 5).
     idle_release_after: float | None = 60.0
-    released: OrderedDict[RuntimeScope, Kept] = field(default_factory=OrderedDict)
-
-
-# How many released conversations' small state the server remembers (oldest forgotten first).
-KEPT_RUNTIMES = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class Kept:
-    """What must survive a runtime's release, for the one rebuilt from disk: the event stream
-    goes on after `last_seq` (idempotency keys stay unique), recent idempotency keys still
-    answer "duplicate", and the mode, folder and session allow rules a client chose hold."""
-
-    last_seq: int
-    seen: tuple[tuple[str, dict[str, Any]], ...]
-    mode: str
-    cwd: Path
-    session_allow: tuple[Any, ...]
-    sandboxed: bool
-
-
-def register_runtime(
-    ctx: ServerContext, runtimes: dict[RuntimeScope, ConversationRuntime], rt: ConversationRuntime
-) -> None:
-    """Put a new runtime into the server's table, with what its release does: forget it there,
-    keep its `Kept` state (bounded), and give it back to a rebuilt one."""
-    scope = rt.scope
-    kept = ctx.released.pop(scope, None)
-    if kept is not None:
-        rt.restore(kept)
-    runtimes[scope] = rt
-
-    def release(gone: ConversationRuntime) -> None:
-        if runtimes.get(scope) is gone:
-            del runtimes[scope]
-        ctx.released[scope] = gone.kept()
-        while len(ctx.released) > KEPT_RUNTIMES:
-            ctx.released.popitem(last=False)
-
-    rt.on_release = release
+    released: OrderedDict[RuntimeScope, Kept] = field(default_factory=OrderedDict)  # idle_release
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +66,7 @@ def start_runtime(
     """The runtime a `runtime_start` names, started (into `runtimes`) or joined. Every check
     that can refuse runs before anything is looked up or created: the grant (ids, then mode),
     the working directory, the folder's settings for a scoped client, the sandbox request."""
+    from tether.server.idle_release import register_runtime
     from tether.server.protocol_v2 import EventStream
     from tether.server.runtime import ConversationRuntime
 
