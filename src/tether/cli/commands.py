@@ -16,6 +16,8 @@ import orjson
 from tether.errors import TetherError, UsageError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from tether.backends.local.store import LocalStore
 
 
@@ -67,12 +69,41 @@ def _agents(argv: list[str]) -> int:
     ls = sub.add_parser("list")
     ls.add_argument("--limit", type=int, default=20)
     ls.add_argument("--name")
+    ls.add_argument("--backend", help="local|cloud (api): default TETHER_BACKEND, else the saved one")
     ns = p.parse_args(argv)
+    if ns.limit < 1:
+        raise UsageError(f"tether agents list --limit must be at least 1, got {ns.limit}")
+    from tether.runtime.backend_choice import choose_backend
+    from tether.runtime.session import tether_home
+
+    home = tether_home(os.environ)
+    if choose_backend(ns.backend, home, os.environ) == "cloud":
+        _print_json(_server_agents(home, ns.name, ns.limit))
+        return 0
     agents = _store().list_agents()
     if ns.name:
         agents = [a for a in agents if a.name.lower() == ns.name.lower()]
     _print_json([a.to_dict() for a in agents[-ns.limit :]])
     return 0
+
+
+def _server_agents(home: Path, name: str | None, limit: int) -> list[dict[str, Any]]:
+    """The Letta server's agents (the cloud backend keeps them there), as tether's records."""
+    import asyncio
+
+    from tether.backends.api.agents import agent_model, list_agents
+    from tether.backends.api.client import LettaClient
+    from tether.runtime.backend_choice import LETTA_CLOUD_URL, agent_record, letta_server
+
+    server = letta_server(os.environ, home)
+    if server.base_url == LETTA_CLOUD_URL and server.api_key is None:
+        raise UsageError("listing the agents on Letta Cloud needs a key: set LETTA_API_KEY or run "
+                         "`tether connect letta` (or point LETTA_BASE_URL at your own server)")
+    client = LettaClient(server.base_url, server.api_key, env=os.environ)
+    found = asyncio.run(list_agents(client, limit=limit if not name else 1000))
+    if name:
+        found = [a for a in found if str(a.get("name", "")).lower() == name.lower()]
+    return [agent_record(a, agent_model(a)).to_dict() for a in found[:limit]]
 
 
 def _messages(argv: list[str]) -> int:

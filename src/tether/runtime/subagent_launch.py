@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -111,6 +111,43 @@ class ParentScope:
     tether_home: Path | None = None  # None: $TETHER_HOME (or ~/.tether) at spawn time
     mcp_config: tuple[str, ...] = ()  # the parent's --mcp-config values: children start their own
     strict_mcp_config: bool = False
+    # The parent's backend: "cloud" makes the child a cloud run on the same Letta server
+    # (`--backend cloud`, TETHER_BACKEND and `backend_env`); None: found by `with_parent_backend`.
+    backend: str | None = None
+    backend_env: tuple[tuple[str, str], ...] = ()  # LETTA_BASE_URL / LETTA_API_KEY for the child
+
+
+def with_parent_backend(scope: ParentScope, env: Mapping[str, str]) -> ParentScope:
+    """The scope with the parent's backend filled in when its builder did not say: a cloud
+    parent's agent is mirrored locally with `backend: cloud` (runtime/backend_choice.py), and
+    its Letta server is where `env` and `tether connect letta` point, as for the parent."""
+    if scope.backend is not None:
+        return scope
+    from tether.backends.local.store import LocalStore
+    from tether.errors import NotFound
+    from tether.runtime.session import tether_home
+
+    home = (scope.tether_home or tether_home(env)).expanduser().absolute()
+    try:
+        agent = LocalStore(home).get_agent(scope.agent_id)
+    except (NotFound, OSError, ValueError):
+        return replace(scope, backend="local")
+    if agent.extra.get("backend") != "cloud":
+        return replace(scope, backend="local")
+    from tether.runtime.backend_choice import letta_server
+
+    server = letta_server(env, home)
+    settings = [("LETTA_BASE_URL", server.base_url)]
+    if server.api_key:
+        settings.append(("LETTA_API_KEY", server.api_key))
+    return replace(scope, backend="cloud", backend_env=tuple(settings))
+
+
+def backend_env(scope: ParentScope) -> dict[str, str]:
+    """What a child needs in its environment to reach its parent's backend."""
+    if scope.backend != "cloud":
+        return {}
+    return {"TETHER_BACKEND": "cloud", **dict(scope.backend_env)}
 
 
 def child_command() -> list[str]:
@@ -149,6 +186,8 @@ def child_argv(
         argv += ["--mcp-config", value]
     if scope.strict_mcp_config:
         argv.append("--strict-mcp-config")
+    if scope.backend == "cloud":  # the reference passes `--backend` to its children too
+        argv += ["--backend", "cloud"]
     return argv
 
 

@@ -64,12 +64,14 @@ from tether.runtime.subagent_launch import (
     MEMORY_SUBAGENT_TYPES,
     ParentScope,
     SubagentType,
+    backend_env,
     child_argv,
     child_command,
     die_with_parent,
     discover_types,
     memory_sandboxed,
     parse_type,
+    with_parent_backend,
 )
 from tether.runtime.subagent_log import LoggedTask, TaskLog
 
@@ -242,6 +244,8 @@ class Subagents:
             log_path = self._log_path(task_id)
         task = SubagentTask(task_id, kind.name, description, log_path, background, tool_call_id)
         self._tasks[task.id] = task
+        # a cloud parent's children are cloud runs on its server (found once, at the first launch)
+        self.scope = with_parent_backend(self.scope, os.environ)
         argv = child_argv(kind, self.scope, model, self.command)
         prompt = str(args["prompt"])
         if not background:
@@ -325,6 +329,7 @@ class Subagents:
             "TETHER_AGENT_ROLE": "subagent",
             "TETHER_PARENT_AGENT_ID": self.scope.agent_id,
             "USER_CWD": str(self.scope.cwd),
+            **backend_env(self.scope),
         }
 
     async def _attempt(
