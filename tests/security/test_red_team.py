@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -205,6 +206,26 @@ def test_a_rule_for_one_command_admits_no_trick_beside_it(git_world: World, tric
     prefix = PREFIXES[TRICKS.index(trick) % len(PREFIXES)]
     out, found = run(git_world, bash(prefix + trick), settings=RULED)
     assert not found, (found, out.explain())
+
+
+CONTROLS = [
+    f"git status; sed -n '1w {M}' README.md",
+    "git status; find . -name README.md -execdir ./evil.sh {} +",
+    "PATH=.:$PATH ls",
+    "LD_PRELOAD=./evil.so ls",
+    f"trap 'touch {M}' EXIT; ls",
+    "echo pwned >> hl_out.txt",
+]
+
+
+@pytest.mark.parametrize("command", CONTROLS)
+def test_control_the_same_attacks_have_effects_when_let_through(
+    git_world: World, preload_lib: Path, command: str
+) -> None:
+    """The harness can tell: under --yolo (no sandbox) each of these does leave a trace."""
+    hostile(git_world, preload_lib)
+    out, found = run(git_world, bash(command), args=["--yolo"])
+    assert found, out.explain()
 
 
 # -- 2. the read-only confinement: whatever the parser makes of it, no effect --------------------
@@ -580,6 +601,60 @@ def test_no_credential_variable_is_printed_in_any_shape(
                      env=CREDENTIAL_ENV)
     shapes = [s for s in _CANARY_SHAPES if s in out.run.stdout]
     assert not found and not shapes, (found, shapes, out.explain())
+
+
+# -- 7. the App Server: a client whose JWT is scoped to one conversation, approving everything ---
+
+SCOPED = {
+    "Read through a link": tool("Read", file_path="th_link/providers/anthropic.json"),
+    "Read dotted": tool("Read", file_path="{home}/./providers/../providers/anthropic.json"),
+    "Read via /proc cwd": tool("Read", file_path="/proc/self/cwd/th_link/providers/anthropic.json"),
+    "Grep through a link": tool("Grep", pattern="CANARY", path="th_link", output_mode="content"),
+    "Edit through a link": tool("Edit", file_path="th_link/providers/anthropic.json",
+                                old_string="api_key", new_string=MARKER),
+    "Write user settings": tool("Write", file_path="{home}/settings.json",
+                                content='{{"hooks": {{}}}}'),
+    "Bash cat through a link": bash("cat th_link/providers/anthropic.json"),
+    "Bash cd through a link": bash("cd th_link && cat providers/anthropic.json"),
+    "Bash env var": bash("cat $TETHER_HOME/providers/anthropic.json; ls -la $TETHER_HOME"),
+    "Bash find exec": bash("find {home} -name '*.json' -exec cat {{}} +"),
+    "Bash python": bash("python3 -c \"print(open('{home}/providers/anthropic.json').read())\""),
+    "Bash tar": bash("tar cf - -C th_link . | strings | grep -a CANARY"),
+    "Bash write settings": bash("echo '{{}}' > th_link/settings.json; echo x > {home}/" + MARKER),
+    "Bash sqlite": bash("python3 -c \"import sqlite3; print(sqlite3.connect('{db}')"
+                        ".execute('select * from sqlite_master').fetchall())\""),
+}
+
+
+@pytest.mark.parametrize("call", SCOPED.values(), ids=SCOPED.keys())
+def test_a_scoped_app_server_client_reaches_no_state(world: World, call: dict[str, Any]) -> None:
+    import asyncio
+
+    from tests.security import test_server_scope as scope
+    from tests.server.support import ServerProcess, server_env
+    from tether.testing.fake_provider import FakeProvider
+
+    (world.project / "th_link").symlink_to(world.tether_home)
+    secret_file = world.root / "jwt-secret"
+    secret_file.write_bytes(scope.SECRET)
+    os.chmod(secret_file, 0o600)
+    home = world.tether_home
+    keys = (home / "providers" / "anthropic.json").read_bytes()
+    script = [{"tool_calls": [bash(f"echo {CANARY_SECRET}")]}, {"text": "noted"}]
+    with FakeProvider(script) as fake:
+        env = server_env(fake.url, home, world.root)
+        server = ServerProcess(env, world.project, "--ws-auth", "signed-bearer-token",
+                               "--ws-shared-secret-file", str(secret_file))
+        try:
+            seen = asyncio.run(scope._attack(server.url, world, fake, call))
+        finally:
+            server.stop()
+    text = json.dumps(seen)
+    assert CANARY_SECRET not in text, f"canary leaked: {text[-3000:]}"
+    assert scope.SQLITE not in text and "sqlite_master" not in text.replace("sqlite_master'", "")
+    assert not world.effects(), world.effects()
+    assert (home / "providers" / "anthropic.json").read_bytes() == keys
+    assert not (home / "settings.json").exists()
 
 
 # -- 6. no over-blocking: fifty benign commands, at most three ask ------------------------------
