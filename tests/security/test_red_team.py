@@ -640,7 +640,7 @@ def test_a_scoped_app_server_client_reaches_no_state(world: World, call: dict[st
     os.chmod(secret_file, 0o600)
     home = world.tether_home
     keys = (home / "providers" / "anthropic.json").read_bytes()
-    script = [{"tool_calls": [bash(f"echo {CANARY_SECRET}")]}, {"text": "noted"}]
+    script: list[dict[str, Any]] = [{"tool_calls": [bash(f"echo {CANARY_SECRET}")]}, {"text": "noted"}]
     with FakeProvider(script) as fake:
         env = server_env(fake.url, home, world.root)
         server = ServerProcess(env, world.project, "--ws-auth", "signed-bearer-token",
