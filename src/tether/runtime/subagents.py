@@ -158,8 +158,10 @@ class Subagents:
         task_log: Path | None = None,
         command: Sequence[str] | None = None,
         sandbox_status: SandboxStatus | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.scope = scope
+        self.env = env  # the run's environment (where its Letta server is); None: os.environ
         self.types = dict(types)
         self.scratch = scratch
         self.on_stop = on_stop  # SubagentStop hooks
@@ -245,7 +247,7 @@ class Subagents:
         task = SubagentTask(task_id, kind.name, description, log_path, background, tool_call_id)
         self._tasks[task.id] = task
         # a cloud parent's children are cloud runs on its server (found once, at the first launch)
-        self.scope = with_parent_backend(self.scope, os.environ)
+        self.scope = with_parent_backend(self.scope, self.env if self.env is not None else os.environ)
         argv = child_argv(kind, self.scope, model, self.command)
         prompt = str(args["prompt"])
         if not background:
