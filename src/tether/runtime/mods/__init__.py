@@ -89,6 +89,7 @@ class ModSession:
         self.opened = False
         self._reason = "startup"  # what the next conversation_open says
         self._llm_started = 0.0
+        self.after_load: Callable[[], None] | None = None  # records what `mods list` shows
 
     # --- wiring ----------------------------------------------------------------------------
 
@@ -107,6 +108,8 @@ class ModSession:
 
     def reload(self) -> int:
         generation = self.engine.reload()
+        if self.after_load is not None:
+            self.after_load()
         self.opened = False  # the next turn tells the new generation: conversation_open{reload}
         self._reason = "reload"
         return generation
@@ -350,7 +353,8 @@ def load_mods(prepared: Any) -> ModSession | None:
 
     session = ModSession(engine, host, model=prepared.session.model, message_count=message_count)
     engine.load()
-    _record(engine, home, specs)
+    session.after_load = lambda: _record(engine, home, specs)
+    session.after_load()
     for note in engine.notes:
         print(f"tether: {note}", file=sys.stderr)
     return session
