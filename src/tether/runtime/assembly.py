@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tether.backends.local.backend import LocalBackend
 from tether.backends.local.compaction import CompactionSettings
@@ -199,30 +199,30 @@ def prepare(flags: RunFlags, spec: RunSpec) -> Prepared:
     prepared.warnings = spec.warnings
     prepared.policy = build_policy(settings, cwd, spec.home, flags.allowed_tools, flags.disallowed_tools)
     prepared.policy.guards = file_guards(store.home, session.agent.id, env, scratch=prepared.scratch)
-    prepared.services["tether_home"] = store.home
-    prepared.services["read_denied"] = prepared.policy.read_denied()
+    prepared.services.tether_home = store.home
+    prepared.services.read_denied = prepared.policy.read_denied()
     from tether.tools.background import BackgroundTasks
 
     # One pool per run, so shutdown stops every background task the run started.
-    prepared.services["background"] = BackgroundTasks(prepared.scratch)
+    prepared.services.background = BackgroundTasks(prepared.scratch)
     from tether.tools.exec_command import ExecSessions
 
-    prepared.services["exec_sessions"] = ExecSessions()  # exec_command's ptys, closed at shutdown
+    prepared.services.exec_sessions = ExecSessions()  # exec_command's ptys, closed at shutdown
     from tether.tools.shell_groups import ShellGroups
 
     # Outside the scratch dir, where sandboxed commands can write: the ledger is tether's own.
-    prepared.services["shell_groups"] = ShellGroups.for_conversation(store.home, session.conversation_id)
+    prepared.services.shell_groups = ShellGroups.for_conversation(store.home, session.conversation_id)
     sandbox = shell_sandbox_from(env, {"sandbox": settings.sandbox}, cwd, store.home, prepared.scratch)
-    prepared.services["sandbox"] = sandbox
+    prepared.services.sandbox = sandbox
     from tether.runtime.confinement import Confinement
 
     confinement = Confinement(env, {"sandbox": settings.sandbox}, cwd, store.home, prepared.scratch)
-    prepared.services["confinement"] = confinement
+    prepared.services.confinement = confinement
     prepared.policy.confinable = confinement.available
     from tether.tools.working_dir import WorkingDirectory
 
     working = WorkingDirectory(cwd, allowed=prepared.policy.scope.roots)
-    prepared.services["working_directory"] = working
+    prepared.services.working_directory = working
     working.listeners.append(lambda new: _follow_cwd(prepared, new))
     if sandbox is not None:  # file tools may not write where the sandboxed shell could not
         prepared.policy.guards = file_guards(
@@ -246,7 +246,7 @@ def prepare(flags: RunFlags, spec: RunSpec) -> Prepared:
     from tether.runtime.reflection import attach_reflection
 
     if hosted is None:
-        attach_reflection(prepared)  # services["reflection"].after_turn(): the post-turn trigger
+        attach_reflection(prepared)  # services.reflection.after_turn(): the post-turn trigger
     return prepared
 
 
@@ -266,9 +266,9 @@ def _follow_cwd(prepared: Prepared, new: Path) -> None:
     p.policy.scope = Scope.of(new, p.policy.scope.home, (*p.policy.scope.roots[1:], *extra))
     box = {"sandbox": p.settings.sandbox}
     sandbox = shell_sandbox_from(p.env, box, new, p.store.home, p.scratch)
-    p.services["sandbox"] = sandbox
+    p.services.sandbox = sandbox
     confinement = Confinement(p.env, box, new, p.store.home, p.scratch)
-    p.services["confinement"] = confinement
+    p.services.confinement = confinement
     p.policy.confinable = confinement.available
     worktrees = p.store.home / "worktrees"
     guards = dataclasses.replace(
@@ -302,7 +302,7 @@ def _add_memory(prepared: Prepared) -> None:
         agent=prepared.session.agent, cwd=prepared.cwd,
         trusted=project_trusted(prepared.settings.trust, f.trust, store.home, prepared.cwd),
         skills_dir=f.skills_dir, skill_sources=f.skill_sources, no_skills=f.no_skills,
-        no_bundled_skills=f.no_bundled_skills, services=prepared.services,
+        no_bundled_skills=f.no_bundled_skills, services=cast(Any, prepared.services),  # prompt_cache still annotates a dict
         initial=_initial_blocks(f) if prepared.session.created_agent else (),
         warn=prepared.warnings.append,
     )
@@ -340,7 +340,7 @@ def _add_mcp(prepared: Prepared) -> None:
     log = open(prepared.scratch / "mcp-servers.log", "ab")  # noqa: SIM115 - closed at shutdown
     servers = McpServers(config.servers, env=prepared.env, errlog=log)
     servers.on_change = registrar(lambda: prepared.registry, servers)
-    prepared.services["mcp"] = servers
+    prepared.services.mcp = servers
 
 
 def _add_subagents(prepared: Prepared) -> None:
@@ -373,6 +373,6 @@ def _add_subagents(prepared: Prepared) -> None:
 
     session = prepared.session  # the task log: interrupted tasks and pending notifications
     task_log = prepared.store.conversation_dir(session.agent.id, session.conversation_id) / "tasks.jsonl"
-    prepared.services["subagents"] = Subagents(scope, types, prepared.scratch, on_stop=subagent_stop,
-                                               task_log=task_log)
+    prepared.services.subagents = Subagents(scope, types, prepared.scratch, on_stop=subagent_stop,
+                                               task_log=task_log, env=prepared.env)
     prepared.registry.register(AgentTool({t.name: t.description for t in types.values()}))

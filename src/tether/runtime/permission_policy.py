@@ -47,6 +47,7 @@ class PermissionPolicy:
     def __call__(self, tool: Tool, args: Mapping[str, Any], ctx: ToolContext) -> Decision:
         key = "cmd" if tool.name == "exec_command" else "command"  # Codex's shell names it cmd
         command = args.get(key) if canonical_tool_name(tool.name) == "Bash" else None
+        admission = getattr(tool, "session_admission", None)  # write_stdin: its session's start
         call = Call(
             tool.name,
             args,
@@ -55,6 +56,7 @@ class PermissionPolicy:
             cwd=ctx.cwd,
             external=bool(getattr(tool, "external", False)),
             read_only_hint=bool(getattr(tool, "read_only_auto", False)),
+            session=admission(args) if callable(admission) else None,
         )
         can_confine = (  # probed only where the read-only auto-allow could apply
             call.command is not None and ctx.permission_mode in ("standard", "acceptEdits")
