@@ -511,7 +511,14 @@ def _signed(w: World) -> None:
     _config(w, "[gpg]\n\tprogram = ./evil.sh\n[log]\n\tshowSignature = true\n")
 
 
+def _man_viewer(w: World) -> None:
+    _config(w, "[help]\n\tformat = man\n[man]\n\tviewer = evil\n[man \"evil\"]\n\tcmd = "
+               f"{w.project / 'evil.sh'}\n")
+
+
 REPOS = {
+    "manViewer": (_man_viewer, "git status --help"),
+    "manViewer-default": (_man_viewer, "git log --help"),
     "include": (_include, "git status"),
     "includeIf": (_include_if, "git status"),
     "continued": (_continued, "git status"),
@@ -525,6 +532,15 @@ REPOS = {
     "signed": (_signed, "git status; git log -1"),
     "signed-default": (_signed, "git log -1 --format=%G?"),
 }
+
+
+def test_a_repository_config_cannot_name_a_denied_file_for_git_to_echo(git_world: World) -> None:
+    """`git blame` prints a bad line of `blame.ignoreRevsFile` in its error message."""
+    _config(git_world, "[blame]\n\tignoreRevsFile = .env\n")
+    out, found = run(git_world, bash("git blame README.md"), settings=RULED_DENY_ENV)
+    assert not found, (found, out.explain())
+    control = attempt(git_world, bash("git blame README.md"), settings=RULED)
+    assert control.leaked, control.explain()  # without the deny rule it is an ordinary read
 
 
 @pytest.mark.parametrize("repo", sorted(REPOS))

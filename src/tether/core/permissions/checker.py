@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tether.core.permissions.gitconfig import git_hazard, lazy_fetch
+from tether.core.permissions.gitconfig import config_files, git_hazard, lazy_fetch
 from tether.core.permissions.modes import Decision
 from tether.core.permissions.paths import (
     PathRef,
@@ -106,6 +106,7 @@ class Scope:
     # where a read fetches from a partial clone's promisor remote (see gitconfig.lazy_fetch)
     lazy_fetch: Callable[[Path], str | None] = lazy_fetch
     hard_linked: Callable[[Path], bool] = hard_linked  # a file with other names (st_nlink > 1)
+    git_files: Callable[[Path], tuple[str, ...]] = config_files  # files a repo's config reads
     expand: Callable[[str, Path], list[str] | None] = expand_glob  # a shell glob, on disk
 
     @staticmethod

@@ -51,6 +51,9 @@ _SUBSECTION_PROGRAMS = {
     "diff": {"textconv", "command"}, "filter": {"clean", "smudge", "process"},
     "merge": {"driver"}, "gpg": {"program"}, "credential": {"helper"},
     "remote": {"uploadpack", "receivepack"},
+    # `git status --help` (a `git status:*` rule admits it) runs `man.<viewer>.cmd`, no terminal
+    # needed; a browser the same way under `help.format = web`
+    "man": {"cmd", "path"}, "browser": {"cmd", "path"},
 }
 _BOOLEAN = frozenset({"", "true", "false", "yes", "no", "on", "off", "1", "0"})
 # Values that name a program the user installed, not one the repository ships: git's own
@@ -150,6 +153,38 @@ def lazy_fetch(directory: Path) -> str | None:
         if key.endswith(".promisor") and value.lower() not in ("", "false", "no", "off", "0"):
             return f"the promisor remote `{key[7:-9]}` ({key})"
     return None
+
+
+# Keys naming a file git reads while inspecting; `git blame` echoes a bad line of
+# `blame.ignoreRevsFile` in its error ("invalid object name: API_KEY=…"), so under a file deny rule
+# the file a repository's config names counts as read by the command.
+_READ_FILE_KEYS = ("blame.ignorerevsfile", "mailmap.file", "core.attributesfile",
+                   "core.excludesfile", "gpg.ssh.allowedsignersfile", "gpg.ssh.revocationfile")
+
+
+def config_files(directory: Path) -> tuple[str, ...]:
+    """The files the config of the repository git finds from `directory` makes inspect
+    commands read (as written: relative ones are relative to where git runs), or ("*",) when
+    git cannot say (then any file may be read)."""
+    import shutil
+
+    directory = Path(directory)
+    while not directory.is_dir() and directory != directory.parent:
+        directory = directory.parent
+    git = shutil.which("git")
+    if git is None:
+        return ()
+    pattern = "^(" + "|".join(k.replace(".", "\\.") for k in _READ_FILE_KEYS) + ")$"
+    try:
+        found = _run_git(git, directory, "config", "-z", "--get-regexp", pattern)
+    except _ProbeFailed:
+        return ("*",)
+    out = []
+    for entry in found.stdout.decode(errors="replace").split("\0"):
+        _key, _, value = entry.partition("\n")
+        if value.strip():
+            out.append(os.path.expanduser(value.strip()))
+    return tuple(out)
 
 
 # probing with git --------------------------------------------------------------------------

@@ -251,7 +251,10 @@ class ShellCheck:
     def _file_words_denied(self, denies: Sequence[Rule]) -> Rule | None:
         for command in self.commands:
             reads_only = inspect(command.argv, command.splits) is not None
-            for ref in self._path_words(command, glued=True):
+            refs = self._path_words(command, glued=True)
+            if command.argv[0] == "git" and command.cwd is not None:
+                refs = [*refs, *self._git_config_files(command.cwd)]
+            for ref in refs:
                 for rule in denies:
                     if rule.family in WRITE_FAMILIES and reads_only:
                         continue
@@ -266,6 +269,15 @@ class ShellCheck:
                 if rule.family in guarded_by and self._path_rule(rule, ref, deny=True):
                     return rule
         return None
+
+    def _git_config_files(self, cwd: Path) -> list[PathRef]:
+        """The files the repository's config makes git read (`blame.ignoreRevsFile` …): a
+        deny rule covers them as if the command named them. Unknown: the whole workspace."""
+        run_dir = self.scope.resolve(str(cwd), self.cwd, self.scope.home).resolved
+        names = self.scope.git_files(run_dir)
+        if "*" in names:
+            names = tuple(str(p) for p in run_dir.iterdir()) if run_dir.is_dir() else ()
+        return [self.scope.resolve(n, run_dir, self.scope.home) for n in names]
 
     def _has_relevant_denies(self) -> bool:
         return any(r.family in ("*", SHELL_FAMILY) or r.kind == "path" for r in self.rules.denies)
