@@ -29,7 +29,7 @@ from tether.providers.bedrock import BedrockProvider, EventStreamDecoder
 from tether.providers.catalog import default_handle, parse_handle, resolve_provider
 from tether.providers.credentials import find_credential, load_credentials, save_credential
 from tether.testing.fake_bedrock import chunk_frame, exception_frame, frame
-from tether.testing.fake_more import FakeMoreProviders
+from tether.testing.fake_provider import FakeProvider
 
 AKID, SECRET = "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
 MODEL = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
@@ -111,9 +111,7 @@ def test_damaged_frame_and_exception_frames_are_errors() -> None:
 # --- the provider against the signature-checking fake ------------------------------------------
 
 
-def bedrock(
-    fake: FakeMoreProviders, secret: str = SECRET, token: str | None = None
-) -> BedrockProvider:
+def bedrock(fake: FakeProvider, secret: str = SECRET, token: str | None = None) -> BedrockProvider:
     access = AwsAccess(Credentials(AKID, secret, token), "us-east-1", fake.url)
     return BedrockProvider(Endpoint("bedrock", fake.url, None, 10.0), access, retry=FAST_RETRY)
 
@@ -128,7 +126,7 @@ def test_text_thinking_tool_calls_usage_over_signed_requests() -> None:
             ]
         },
     ]
-    with FakeMoreProviders(turns, aws_secrets={AKID: SECRET}) as fake:
+    with FakeProvider(turns, aws_secrets={AKID: SECRET}) as fake:
         first = collect(bedrock(fake, token="session-token-1"), _req())
         second = collect(bedrock(fake), _req())
         sent = fake.of("bedrock")
@@ -165,7 +163,7 @@ def _req() -> ProviderRequest:
 
 
 def test_a_wrong_secret_is_refused_and_not_retried() -> None:
-    with FakeMoreProviders([{"text": "never"}], aws_secrets={AKID: SECRET}) as fake:
+    with FakeProvider([{"text": "never"}], aws_secrets={AKID: SECRET}) as fake:
         _, error = collect_until_error(bedrock(fake, secret="wrong"), _req())
         assert len(fake.of("bedrock")) == 1
         assert fake.violations[0]["problems"] == ["signature: signature mismatch"]
@@ -175,7 +173,7 @@ def test_a_wrong_secret_is_refused_and_not_retried() -> None:
 
 def test_throttling_in_the_stream_is_retried_then_answers() -> None:
     turns = [{"exception": "throttlingException"}, {"text": "after throttle"}]
-    with FakeMoreProviders(turns, aws_secrets={AKID: SECRET}) as fake:
+    with FakeProvider(turns, aws_secrets={AKID: SECRET}) as fake:
         chunks = collect(bedrock(fake), _req())
         assert [r["signature"] for r in fake.of("bedrock")] == ["valid", "valid"]  # signed again
     assert text_of(chunks) == "after throttle"
@@ -190,7 +188,7 @@ def test_cut_stream_is_not_a_success(graceful: bool, says: str) -> None:
         "chunk_size": 2,
         "fault": {"cut_after_events": 3, "graceful": graceful},
     }
-    with FakeMoreProviders([cut] * 4, aws_secrets={AKID: SECRET}) as fake:
+    with FakeProvider([cut] * 4, aws_secrets={AKID: SECRET}) as fake:
         seen, error = collect_until_error(bedrock(fake), _req())
     assert isinstance(error, StreamCut) and says in str(error)
     assert text_of(seen) == "ab"  # output went out, so no retry glued a second answer on

@@ -32,10 +32,10 @@ from tether.providers.base import Endpoint
 from tether.providers.catalog import parse_handle, resolve_provider
 from tether.providers.gemini import GeminiProvider
 from tether.providers.gemini_schema import to_gemini_schema, tool_parameters
-from tether.testing.fake_more import FakeMoreProviders
+from tether.testing.fake_provider import FakeProvider
 
 
-def gemini(fake: FakeMoreProviders) -> GeminiProvider:
+def gemini(fake: FakeProvider) -> GeminiProvider:
     return GeminiProvider(Endpoint("google", f"{fake.url}/v1beta", "g-key", 10.0), retry=FAST_RETRY)
 
 
@@ -45,7 +45,7 @@ def test_text_thinking_usage_with_cached_tokens() -> None:
         "text": "Hello there",
         "usage": {"input": 30, "output": 4, "cached": 100},
     }
-    with FakeMoreProviders([turn]) as fake:
+    with FakeProvider([turn]) as fake:
         chunks = collect(gemini(fake), request(user("hi"), reasoning_effort="high"))
         (sent,) = fake.of("gemini")
     assert fake.violations == []
@@ -71,7 +71,7 @@ def test_text_thinking_usage_with_cached_tokens() -> None:
 
 
 def test_gemini_3_takes_a_thinking_level() -> None:
-    with FakeMoreProviders([{"text": "ok"}]) as fake:
+    with FakeProvider([{"text": "ok"}]) as fake:
         req = replace(request(user("hi"), reasoning_effort="low"), model="gemini-3-pro")
         collect(gemini(fake), req)
         (sent,) = fake.of("gemini")
@@ -83,19 +83,19 @@ def test_gemini_3_takes_a_thinking_level() -> None:
 
 def test_parallel_function_calls_then_results_replayed() -> None:
     calls = [
-        {"name": "Bash", "arguments": {"command": "ls"}},
+        {"name": "Bash", "arguments": {"command": "ls"}, "id": ""},  # an older model: no id
         {"name": "Read", "arguments": {"file_path": "/tmp/x"}, "id": "gem-call-2"},
     ]
-    with FakeMoreProviders(
-        [{"thinking": "two things", "tool_calls": calls}, {"text": "done"}]
-    ) as fake:
+    with FakeProvider([{"thinking": "two things", "tool_calls": calls}, {"text": "done"}]) as fake:
         first = collect(gemini(fake), request(user("go")))
         made = tool_calls(first)
         assert [(c.name, json.loads(c.arguments)) for c in made] == [
             ("Bash", {"command": "ls"}),
             ("Read", {"file_path": "/tmp/x"}),
         ]
-        assert made[1].tool_call_id == "gem-call-2" and made[0].tool_call_id.startswith("call_")
+        assert made[1].tool_call_id == "gem-call-2" and made[0].tool_call_id.startswith(
+            "gemini-local-"
+        )
         assert first[-1] == StopReason("requires_approval")
         signature = next(c.signature for c in first if isinstance(c, Reasoning) and c.signature)
         history = (
@@ -117,14 +117,20 @@ def test_parallel_function_calls_then_results_replayed() -> None:
                 "functionCall": {"name": "Bash", "args": {"command": "ls"}},
                 "thoughtSignature": signature,
             },
-            {"functionCall": {"name": "Read", "args": {"file_path": "/tmp/x"}}},
+            {"functionCall": {"name": "Read", "args": {"file_path": "/tmp/x"}, "id": "gem-call-2"}},
         ],
-    }
+    }  # Gemini's own id goes back; the one tether made does not
     assert replay[2] == {
         "role": "user",
         "parts": [
             {"functionResponse": {"name": "Bash", "response": {"output": "a.txt"}}},
-            {"functionResponse": {"name": "Read", "response": {"error": "no such file"}}},
+            {
+                "functionResponse": {
+                    "name": "Read",
+                    "response": {"error": "no such file"},
+                    "id": "gem-call-2",
+                }
+            },
         ],
     }
 
@@ -143,7 +149,7 @@ def test_parallel_function_calls_then_results_replayed() -> None:
     ],
 )
 def test_safety_stops_are_errors_naming_the_reason(turn: dict, words: list[str]) -> None:
-    with FakeMoreProviders([turn, {"text": "must not be used"}]) as fake:
+    with FakeProvider([turn, {"text": "must not be used"}]) as fake:
         seen, error = collect_until_error(gemini(fake), request(user("hi")))
         assert len(fake.of("gemini")) == 1  # a filter's verdict is not retried
     assert isinstance(error, ProviderError) and not error.retryable
@@ -153,17 +159,17 @@ def test_safety_stops_are_errors_naming_the_reason(turn: dict, words: list[str])
 
 
 def test_max_tokens_and_cut_stream() -> None:
-    with FakeMoreProviders([{"text": "long", "stop": "max_tokens"}]) as fake:
+    with FakeProvider([{"text": "long", "stop": "max_tokens"}]) as fake:
         assert collect(gemini(fake), request(user("hi")))[-1] == StopReason("max_tokens_exceeded")
     # Cut before the finishReason chunk: incomplete, retried, then given up (not a success).
     cut = {"text": "abcdefghijklmnop", "chunk_size": 4, "fault": {"cut_after_events": 2}}
-    with FakeMoreProviders([cut] * 4) as fake:
+    with FakeProvider([cut] * 4) as fake:
         seen, error = collect_until_error(gemini(fake), request(user("hi")))
     assert isinstance(error, StreamCut) and text_of(seen) == "abcdefgh"
 
 
 def test_http_errors_are_retried_before_output() -> None:
-    with FakeMoreProviders([{"fault": {"status": 503}}, {"text": "after retry"}]) as fake:
+    with FakeProvider([{"fault": {"status": 503}}, {"text": "after retry"}]) as fake:
         chunks = collect(gemini(fake), request(user("hi")))
     assert text_of(chunks) == "after retry"
     assert [type(c).__name__ for c in chunks][0] == "RetryNotice"
@@ -210,7 +216,7 @@ def test_real_tool_schemas_pass_the_fake_gemini_checks() -> None:
         ToolSpec(registry.get(n).name, registry.get(n).description, registry.get(n).parameters)
         for n in registry.names()
     )  # type: ignore[union-attr]
-    with FakeMoreProviders([{"text": "ok"}]) as fake:
+    with FakeProvider([{"text": "ok"}]) as fake:
         collect(gemini(fake), request(user("hi"), tools=specs))
         (sent,) = fake.of("gemini")
     assert fake.violations == []

@@ -3,7 +3,10 @@
 Gemini has no terminal event: a stream is complete once a candidate carried a `finishReason`
 (the connection may then end). Thinking arrives as `thought: true` text parts; a part may carry a
 `thoughtSignature`, which Gemini wants back on the same part when the history is replayed, so it
-travels as the signature of a (possibly empty) reasoning chunk just before that part. A stop for
+travels as the signature of a (possibly empty) reasoning chunk just before that part. A function
+call's `id`, when Gemini gave one, goes back on the call and on its `functionResponse` (how
+Gemini tells apart parallel calls of one function); a call without one gets an id of tether's
+own (`gemini-local-…`), which is never sent. A stop for
 safety, recitation or prohibited content, or a blocked prompt, is an error that names the reason.
 """
 
@@ -29,7 +32,7 @@ from tether.protocol.messages import (
 )
 from tether.providers.adapter import EventMapper, SSEAdapter
 from tether.providers.gemini_schema import tool_parameters
-from tether.providers.http import TurnAssembler, as_int, cut, event_json, new_call_id, post_sse
+from tether.providers.http import TurnAssembler, as_int, cut, event_json, post_sse
 from tether.providers.sse import SSEEvent
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
@@ -48,6 +51,20 @@ STOP_EXPLAINED = {
     "UNEXPECTED_TOOL_CALL": "the model called a tool it was not given",
     "OTHER": "Gemini stopped the answer for an unspecified reason",
 }
+_OWN_ID = "gemini-local-"  # ids tether made for calls Gemini sent without one
+
+
+def _own_call_id() -> str:
+    import uuid
+
+    return f"{_OWN_ID}{uuid.uuid4().hex[:24]}"
+
+
+def _gemini_id(call_id: str) -> dict[str, str]:
+    """`{"id": …}` for an id Gemini issued, `{}` for one tether made."""
+    return {} if not call_id or call_id.startswith(_OWN_ID) else {"id": call_id}
+
+
 _RETRYABLE_STATUS = frozenset(
     {"RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED"}
 )
@@ -168,7 +185,8 @@ def _model_parts(message: AssistantMessage) -> list[dict[str, Any]]:
                 continue
             out: dict[str, Any] = {"text": part.text}
         elif isinstance(part, ToolCallPart):
-            out = {"functionCall": {"name": part.name, "args": part.arguments}}
+            call = {"name": part.name, "args": part.arguments, **_gemini_id(part.id)}
+            out = {"functionCall": call}
         else:
             continue
         if signature:
@@ -181,7 +199,13 @@ def _model_parts(message: AssistantMessage) -> list[dict[str, Any]]:
 def _function_response(message: ToolResultMessage) -> list[dict[str, Any]]:
     key = "error" if message.is_error else "output"
     parts: list[dict[str, Any]] = [
-        {"functionResponse": {"name": message.tool_name, "response": {key: message.text}}}
+        {
+            "functionResponse": {
+                "name": message.tool_name,
+                "response": {key: message.text},
+                **_gemini_id(message.tool_call_id),
+            }
+        }
     ]
     parts += [_part(p) for p in message.content if isinstance(p, ImagePart)]
     return parts
@@ -247,7 +271,7 @@ class GeminiEvents:
             arguments = json.dumps(args if isinstance(args, dict) else {})
             call_id = call.get("id") if isinstance(call.get("id"), str) and call["id"] else None
             return chunks + self.out.tool_call(
-                call_id or new_call_id(), str(call.get("name", "")), arguments
+                call_id or _own_call_id(), str(call.get("name", "")), arguments
             )
         if isinstance(part.get("text"), str):
             return chunks + self.out.text(part["text"])

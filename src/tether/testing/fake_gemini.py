@@ -59,8 +59,8 @@ def gemini_events(plan: Plan, model: str, next_id: NextId, turn: dict[str, Any])
         parts = []
         for call in plan.tool_calls:
             fc: dict[str, Any] = {"name": call.name, "args": json.loads(call.arguments or "{}")}
-            if call.id:
-                fc["id"] = call.id
+            if call.id != "":  # current models id every call; "" stands for older ones that did not
+                fc["id"] = call.id or f"fc-{next_id()}"
             part = {"functionCall": fc}
             if signature:  # only the first call of a thinking turn carries the signature
                 part["thoughtSignature"], signature = signature, None
@@ -86,6 +86,7 @@ def check_gemini(body: dict[str, Any], headers: dict[str, str]) -> list[str]:
     if not isinstance(contents, list) or not contents:
         return [*problems, "contents must be a non-empty list"]
     pending: list[str] = []  # names of the calls the previous model turn made
+    pending_ids: list[Any] = []  # their ids (None where a call had none)
     for n, content in enumerate(contents):
         role = content.get("role") if isinstance(content, dict) else None
         parts = content.get("parts") if isinstance(content, dict) else None
@@ -101,11 +102,15 @@ def check_gemini(body: dict[str, Any], headers: dict[str, str]) -> list[str]:
             problems.append(
                 f"contents[{n}]: function responses {responses} do not answer the calls {pending}"
             )
-        pending = (
-            [p["functionCall"].get("name") for p in parts if "functionCall" in p]
-            if role == "model"
-            else []
-        )
+        response_ids = [p["functionResponse"].get("id") for p in parts if "functionResponse" in p]
+        if any(i is not None for i in response_ids) and response_ids != pending_ids:
+            problems.append(
+                f"contents[{n}]: function response ids {response_ids} do not match the ids of "
+                f"the calls {pending_ids}"
+            )
+        calls = [p["functionCall"] for p in parts if "functionCall" in p] if role == "model" else []
+        pending = [c.get("name") for c in calls]
+        pending_ids = [c.get("id") for c in calls]
         for p in parts:
             if "text" in p and not isinstance(p["text"], str):
                 problems.append(f"contents[{n}]: text must be a string")

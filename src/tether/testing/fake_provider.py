@@ -1,17 +1,27 @@
-"""A real loopback HTTP server that plays a script of model turns in three provider dialects.
+"""A real loopback HTTP server that plays a script of model turns in five provider dialects.
 
 `FakeProvider(script)` serves Anthropic Messages (`/v1/messages`), OpenAI Responses
-(`/v1/responses`, `/responses`) and Chat Completions (`/v1/chat/completions`,
-`/chat/completions`) as streaming SSE, one script turn per model request whatever the dialect.
-It records every request, refuses (400, recorded in `violations`) histories a real provider
-would refuse, and injects faults: an HTTP status with Retry-After, a stream cut after N events,
-a hang. Other processes drive it through `GET /_requests`, `GET /_violations` and
-`POST /_script`. Standard library only (`python -m tether.testing.fake_provider --port 0`).
+(`/v1/responses`, `/responses`), Chat Completions (`…/chat/completions`, any prefix), Gemini
+(`…/models/{model}:streamGenerateContent?alt=sse`) as streaming SSE, and Bedrock
+(`/model/{id}/invoke-with-response-stream`: AWS event-stream frames around Anthropic events, every
+SigV4 signature checked with botocore against `aws_secrets`, 403 when wrong), one script turn per
+model request whatever the dialect. It records every request (`requests`, each with its `kind`
+= dialect, `model`, and for Bedrock the `signature` verdict; `of(kind)` filters them), refuses
+(400, recorded in `violations`) histories a real provider would refuse, and injects faults: an
+HTTP status with Retry-After, a stream cut after N events, a hang. With `models=[...]` it also
+answers the listings discovery asks for (`GET …/models`, Gemini's under /v1beta/, and with
+`ollama=True` `/api/tags` and `/api/ps`), recorded as kind `list`. Other processes drive it
+through `GET /_requests`, `GET /_violations` and `POST /_script`. Standard library only, but
+the Bedrock route imports botocore (`python -m tether.testing.fake_provider --port 0`).
 
 Script turn keys: text, thinking, tool_calls [{name, arguments (object or raw string), id?}],
 usage {input, output, cached?, cache_write?}, chunk_size (default 7), stop (end_turn | max_tokens),
 delay_ms, fault ({status, retry_after?, retry_after_ms?, body?} | {cut_after_events: N,
-graceful?} | {hang: true}). A cut closes the connection mid chunked body; with `graceful: true`
+graceful?} | {hang: true}); Gemini only: finish (a finishReason such as SAFETY, after the text),
+block (a promptFeedback blockReason: no candidates); Bedrock only: exception (an exception
+frame such as throttlingException instead of the answer). Every dialect but Gemini streams a
+tool call's arguments in `chunk_size` pieces; Gemini sends each call whole, with an id (none when
+the script's id is ""). A cut closes the connection mid chunked body; with `graceful: true`
 the body ends cleanly, so only the missing terminal event tells the client it was cut. Keys
 starting with "_" are comments; any other unknown key is an error (it is usually a typo).
 
@@ -30,30 +40,25 @@ import argparse
 import itertools
 import json
 import signal
-import socket
 import sys
 import tempfile
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from tether.testing.fake_dialects import EVENT_BUILDERS, Plan, error_body
-from tether.testing.fake_invariants import CHECKS
+# `_Server`, `_Handler` and the route table stay importable from here (tests subclass them).
+from tether.testing.fake_server import DIALECTS, EXHAUSTED, _Handler, _Server
 
-DIALECTS = {
-    "/v1/messages": "anthropic",
-    "/v1/responses": "responses",
-    "/responses": "responses",
-    "/v1/chat/completions": "chat",
-    "/chat/completions": "chat",
-}
-EXHAUSTED = {"error": "fake provider script exhausted"}
+__all__ = ["DIALECTS", "EXHAUSTED", "FAKE_AWS_KEYS", "FakeProvider", "_Handler", "_Server"]
+
+# The key pair the Bedrock route accepts unless told otherwise (`AWS_ACCESS_KEY_ID` /
+# `AWS_SECRET_ACCESS_KEY` of a test run); region us-east-1.
+FAKE_AWS_KEYS = {"AKIDTETHERFAKE": "tether/fake/secret"}
 _TURN_KEYS = frozenset(
-    {"text", "thinking", "tool_calls", "usage", "chunk_size", "stop", "delay_ms", "fault"}
-)
-_HANG_LIMIT_S = 600.0
+    {"text", "thinking", "tool_calls", "usage", "chunk_size", "stop", "delay_ms", "fault",
+     "finish", "block", "exception"}
+)  # fmt: skip
+_NAMES = ("finish", "block", "exception")  # dialect-only keys, each a string when given
 
 
 def validate_script(script: Any) -> list[dict[str, Any]]:
@@ -74,6 +79,9 @@ def validate_script(script: Any) -> list[dict[str, Any]]:
         for call in turn.get("tool_calls") or []:
             if not isinstance(call, dict) or not isinstance(call.get("name"), str):
                 raise ValueError(f"{where}: each tool call needs a string 'name'")
+        for key in _NAMES:
+            if key in turn and not (isinstance(turn[key], str) and turn[key]):
+                raise ValueError(f"{where}: {key} must be a non-empty string")
         if turn.get("stop", "end_turn") not in ("end_turn", "max_tokens"):
             raise ValueError(f"{where}: stop must be 'end_turn' or 'max_tokens'")
         fault = turn.get("fault")
@@ -105,6 +113,10 @@ class FakeProvider:
         rtt_ms: float = 0.0,
         idle_timeout_s: float = 5.0,
         cert_dir: str | Path | None = None,
+        models: list[Any] | None = None,
+        ollama: bool = False,
+        aws_secrets: dict[str, str] | None = None,
+        region: str = "us-east-1",
     ) -> None:
         if rtt_ms < 0 or idle_timeout_s <= 0:
             raise ValueError(
@@ -130,6 +142,11 @@ class FakeProvider:
         self._thread: threading.Thread | None = None
         self.requests: list[dict[str, Any]] = []
         self.violations: list[dict[str, Any]] = []
+        # Model listings ([id | {id, context_length?, methods?}]); None: GET …/models is a 404.
+        self.models = list(models) if models is not None else None
+        self.ollama = ollama
+        self.aws_secrets = dict(FAKE_AWS_KEYS if aws_secrets is None else aws_secrets)
+        self.region = region
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -210,12 +227,15 @@ class FakeProvider:
         with self._lock:
             return next(self._ids)
 
-    def _record(self, path: str, headers: dict[str, str], body: Any, connection: int = 0) -> int:
+    def _record(self, entry: dict[str, Any]) -> int:
         with self._lock:
-            self.requests.append(
-                {"path": path, "headers": headers, "body": body, "connection": connection}
-            )
+            self.requests.append(entry)
             return len(self.requests) - 1
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        """The recorded requests of one kind: anthropic | responses | chat | gemini | bedrock | list."""
+        with self._lock:
+            return [r for r in self.requests if r.get("kind") == kind]
 
     def _connected(self, handshake: bool = False, resumed: bool = False) -> int:
         """Count a connection (or its TLS handshake); returns the connection's number."""
@@ -243,194 +263,6 @@ class FakeProvider:
     def _snapshot(self, what: str) -> list[dict[str, Any]]:
         with self._lock:
             return list(self.requests if what == "requests" else self.violations)
-
-
-class _Server(ThreadingHTTPServer):
-    # Join handler threads on close (tests must not leak sockets). Without keep-alive every
-    # response closes its connection; with it, `wake_idle_connections` ends the idle reads.
-    daemon_threads = False
-    block_on_close = True
-    fake: FakeProvider
-    tls: Any = None  # an ssl.SSLContext in TLS mode
-
-    def __init__(self, *args: Any, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self._open: set[socket.socket] = set()
-        self._open_lock = threading.Lock()
-
-    def get_request(self) -> tuple[Any, Any]:
-        sock, addr = super().get_request()
-        if self.fake.keep_alive:
-            # Each SSE event is its own small write; without this, Nagle holds the body's last
-            # bytes for the client's delayed ACK (~40 ms), which only a connection still open
-            # after the answer would notice. Real API servers send immediately too.
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self.tls is not None:  # the handshake runs in the handler thread, after the RTT
-            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-        with self._open_lock:
-            self._open.add(sock)
-        return sock, addr
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._open_lock:
-            self._open.discard(request)
-        super().shutdown_request(request)
-
-    def wake_idle_connections(self) -> None:
-        with self._open_lock:
-            for sock in self._open:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        import ssl
-
-        if isinstance(sys.exc_info()[1], (OSError, ssl.SSLError)):
-            return  # a client that went away or failed its handshake: nothing to report
-        super().handle_error(request, client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    timeout = 30  # a client that never sends its body does not pin a thread forever
-    server: _Server
-    connection_number = 0
-
-    def setup(self) -> None:
-        fake = self.server.fake
-        self.connection_number = fake._connected()
-        if fake.rtt_s:
-            fake._stopping.wait(fake.rtt_s)  # the TCP handshake's round trip
-        if self.server.tls is not None:
-            if fake.rtt_s:
-                fake._stopping.wait(fake.rtt_s)  # TLS 1.3: one more, full or resumed
-            self.request.settimeout(self.timeout)
-            self.request.do_handshake()
-            fake._connected(handshake=True, resumed=self.request.session_reused)
-        super().setup()
-        if fake.keep_alive:  # an idle connection is closed after this (its reads time out)
-            self.connection.settimeout(fake.idle_timeout_s)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # quiet: tests read `requests`, not stderr
-
-    def do_GET(self) -> None:
-        path = urlsplit(self.path).path
-        if path == "/_requests":
-            self._json(200, self.server.fake._snapshot("requests"))
-        elif path == "/_violations":
-            self._json(200, self.server.fake._snapshot("violations"))
-        elif path == "/_stats":
-            self._json(200, self.server.fake.stats())
-        else:
-            self._json(404, {"error": f"no such endpoint: GET {path}"})
-
-    def do_POST(self) -> None:
-        fake = self.server.fake
-        path = urlsplit(self.path).path
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-            if path in DIALECTS or path == "/_script":
-                self._json(400, {"error": f"request body is not JSON: {raw[:200]!r}"})
-                return
-        if path == "/_script":
-            script = body.get("script") if isinstance(body, dict) else body
-            try:
-                fake.set_script(script)  # type: ignore[arg-type]
-            except ValueError as exc:
-                self._json(400, {"error": str(exc)})
-                return
-            self._json(200, {"ok": True, "turns": len(script)})  # type: ignore[arg-type]
-            return
-        dialect = DIALECTS.get(path)
-        if dialect is None:
-            self._json(404, {"error": f"no such endpoint: POST {path}"})
-            return
-        index = fake._record(
-            path, {k.lower(): v for k, v in self.headers.items()}, body, self.connection_number
-        )
-        if not isinstance(body, dict):
-            self._json(400, error_body(dialect, 400, "request body must be a JSON object"))
-            return
-        problems = CHECKS[dialect](body)
-        if problems:
-            fake._violation(index, path, problems)
-            self._json(400, error_body(dialect, 400, "; ".join(problems)))
-            return
-        turn = fake._next_turn()
-        if turn is None:
-            self._json(500, EXHAUSTED)
-            return
-        if fake.rtt_s and fake._stopping.wait(fake.rtt_s):  # the request's round trip
-            return
-        if turn.get("delay_ms") and fake._stopping.wait(turn["delay_ms"] / 1000):
-            return
-        self._answer(dialect, body, turn)
-
-    def _answer(self, dialect: str, body: dict[str, Any], turn: dict[str, Any]) -> None:
-        fake = self.server.fake
-        fault = turn.get("fault") or {}
-        if fault.get("hang"):
-            fake._stopping.wait(_HANG_LIMIT_S)
-            self.close_connection = True
-            return
-        if "status" in fault:
-            self._fault(dialect, fault)
-            return
-        events = EVENT_BUILDERS[dialect](Plan.from_turn(turn, body), body, fake._next_id)
-        limit = fault.get("cut_after_events")
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        keep = fake.keep_alive and limit is None
-        if not keep:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.close_connection = not keep
-        try:
-            for event in events if limit is None else events[:limit]:
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
-            # A cut stream leaves its chunked body unfinished, unless `graceful` asks for a
-            # clean end of body that still lacks the dialect's terminal event.
-            if limit is None or fault.get("graceful"):
-                self.wfile.write(b"0\r\n\r\n")
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client went away; nothing to tell it
-
-    def _fault(self, dialect: str, fault: dict[str, Any]) -> None:
-        status = int(fault["status"])
-        headers = {}
-        if fault.get("retry_after") is not None:
-            headers["Retry-After"] = str(fault["retry_after"])
-        if fault.get("retry_after_ms") is not None:
-            headers["retry-after-ms"] = str(fault["retry_after_ms"])
-        body = fault.get("body")
-        if body is None:
-            body = error_body(dialect, status, f"fake provider fault: HTTP {status}")
-        self._json(status, body, headers)
-
-    def _json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-        data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            if not self.server.fake.keep_alive:
-                self.send_header("Connection", "close")
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
-            return
-        self.close_connection = not self.server.fake.keep_alive
 
 
 def main(argv: list[str] | None = None) -> int:
