@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tether.testing.fake_provider import FAKE_AWS_KEYS
+
 TETHER = str(Path(sys.executable).with_name("tether"))
 
 # model handle -> env vars pointing that dialect at the fake provider
@@ -18,6 +20,12 @@ DIALECTS = {
     "openai/gpt-test": lambda url: {"OPENAI_BASE_URL": url + "/v1", "OPENAI_API_KEY": "sk-test"},
     "openai-chat/gpt-test": lambda url: {"OPENAI_BASE_URL": url + "/v1", "OPENAI_API_KEY": "sk-test"},
     "openai-compatible/local-model": lambda url: {"OPENAI_COMPATIBLE_BASE_URL": url + "/v1"},
+    "google/gemini-test": lambda url: {"GEMINI_API_KEY": "g-test", "GEMINI_BASE_URL": url + "/v1beta"},
+    # Signed with the key pair the fake checks every Bedrock signature against.
+    "bedrock/anthropic.claude-test": lambda url: {
+        "AWS_ACCESS_KEY_ID": next(iter(FAKE_AWS_KEYS)), "AWS_SECRET_ACCESS_KEY": FAKE_AWS_KEYS[next(iter(FAKE_AWS_KEYS))],
+        "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": url, "AWS_EC2_METADATA_DISABLED": "true",
+    },
 }
 
 
