@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.support import TETHER, Run, run_tether, transcript_lines
-from tether.testing.fake_more import FakeMoreProviders
+from tether.testing.fake_provider import FakeProvider
 
 AKID, SECRET = "AKIDTETHERTEST", "tether/test/secret/key"
 BEDROCK_MODEL = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
@@ -64,14 +64,14 @@ def env_for(url: str, model: str, home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def fake_for(script: list[dict[str, Any]]) -> FakeMoreProviders:
-    return FakeMoreProviders(
+def fake_for(script: list[dict[str, Any]]) -> FakeProvider:
+    return FakeProvider(
         script, models=["qwen3:latest", "llama3.2:latest"], ollama=True, aws_secrets={AKID: SECRET}
     )
 
 
 def tether(
-    model: str, fake: FakeMoreProviders, home: Path, cwd: Path, *args: str, prompt: str = "hi"
+    model: str, fake: FakeProvider, home: Path, cwd: Path, *args: str, prompt: str = "hi"
 ) -> Run:
     return run_tether(
         ["-p", prompt, "--model", model, "--output-format", "stream-json", *args],
@@ -241,9 +241,7 @@ def test_wrong_bedrock_secret_is_refused_by_the_signature_check(
 
 
 def test_custom_provider_by_connect_and_discovery_errors(workdir: Path, tether_home: Path) -> None:
-    with FakeMoreProviders(
-        [{"text": "from the gateway"}], models=["gw-model-a", "gw-model-b"]
-    ) as fake:
+    with FakeProvider([{"text": "from the gateway"}], models=["gw-model-a", "gw-model-b"]) as fake:
         env = env_for(fake.url, "none", tether_home)
         saved = run_tether(
             ["connect", "gateway", "--base-url", f"{fake.url}/v1", "--api-key", "gw-key"],
@@ -270,7 +268,7 @@ def test_models_lists_configured_providers_with_windows(
     from tether.cli.commands import run_subcommand
 
     listing = [{"id": "qwen3-32b", "context_length": 40960}, "tiny"]
-    with FakeMoreProviders([], models=listing) as fake:
+    with FakeProvider([], models=listing) as fake:
         monkeypatch.setenv("LMSTUDIO_BASE_URL", f"{fake.url}/v1")
         monkeypatch.setenv("ANTHROPIC_API_KEY", "a-key")
         monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")  # down: an error row
@@ -367,7 +365,7 @@ def test_models_for_google_uses_its_listing(
         {"id": "gemini-2.5-pro", "context_length": 1048576},
         {"id": "text-embedding-004", "methods": ["embedContent"]},
     ]
-    with FakeMoreProviders([], models=listing) as fake:
+    with FakeProvider([], models=listing) as fake:
         monkeypatch.setenv("GEMINI_API_KEY", "g-list")
         monkeypatch.setenv("GEMINI_BASE_URL", f"{fake.url}/v1beta")
         assert run_subcommand("models", ["--provider", "google"]) == 0
