@@ -93,6 +93,8 @@ def hostile(world: World, preload: Path | None = None) -> None:
     (p / "home_link").symlink_to(world.home)
     (p / "th_link").symlink_to(world.tether_home)
     (p / "evil.magic").write_text("0 string demo demo file\n")
+    (p / "names0").write_bytes(b".env\0")  # lists of files for `--files0-from`, `xargs -a`
+    (p / "names").write_text(".env\n")
     if preload is not None:
         (p / "evil.so").write_bytes(preload.read_bytes())
 
@@ -292,6 +294,7 @@ STANDARD = [
     f"\\ls; {{touch,{M}}}",
     f"ls -la >/dev/null; $'\\x74ouch' {M}",
     "./ls", "bin/cat README.md", "./git status",
+    "cat <&3; cat <&4; cat <&5; cat <&6; cat <&7; cat <&8; cat <&9", "cat 0<&3 1>&4",
     f"python3 -c 'open(\"{OUT}\",\"w\")'",
     f"git status; git stash; touch {M}",
 ]
@@ -392,6 +395,8 @@ DENIED_READS = [
     "git blame .env", "git log -p -- .env", "git grep CANARY", "cat $(ls -A | grep env)",
     "find . -name .env -print0 | xargs -0 cat", "for f in .*; do cat $f; done",
     "git status; cat *env", "git status && head -c 99 hl_env",
+    "sort --files0-from=names0", "sort --files0=names0", "git status; sort --files0-fr=names0",
+    "xargs -a names cat", "xargs -0a names0 cat", "xargs cat < names",
 ]
 DENIED_TOOL_READS = [
     tool("Read", file_path="./sub/../.env"), tool("Read", file_path="envlink"),

@@ -79,8 +79,10 @@ def _test(parsed: Parsed, args: Sequence[str | None]) -> ReadOnly | None:
 
 def _simple(result: ReadOnly) -> _Judge:
     def judge(parsed: Parsed, args: Sequence[str | None]) -> ReadOnly | None:
-        if parsed.files:
-            return ReadOnly(result.paths, result.recursive, parsed.files)
+        # `--files0-from=F` reads the files F lists: ones no word names (`sort` prints them)
+        recursive = result.recursive or "--files0-from" in parsed.options
+        if parsed.files or recursive != result.recursive:
+            return ReadOnly(result.paths, recursive, parsed.files)
         return result
 
     return judge
