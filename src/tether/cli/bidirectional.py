@@ -162,10 +162,10 @@ class Session:
             "conversation_id": self.p.session.conversation_id,
             "model": self.p.session.model,
             "tools": self.p.registry.names(),
-            "memfs_enabled": "memfs" in self.p.services,
-            "skill_sources": sorted(self.p.services["skills"].sources) if "skills" in self.p.services else [],
+            "memfs_enabled": self.p.services.memfs is not None,
+            "skill_sources": sorted(self.p.services.skills.sources) if self.p.services.skills is not None else [],
             "system_info_reminder_enabled": True,
-            "mcp_servers": self.p.services["mcp"].status() if "mcp" in self.p.services else [],
+            "mcp_servers": self.p.services.mcp.status() if self.p.services.mcp is not None else [],
             **self._reflection_settings(),
         }
 
@@ -414,7 +414,7 @@ async def serve(prepared: Prepared) -> int:
 
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
-    subagents = prepared.services.get("subagents")
+    subagents = prepared.services.subagents
     if subagents is not None:  # a finished background subagent starts the parent's next turn
 
         def deliver(text: str) -> None:
@@ -426,7 +426,7 @@ async def serve(prepared: Prepared) -> int:
     from tether.tools.ask_user import ask_through_client
 
     # AskUserQuestion allowed without an approval (e.g. --yolo) still asks the SDK peer.
-    prepared.services["ask_user"] = ask_through_client(session.ask_client)
+    prepared.services.ask_user = ask_through_client(session.ask_client)
     await prepared.start_tool_sources()  # MCP servers: connected or failed, each bounded
     renderer.emit_init(**init_fields(prepared))
     reader = asyncio.ensure_future(session.read_stdin())

@@ -75,7 +75,7 @@ def run_headless(flags: RunFlags) -> int:
     session = prepared.session
     envelope = wire.Envelope(session.agent.id, session.conversation_id)
     renderer = Renderer(flags.output_format, envelope, partial=flags.include_partial)
-    subagents = prepared.services.get("subagents")
+    subagents = prepared.services.subagents
     if subagents is not None and flags.output_format == "stream-json":  # child progress, tagged
         from tether.cli.output import write_line
 

@@ -60,7 +60,7 @@ def init_fields(prepared: Any) -> dict[str, Any]:
     from tether.runtime.skills import SOURCES
 
     flags, services = prepared.flags, prepared.services
-    skills = services.get("skills")
+    skills = services.skills
     sources = [s for s in SOURCES if skills is not None and s in skills.sources]
     trigger, steps = flags.reflection_trigger, flags.reflection_step_count
     if "reflection" not in services:
@@ -78,14 +78,14 @@ def init_fields(prepared: Any) -> dict[str, Any]:
         "tools": prepared.registry.names(),
         "cwd": str(prepared.cwd),
         "permission_mode": flags.permission_mode,
-        "memfs_enabled": "memfs" in services,
+        "memfs_enabled": services.memfs is not None,
         "skill_sources": sources,
         "reflection_trigger": trigger,
     }
     if steps is not None:
         fields["reflection_step_count"] = steps
-    if "mcp" in services:
-        fields["mcp_servers"] = services["mcp"].status()
+    if services.mcp is not None:
+        fields["mcp_servers"] = services.mcp.status()
     return fields
 
 

@@ -18,6 +18,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
+from tether.core.services import Services
 from tether.protocol.llm import ToolSpec
 
 
@@ -51,10 +52,14 @@ class ToolRunContext:
     abort: asyncio.Event = field(default_factory=asyncio.Event)
     scratch_dir: Path | None = None  # background task logs, overflow files
     env: Mapping[str, str] | None = None  # extra environment for launched programs
-    services: Mapping[str, Any] = field(default_factory=dict)  # e.g. "background": BackgroundTasks
+    services: Services = field(default_factory=Services)  # a mapping by name is converted
     # Admitted by nothing but the read-only auto-allow: a shell tool must run it inside the
-    # read-only confinement sandbox (services["confinement"]) or not at all.
+    # read-only confinement sandbox (services.confinement) or not at all.
     confined: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.services, Services):  # tests and mods may pass {"name": service}
+            self.services = Services.of(self.services)
 
 
 class Tool(Protocol):

@@ -91,7 +91,7 @@ class Conversation:
     def start_reflection(self) -> asyncio.Future[Any] | None:
         """The after-turn memory review, in the background, unless one is still running or the
         run has none; call after a turn that ended well."""
-        trigger = self.p.services.get("reflection")
+        trigger = self.p.services.reflection
         if trigger is None or (self.reflection is not None and not self.reflection.done()):
             return None
         self.reflection = asyncio.ensure_future(trigger.after_turn())
@@ -99,7 +99,7 @@ class Conversation:
 
     async def reflect(self, abort: asyncio.Event | None = None) -> None:
         """The after-turn memory review, awaited (a one-shot run ends after it)."""
-        trigger = self.p.services.get("reflection")
+        trigger = self.p.services.reflection
         if trigger is not None:
             await trigger.after_turn(abort)
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.backends.local.store import LocalStore
 from tether.core.permissions.rules import parse_rule
+from tether.core.services import Services
 from tether.core.tools import ToolContextStore, ToolRegistry, ToolRunContext
 from tether.core.turn import Approver, Event, TurnDeps
 from tether.protocol.messages import TextPart, UserMessage
@@ -40,7 +41,7 @@ class Prepared:
     policy: PermissionPolicy | None = None
     settings: Settings = field(default_factory=Settings)
     contexts: ToolContextStore = field(default_factory=ToolContextStore)
-    services: dict[str, Any] = field(default_factory=dict)
+    services: Services = field(default_factory=Services)
     mods: Any = None  # runtime.mods.ModSession, None when mods are off
     checkpoint_store: tuple[CheckpointStore, str] | None = None
     shared_checkpoints: bool = False  # the store belongs to someone else (the App Server)
@@ -59,7 +60,7 @@ class Prepared:
     async def start_tool_sources(self) -> list[dict[str, Any]]:
         """Start the run's MCP servers and wait (each within its start timeout) until they are
         connected or failed; their status, for the init event. Nothing when none is configured."""
-        mcp = self.services.get("mcp")
+        mcp = self.services.mcp
         if mcp is None:
             return []
         await mcp.ready()
@@ -117,7 +118,7 @@ class Prepared:
         a tool return so the client sees it. Call while holding the turn lock."""
         from tether.runtime.checkpoints import conversation_scope, recover_open_calls
 
-        groups = self.services.get("shell_groups")
+        groups = self.services.shell_groups
         if groups is not None:  # shell commands a killed run left running: stop them first
             groups.reap_orphans()
         store, owner = self.checkpoints()
@@ -137,7 +138,7 @@ class Prepared:
         (`recover_effects`), then put the notifications of background tasks that ended since the
         last turn in front of the user's message."""
         self.recover_effects(emit)
-        subagents = self.services.get("subagents")
+        subagents = self.services.subagents
         notes = subagents.take_notifications() if subagents is not None else []
         if not notes:
             return user
@@ -175,7 +176,7 @@ class Prepared:
             max_turns=max_turns,
             tool_hooks=tool_hooks,
             permission_hooks=permission_hooks,
-            before_turn=self.services["mcp"].ready if "mcp" in self.services else None,
+            before_turn=self.services.mcp.ready if self.services.mcp is not None else None,
         )
         if self.mods is not None:
             deps = self.mods.attach(deps)
@@ -192,13 +193,13 @@ class Prepared:
             await self.mods.close()
         if self.checkpoint_store is not None and not self.shared_checkpoints:
             self.checkpoint_store[0].close()
-        for name in ("subagents", "background"):
-            service = self.services.get(name)
+        pools = (self.services.subagents, self.services.background)
+        for service in pools:
             if service is not None:
                 await service.stop_all()
-        mcp = self.services.get("mcp")
+        mcp = self.services.mcp
         if mcp is not None:
             await mcp.close()
-        sessions = self.services.get("exec_sessions")
+        sessions = self.services.exec_sessions
         if sessions is not None:
             await sessions.close_all()

@@ -43,8 +43,7 @@ def runtime_idle(rt: ConversationRuntime) -> bool:
         return False
     if rt._reflection is not None and not rt._reflection.done():
         return False
-    for name in ("background", "subagents"):
-        service = rt.p.services.get(name)
+    for service in (rt.p.services.background, rt.p.services.subagents):
         if service is not None and any(t.running for t in service.tasks()):
             return False
     return True

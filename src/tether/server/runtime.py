@@ -153,7 +153,7 @@ class ConversationRuntime:
     @property
     def sandboxed(self) -> bool:
         """Whether the conversation's shell commands run in the workspace sandbox."""
-        return self.p.services.get("sandbox") is not None
+        return self.p.services.sandbox is not None
 
     @property
     def busy(self) -> bool:
@@ -175,7 +175,7 @@ class ConversationRuntime:
                 "current_toolset": "default",
                 "current_toolset_preference": "auto",
                 "current_loaded_tools": self.p.registry.names(),
-                "mcp_servers": mcp.status() if (mcp := self.p.services.get("mcp")) else [],
+                "mcp_servers": mcp.status() if (mcp := self.p.services.mcp) else [],
                 "current_available_skills": [],
                 "background_processes": [],
                 "pending_control_requests": [

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tether.backends.local.store import LocalStore
 from tether.errors import UsageError
@@ -217,7 +217,7 @@ def build_prepared(
     prepared.checkpoint_store = (ctx.checkpoints, ctx.owner)
     prepared.shared_checkpoints = True
     _guard_state(prepared, ctx.store.home)
-    if workspace_sandbox and prepared.services.get("sandbox") is None:  # cannot happen; be sure
+    if workspace_sandbox and prepared.services.sandbox is None:  # cannot happen; be sure
         raise UsageError("workspace_sandbox was asked for but the run has no shell sandbox")
     _hide_state_from_shell(prepared, ctx.store.home)
     return prepared
@@ -245,7 +245,7 @@ def _hide_state_from_shell(prepared: Prepared, home: Path) -> None:
     sandbox binds back writable on top (deeper mounts are applied later)."""
     from dataclasses import replace
 
-    sandbox = prepared.services.get("sandbox")
+    sandbox = prepared.services.sandbox
     if sandbox is None:
         return
     from tether.sandbox.policy import check_layout
@@ -254,7 +254,7 @@ def _hide_state_from_shell(prepared: Prepared, home: Path) -> None:
     hidden = tuple(dict.fromkeys((*policy.denied_roots, home.absolute(), home.resolve())))
     policy = replace(policy, denied_roots=hidden)
     check_layout(policy)
-    prepared.services["sandbox"] = replace(sandbox, policy=policy)
+    prepared.services.sandbox = replace(cast(Any, sandbox), policy=policy)  # a ShellSandbox
 
 
 def _guard_state(prepared: Prepared, home: Path) -> None:

@@ -4,7 +4,7 @@ As in the Claude Agent SDK, the answer arrives through the approval: the call al
 and the TUI's dialog or the SDK's `can_use_tool` reply allows it with `updatedInput` holding the
 questions plus `answers` ({question text: chosen label(s) or free text}); the tool then hands
 the answers to the model. A runtime may instead put an async `ask_user(questions) -> answers`
-callable in `services["ask_user"]`. One-shot headless runs never offer the tool (no one to ask).
+callable in `services.ask_user`. One-shot headless runs never offer the tool (no one to ask).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ AskClient = Callable[[str, dict[str, Any]], Awaitable[Mapping[str, Any]]]
 
 
 def ask_through_client(ask_client: AskClient) -> Callable[[list[dict[str, Any]]], Awaitable[Any]]:
-    """`services["ask_user"]` for an SDK peer: the questions go out as a `can_use_tool` control
+    """`services.ask_user` for an SDK peer: the questions go out as a `can_use_tool` control
     request for AskUserQuestion (what the SDK already answers), the answers come back in
     `updatedInput.answers`; used when no approval carried them (a mode that allowed the call)."""
     counter = itertools.count(1)
@@ -149,7 +149,7 @@ class AskUserQuestionTool:
         except ToolFailure as exc:
             return error_result(str(exc))
         answers = args.get("answers")
-        if answers is None and callable(ask := ctx.services.get("ask_user")):
+        if answers is None and callable(ask := ctx.services.ask_user):
             answers = await ask(questions)
         if not isinstance(answers, Mapping) or not answers:
             return error_result(

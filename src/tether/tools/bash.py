@@ -3,9 +3,9 @@
 Foreground calls wait for the command (default 2 minutes, at most 10), return its merged output,
 and on timeout or interrupt kill the whole group; `run_in_background` hands the command to the
 `BackgroundTasks` service instead and returns its id at once. When the runtime puts a sandbox in
-`ctx.services["sandbox"]`, both kinds run confined by it, and a command it refuses does not run. A
+`ctx.services.sandbox`, both kinds run confined by it, and a command it refuses does not run. A
 call admitted only by the read-only auto-allow (`ctx.confined`) runs in the stricter read-only
-sandbox of `ctx.services["confinement"]` instead, and never unconfined.
+sandbox of `ctx.services.confinement` instead, and never unconfined.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.core.tools import Effect, ToolResult, ToolRunContext
 from tether.errors import SandboxError, ToolFailure
@@ -29,6 +29,9 @@ from tether.tools.output import (
     secret_values,
 )
 from tether.tools.process_group import Sandbox, ShellProcess, sandbox_refusal, spawn_shell
+
+if TYPE_CHECKING:
+    from tether.tools.shell_groups import ShellGroups
 
 DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 600_000
@@ -137,7 +140,7 @@ class BashTool:
         return []
 
     def background_tasks(self, ctx: ToolRunContext) -> BackgroundTasks:
-        service = ctx.services.get("background")
+        service = ctx.services.background
         if isinstance(service, BackgroundTasks):
             return service
         if self._own_background is None:
@@ -181,7 +184,7 @@ class BashTool:
                 description=description,
                 scratch_dir=ctx.scratch_dir,
                 sandbox=sandbox,
-                groups=ctx.services.get("shell_groups"),
+                groups=shell_groups(ctx),
             )
         except ToolFailure as exc:
             return error_result(str(exc))
@@ -198,7 +201,7 @@ class BashTool:
         env = {**os.environ, **(ctx.env or {})}
         try:
             process = await spawn_shell(
-                command, cwd=ctx.cwd, env=env, sandbox=sandbox, groups=ctx.services.get("shell_groups")
+                command, cwd=ctx.cwd, env=env, sandbox=sandbox, groups=shell_groups(ctx)
             )
         except SandboxError as exc:
             return error_result(sandbox_refusal(exc))
@@ -234,12 +237,20 @@ class BashTool:
         return ToolResult(capped, is_error=is_error)
 
 
+def shell_groups(ctx: ToolRunContext) -> ShellGroups | None:
+    """The run's ledger of shell process groups (reaped after a crash), if it keeps one."""
+    from tether.tools.shell_groups import ShellGroups
+
+    groups = ctx.services.shell_groups
+    return groups if isinstance(groups, ShellGroups) else None
+
+
 def sandbox_service(ctx: ToolRunContext) -> Sandbox | None:
     """The sandbox this call runs in: the read-only confinement when only the read-only
     auto-allow admitted it (none there: refused, it never runs unconfined), else the runtime's
     workspace sandbox, if any. Something else under either name is refused, not ignored."""
     name = "confinement" if ctx.confined else "sandbox"
-    service = ctx.services.get(name)
+    service: object = ctx.services.confinement if ctx.confined else ctx.services.sandbox
     if service is None and ctx.confined:
         raise SandboxError(
             "this command was admitted only as read-only, which runs inside the read-only "

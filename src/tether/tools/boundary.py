@@ -151,7 +151,7 @@ class ReadBoundary:
 def tether_home_of(ctx: ToolRunContext) -> Path:
     """The run's `$TETHER_HOME`: a `tether_home` service when the runtime gives one, else the
     environment (as `runtime.session.tether_home` reads it)."""
-    given = ctx.services.get("tether_home")
+    given = ctx.services.tether_home
     if isinstance(given, str | Path) and str(given):
         return Path(given).expanduser()
     value = (ctx.env or {}).get("TETHER_HOME") or os.environ.get("TETHER_HOME")
@@ -198,7 +198,7 @@ def boundary_for(ctx: ToolRunContext) -> ReadBoundary:
         entries.append((home / "tmp" / conversation, _ALLOWED, "this conversation's scratch dir"))
     if ctx.scratch_dir is not None:
         entries.append((ctx.scratch_dir, _ALLOWED, "this conversation's scratch dir"))
-    sandbox = ctx.services.get("sandbox")
+    sandbox = ctx.services.sandbox
     policy = getattr(sandbox, "policy", None)
     if policy is not None:
         entries.append((home, _HIDDEN, state))

@@ -230,7 +230,7 @@ class FileAccess:
     @staticmethod
     def of(ctx: ToolRunContext) -> FileAccess:
         roots: list[Path] = [ctx.cwd]
-        policy = getattr(ctx.services.get("sandbox"), "policy", None)
+        policy = getattr(ctx.services.sandbox, "policy", None)
         roots.extend(getattr(policy, "writable_roots", ()))
         forms: dict[str, None] = {}
         for root in roots:

@@ -174,7 +174,7 @@ def _kill_now(pgid: int) -> None:
 
 
 class ExecSessions:
-    """The open sessions of one run (`services["exec_sessions"]`, or shared by the two tools)."""
+    """The open sessions of one run (`services.exec_sessions`, or shared by the two tools)."""
 
     def __init__(self) -> None:
         self.sessions: dict[int, ExecSession] = {}
@@ -232,7 +232,7 @@ def _spawn(command: str, cwd: Path, env: dict[str, str], tty: bool, ctx: ToolRun
         if wrapped is not None:
             wrapped.close()
     try:
-        groups = ctx.services.get("shell_groups")
+        groups = ctx.services.shell_groups
         if groups is not None:
             groups.started(proc.pid)
         os.write(gate_w, b"go\n")
@@ -298,7 +298,7 @@ class ExecCommandTool:
         return []
 
     def sessions(self, ctx: ToolRunContext) -> ExecSessions:
-        given = ctx.services.get("exec_sessions")
+        given = ctx.services.exec_sessions
         if isinstance(given, ExecSessions):
             # the run's sessions from now on, also where write_stdin's permission check looks
             self._sessions = given

@@ -19,7 +19,7 @@ from typing import Any
 from tether.core.tools import Effect, ToolResult, ToolRunContext
 from tether.errors import SandboxError, ToolFailure
 from tether.tools.arguments import optional_bool, optional_int, optional_str, require_str
-from tether.tools.bash import BashTool, sandbox_service
+from tether.tools.bash import BashTool, sandbox_service, shell_groups
 from tether.tools.output import clean_program_output, error_result, secret_values
 from tether.tools.process_group import sandbox_refusal, spawn_shell
 
@@ -99,7 +99,7 @@ class MonitorTool:
         try:
             process = await spawn_shell(
                 command, cwd=ctx.cwd, env=env, sandbox=sandbox_service(ctx),
-                groups=ctx.services.get("shell_groups"),
+                groups=shell_groups(ctx),
             )  # fmt: skip
         except SandboxError as exc:
             return error_result(sandbox_refusal(exc))

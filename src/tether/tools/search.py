@@ -178,7 +178,7 @@ class GrepQuery:
     multiline: bool = False
     head_limit: int = 0
     offset: int = 0
-    # Files a deny rule protects (`services["read_denied"]`): never opened, never listed.
+    # Files a deny rule protects (`services.read_denied`): never opened, never listed.
     skip: Callable[[Path], bool] | None = None
     # What no file tool shows (the sandbox's hidden paths, tether's own state): see `boundary`.
     boundary: ReadBoundary | None = None
@@ -250,7 +250,7 @@ class GrepTool:
     async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
         try:
             query = parse_grep_args(args, ctx.cwd)
-            denied = ctx.services.get("read_denied")
+            denied = ctx.services.read_denied
             boundary = boundary_for(ctx)
             query = replace(query, boundary=boundary.narrowed(os.path.realpath(query.root)))
             if query.root.is_dir():

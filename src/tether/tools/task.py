@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from tether.core.tools import Effect, ToolResult, ToolRunContext
 
@@ -68,7 +68,7 @@ class AgentTool:
         return []
 
     async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
-        service = ctx.services.get("subagents")
+        service = ctx.services.subagents
         if service is None:
             return ToolResult("Subagents are not available in this run.", True)
         for key in ("description", "prompt", "subagent_type"):
@@ -76,5 +76,5 @@ class AgentTool:
                 return ToolResult(f"{key} must be a non-empty string", True)
         if "run_in_background" in args and not isinstance(args["run_in_background"], bool):
             return ToolResult("run_in_background must be true or false", True)
-        launch: SubagentService = service
+        launch = cast(SubagentService, service)  # the runtime's Subagents (runtime/subagents.py)
         return await launch.launch(args, ctx.abort, ctx.tool_call_id)

@@ -1,6 +1,6 @@
 """TaskCreate, TaskGet, TaskList and TaskUpdate: the conversation's task list, kept on disk.
 
-The list is one JSON file per conversation (`services["task_list_path"]` when the runtime names
+The list is one JSON file per conversation (`services.task_list_path` when the runtime names
 one, else `$TETHER_HOME/task-lists/<conversation>.json`), so it survives a resume. Each call
 reads, changes and atomically replaces the file without awaiting in between, so calls in one
 process never interleave.
@@ -27,7 +27,7 @@ _FIELDS = ("subject", "description", "activeForm", "owner")
 
 
 def task_list_path(ctx: ToolRunContext) -> Path | None:
-    given = ctx.services.get("task_list_path")
+    given = ctx.services.task_list_path
     if isinstance(given, str | Path) and str(given):
         return Path(given)
     env = ctx.env or {}

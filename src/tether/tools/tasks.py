@@ -27,8 +27,8 @@ MAX_TASK_ID_CHARS = 200
 def _tasks(ctx: ToolRunContext, task_id: str = "") -> Any:
     """The pool a task id belongs to: subagent tasks (`task_<n>`) or background shells."""
     if task_id.startswith("task_"):
-        return ctx.services.get("subagents")
-    service = ctx.services.get("background")
+        return ctx.services.subagents
+    service = ctx.services.background
     return service if isinstance(service, BackgroundTasks) else None
 
 

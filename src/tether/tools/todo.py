@@ -1,6 +1,6 @@
 """The TodoWrite tool: the model's task list, replaced wholesale on every call and kept by the runtime.
 
-The list lives in `ctx.services["todos"]` when the runtime provides a mutable sequence there (so a
+The list lives in `ctx.services.todos` when the runtime provides a mutable sequence there (so a
 frontend can render it); otherwise on the tool instance.
 """
 
@@ -94,7 +94,7 @@ class TodoWriteTool:
             todos = parse_todos(args.get("todos"))
         except ToolFailure as exc:
             return error_result(str(exc))
-        holder = ctx.services.get("todos")
+        holder = ctx.services.todos
         if isinstance(holder, MutableSequence):
             holder[:] = todos
         else:

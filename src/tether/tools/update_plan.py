@@ -1,6 +1,6 @@
 """The UpdatePlan tool (`update_plan` in codex_snake): Codex's step list, replaced on every call.
 
-The plan lives in `ctx.services["plan"]` when the runtime provides a mutable sequence there (a
+The plan lives in `ctx.services.plan` when the runtime provides a mutable sequence there (a
 frontend can render it), otherwise on the tool instance, like TodoWrite's list.
 """
 
@@ -85,7 +85,7 @@ class UpdatePlanTool:
             optional_str(args, "explanation", max_chars=10_000)
         except ToolFailure as exc:
             return error_result(str(exc))
-        holder = ctx.services.get("plan")
+        holder = ctx.services.plan
         if isinstance(holder, MutableSequence):
             holder[:] = plan
         else:

@@ -21,7 +21,7 @@ from tether.tools.output import error_result
 
 
 class WorkingDirectory:
-    """`services["working_directory"]`: the current directory and where it may go."""
+    """`services.working_directory`: the current directory and where it may go."""
 
     def __init__(self, start: Path, allowed: Iterable[Path] = ()) -> None:
         self.start = Path(os.path.realpath(start))
@@ -61,7 +61,7 @@ class WorkingDirectory:
 
 
 def working_directory(ctx: ToolRunContext) -> WorkingDirectory:
-    service = ctx.services.get("working_directory")
+    service = ctx.services.working_directory
     if not isinstance(service, WorkingDirectory):
         raise ToolFailure(
             "This runtime keeps a fixed working directory (it provides no working_directory "

@@ -195,7 +195,7 @@ class TetherApp(App[int]):
         reaches the user: the session's `ask_user` service shows the question dialog."""
         from tether.tui.approvals import question_service
 
-        self.prepared.services["ask_user"] = question_service(self._show_approval)
+        self.prepared.services.ask_user = question_service(self._show_approval)
 
     def _session_ready(self) -> None:
         self._answer_questions_here()
@@ -258,7 +258,7 @@ class TetherApp(App[int]):
             info = StatusInfo(model=self.flags.model or "", agent="starting…", mode=self.flags.permission_mode,
                               queued=len(self.queue), busy=True, hint=self._hint)
         else:
-            background = p.services.get("background")
+            background = p.services.background
             info = StatusInfo(
                 model=p.session.model,
                 agent=p.session.agent.id,

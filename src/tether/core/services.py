@@ -1,0 +1,151 @@
+"""The run's services a tool (or a frontend) may reach, typed: each member is a narrow Protocol
+of what its users call, or None where the run has no such service (a test, a hosted agent, a
+one-shot run nobody can ask). The runtime fills it (`runtime/assembly.py`); nothing else is
+looked up by a string.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableSequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class RunningTask(Protocol):
+    @property
+    def running(self) -> bool: ...
+
+
+class TaskPool(Protocol):
+    """Background shell tasks (`tools/background.py`) or subagents (`runtime/subagents.py`)."""
+
+    def tasks(self) -> list[Any]: ...
+
+    async def stop_all(self) -> None: ...
+
+
+class BackgroundService(TaskPool, Protocol):
+    @property
+    def running_count(self) -> int: ...
+
+
+class SubagentService(TaskPool, Protocol):
+    progress: Any  # where a child's progress events go (a stream-json frontend tags them)
+    notify: Any  # who delivers a finished task's notification (bidirectional starts a turn)
+
+    def take_notifications(self) -> list[str]: ...
+
+
+class ExecSessionService(Protocol):
+    async def close_all(self) -> None: ...
+
+
+class ShellGroupService(Protocol):
+    def reap_orphans(self) -> Any: ...
+
+    def started(self, pgid: int) -> None: ...
+
+
+class SandboxService(Protocol):
+    """A shell sandbox (`runtime/sandboxing.py`): its policy and how it wraps a command."""
+
+    @property
+    def policy(self) -> Any: ...
+
+
+class ConfinementService(Protocol):
+    def available(self) -> bool: ...
+
+
+class WorkingDirectoryService(Protocol):
+    listeners: list[Callable[[Path], None]]
+
+
+class McpService(Protocol):
+    async def ready(self) -> None: ...
+
+    def status(self) -> list[dict[str, Any]]: ...
+
+    async def close(self) -> None: ...
+
+
+class SkillCatalogService(Protocol):
+    @property
+    def sources(self) -> Any: ...
+
+
+class ReflectionService(Protocol):
+    async def after_turn(self, abort: asyncio.Event | None = None) -> Any: ...
+
+
+AskUser = Callable[[list[dict[str, Any]]], Awaitable[Any]]
+
+
+@dataclass(slots=True)
+class Services:
+    tether_home: Path | None = None
+    read_denied: Callable[[Path], bool] | None = None  # a file deny rule protects this path
+    background: BackgroundService | None = None
+    exec_sessions: ExecSessionService | None = None
+    shell_groups: ShellGroupService | None = None
+    sandbox: SandboxService | None = None  # the workspace sandbox of every shell command
+    confinement: ConfinementService | None = None  # the read-only sandbox of auto-allowed ones
+    working_directory: WorkingDirectoryService | None = None
+    subagents: SubagentService | None = None
+    mcp: McpService | None = None
+    memfs: Any = None  # memory.memfs.MemFS (its many readers are the TUI's /memory and tools)
+    skills: SkillCatalogService | None = None
+    system_prompt: Callable[..., Awaitable[str]] | None = None
+    reflection: ReflectionService | None = None
+    ask_user: AskUser | None = None
+    todos: MutableSequence[Any] | None = None
+    plan: MutableSequence[Any] | None = None
+    task_list_path: Path | None = None
+
+    @classmethod
+    def of(cls, given: Services | Mapping[str, Any] | None) -> Services:
+        """From a mapping by member name (tests, mods); an unknown name is an error naming it."""
+        if given is None:
+            return cls()
+        if isinstance(given, Services):
+            return given
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(given) - known)
+        if unknown:
+            raise TypeError(f"unknown tool service(s) {', '.join(map(repr, unknown))}; "
+                            f"known: {', '.join(sorted(known))}")
+        return cls(**dict(given))
+
+    # Mapping-style access by name, for code that registers services by name (the memory and
+    # reflection attachments); a name that is not a member is an error, never a new key.
+    def __setitem__(self, name: str, value: Any) -> None:
+        self._check(name)
+        setattr(self, name, value)
+
+    def __getitem__(self, name: str) -> Any:
+        self._check(name)
+        value = getattr(self, name)
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def get(self, name: str, default: Any = None) -> Any:
+        self._check(name)
+        value = getattr(self, name)
+        return default if value is None else value
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._names() and getattr(self, name) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return (n for n in self._names() if getattr(self, n) is not None)
+
+    @classmethod
+    def _names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    def _check(self, name: str) -> None:
+        if name not in self._names():
+            raise KeyError(f"unknown tool service {name!r}")
