@@ -235,3 +235,16 @@ def test_handles_keys_and_aliases(tmp_path: Path) -> None:
         resolve_provider("google/gemini-2.5-flash", tmp_path, {})
     with pytest.raises(UsageError, match="names no model"):
         parse_handle("google/")
+
+
+def test_a_signature_after_thoughts_joins_their_run_and_arguments_keep_their_text() -> None:
+    """Thinking then text is one reasoning message (the text's signature is the run's), and
+    arguments Gemini sent as an object are JSON text with non-ASCII left as written."""
+    call = {"name": "Bash", "arguments": {"command": 'echo "héllo"'}}
+    with FakeProvider([{"thinking": "ponder", "text": "ok"}, {"tool_calls": [call]}]) as fake:
+        first = collect(gemini(fake), request(user("hi")))
+        second = collect(gemini(fake), request(user("hi")))
+    runs = {c.otid for c in first if isinstance(c, Reasoning)}
+    assert len(runs) == 1 and reasoning_of(first) == "ponder"
+    assert [c.signature for c in first if isinstance(c, Reasoning) and c.signature]
+    assert tool_calls(second)[0].arguments == '{"command": "echo \\"héllo\\""}'

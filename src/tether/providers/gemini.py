@@ -220,6 +220,9 @@ class GeminiEvents:
         self.done = False  # never set: the stream's end (after `finished`) completes the turn
         self._finish_reason: str | None = None
         self._usage = UsageStatistics()
+        # A thought run still open and unsigned: the signature on the part after it is that
+        # run's, so it joins the run instead of opening a second reasoning message.
+        self._unsigned_thoughts = False
 
     @property
     def finished(self) -> bool:
@@ -260,15 +263,19 @@ class GeminiEvents:
     def _part(self, part: dict[str, Any]) -> list[Chunk]:
         signature = part.get("thoughtSignature") or None
         if part.get("thought") is True:
+            self._unsigned_thoughts = signature is None
             return self.out.reasoning(str(part.get("text") or ""), signature)
         chunks: list[Chunk] = []
         if signature:  # the signature of the part that follows (text or a function call)
-            self.out.break_run()
+            if not self._unsigned_thoughts:
+                self.out.break_run()
             chunks += self.out.reasoning("", signature)
+        self._unsigned_thoughts = False
         call = part.get("functionCall")
         if isinstance(call, dict):
             args = call.get("args")
-            arguments = json.dumps(args if isinstance(args, dict) else {})
+            # Arguments arrive as an object; non-ASCII text stays as the model wrote it.
+            arguments = json.dumps(args if isinstance(args, dict) else {}, ensure_ascii=False)
             call_id = call.get("id") if isinstance(call.get("id"), str) and call["id"] else None
             return chunks + self.out.tool_call(
                 call_id or _own_call_id(), str(call.get("name", "")), arguments
