@@ -31,7 +31,9 @@ import orjson
 from websockets.asyncio.server import ServerConnection
 
 from tether.errors import NotFound, TetherError, UsageError
+from tether.protocol.chunks import AssistantText, UsageStatistics
 from tether.protocol.messages import ImagePart, TextPart, UserPart
+from tether.protocol.turns import TurnError
 from tether.server import auth
 from tether.server.http_connection import (
     REQUEST_TIMEOUT_S,
@@ -47,6 +49,7 @@ from tether.server.protocol_v2 import (
 )
 
 if TYPE_CHECKING:
+    from tether.core.turn import Event
     from tether.server.app_server import AppServer
     from tether.server.runtime import ConversationRuntime
 
@@ -401,29 +404,29 @@ class TurnWatch:
         if not self.started or self.done:
             return
         kind = frame.get("type")
-        if kind == "stream_delta":
-            self._delta(frame["delta"])
-        elif kind == "control_request":
+        if kind == "control_request":
             self._deny(frame)
         elif kind == "turn_finished" and frame.get("request_id") == self.request_id:
             self.done = frame
             self.events.put_nowait(("done", frame))
 
-    def _delta(self, delta: dict[str, Any]) -> None:
-        kind = delta.get("message_type")
-        if kind == "assistant_message" and isinstance(delta.get("content"), str):
-            piece, otid = delta["content"], delta.get("otid")
+    def on_event(self, event: Event) -> None:
+        """The turn's typed events (the runtime hands them to subscribers in this process)."""
+        if not self.started or self.done:
+            return
+        if isinstance(event, AssistantText):
+            piece, otid = event.content, event.otid
             if otid != self._otid and self.text:
                 piece = "\n\n" + piece
             self._otid = otid
             if piece:
                 self.text += piece
                 self.events.put_nowait(("text", piece))
-        elif kind == "usage_statistics":
+        elif isinstance(event, UsageStatistics):
             for key, field in _USAGE_FIELDS:
-                self.usage[key] += int(delta.get(field) or 0)
-        elif kind == "loop_error" and isinstance(delta.get("message"), str):
-            self.error = delta["message"]
+                self.usage[key] += int(getattr(event, field) or 0)
+        elif isinstance(event, TurnError):
+            self.error = event.message
 
     def _deny(self, frame: dict[str, Any]) -> None:
         """What `HeadlessApprover` answers: the headless denial with the hint that would allow it."""

@@ -19,7 +19,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from tether import __version__
 from tether.core.turn import Event, TurnOutcome
@@ -56,6 +56,14 @@ class Subscriber(Protocol):
     def send_frame(self, frame: dict[str, Any]) -> None:
         """Queue a frame for the client; never blocks."""
         ...
+
+
+@runtime_checkable
+class EventSubscriber(Subscriber, Protocol):
+    """A subscriber in this process that takes the turn's typed events as well (the OpenAI
+    bridge), instead of parsing them back out of protocol v2 frames."""
+
+    def on_event(self, event: Event) -> None: ...
 
 
 @dataclass
@@ -486,6 +494,9 @@ class ConversationRuntime:
         if new_run or status != self.status:
             self.status = status
             self.broadcast(self.loop_status_frame())
+        for sub in list(self.subscribers.values()):
+            if isinstance(sub, EventSubscriber):
+                sub.on_event(event)
         delta = self.stream.delta(event)
         if delta is not None:
             self.broadcast(self.stream.frame("stream_delta", delta=delta))
