@@ -1,4 +1,5 @@
-"""The fake provider's three wire dialects: SSE event streams built from one script turn.
+"""The fake provider's three OpenAI/Anthropic wire dialects: SSE event streams built from one
+script turn (Gemini's are in `fake_gemini.py`, Bedrock's frames in `fake_bedrock.py`).
 
 Each builder returns the encoded SSE events of a complete, realistic streamed answer (Anthropic
 Messages, OpenAI Responses, Chat Completions), so a fault can cut it after any event. Standard
