@@ -439,6 +439,34 @@ def test_no_credential_is_read_through_links(world: World, call: dict) -> None:
     assert not found, (found, out.explain())
 
 
+UNLISTED_SECRETS = (".config/git/credentials", ".claude/.credentials.json", ".codex/auth.json",
+                    ".bash_history", ".m2/settings.xml", ".letta/settings.json")
+HOME_SWEEPS = [
+    "grep -R CANARY .",
+    "cat $(find -L . -name credentials -o -name auth.json -o -name '*_history')",
+    "for f in home_link/.*/*; do head -c 300 \"$f\"; done",
+    "git status; grep -R CANARY . || true",
+]
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+@pytest.mark.parametrize("command", HOME_SWEEPS)
+def test_confined_sweeps_through_a_home_link_read_no_credential(
+    world: World, command: str, backend: str
+) -> None:
+    """Credential stores beyond the first list (git's XDG store, other agents' tokens, shell
+    histories), reached through a link to $HOME that the repository ships."""
+    for rel in UNLISTED_SECRETS:
+        path = world.home / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"token={CANARY_SECRET}\n")
+    (world.project / ".env").unlink()  # reading the workspace's own .env is not the point here
+    (world.project / "home_link").symlink_to(world.home)
+    out, found = run(world, bash(command), settings=RULED,
+                     env={"TETHER_SANDBOX_BACKEND": backend})
+    assert not found, (found, out.explain())
+
+
 # -- 5. hostile git -----------------------------------------------------------------------------
 
 

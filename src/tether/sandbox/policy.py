@@ -54,6 +54,34 @@ CREDENTIAL_DIRS: tuple[str, ...] = (
     ".local/share/keyrings",
     ".config/rclone",
     ".gem/credentials",
+    # git's XDG credential store, other agents' and CLIs' tokens, build tools' passwords, and
+    # shell histories (tokens pasted on command lines): a confined `grep -R` through a link to
+    # $HOME in the workspace reads whatever is not listed here
+    ".config/git/credentials",
+    ".claude/.credentials.json",
+    ".codex/auth.json",
+    ".gemini/oauth_creds.json",
+    ".letta",
+    ".config/github-copilot",
+    ".config/configstore",
+    ".m2/settings.xml",
+    ".gradle/gradle.properties",
+    ".s3cfg",
+    ".boto",
+    ".oci",
+    ".config/netlify",
+    ".config/ngrok",
+    ".ngrok2",
+    ".fly",
+    ".wrangler",
+    ".terraformrc",
+    ".bash_history",
+    ".zsh_history",
+    ".local/share/fish/fish_history",
+    ".python_history",
+    ".psql_history",
+    ".mysql_history",
+    ".node_repl_history",
 )
 
 SYSTEM_SECRETS: tuple[Path, ...] = tuple(

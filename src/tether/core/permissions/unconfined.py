@@ -8,7 +8,8 @@ network. Those parts were judged for what they read from the workspace, so two t
 do unconfined make the call ask instead: print the environment (only confined commands lose the
 credential variables, and output redaction knows their values only verbatim: `${TOKEN:1}` or
 `| base64` evade it), and, for git in a partial clone, fetch a missing object from the promisor
-remote the repository names.
+remote the repository names; and a walk (`grep -R`, `find -L`) may follow a link the repository
+ships out of the workspace into credential stores only the sandbox hides.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+from tether.core.permissions.readonly import inspect
 
 if TYPE_CHECKING:
     from tether.core.permissions.shellcheck import ShellCheck
@@ -43,6 +46,13 @@ def unconfined_problem(check: ShellCheck, matched: Sequence[str]) -> str | None:
         if remote:
             return (f"`{_show(command.argv)}` {_WHY} in a partial clone, where a read fetches "
                     f"from {remote}")
+    for command in read_only:
+        kind = inspect(command.argv, command.splits)
+        if command.argv[0] != "git" and kind is not None and kind.recursive:
+            # confined, the kernel hides the credential stores a walk may reach through a link
+            # the repository ships (`home -> ~`); unconfined, nothing does
+            return (f"`{_show(command.argv)}` {_WHY} and walks a tree, which links in it can lead "
+                    "out of the workspace into files only the sandbox would hide")
     env = "and could print the environment, whose credentials only confined commands lose"
     for command in read_only:
         name, args = command.argv[0], command.argv[1:]
