@@ -12,7 +12,8 @@ from tether.core.tools import ToolRunContext
 
 def test_a_mapping_by_name_becomes_the_typed_object(tmp_path: Path) -> None:
     todos: list[object] = []
-    ctx = ToolRunContext(tmp_path, "call-1", services={"todos": todos, "tether_home": tmp_path})
+    given = {"todos": todos, "tether_home": tmp_path}  # as tests and mods pass it
+    ctx = ToolRunContext(tmp_path, "call-1", services=given)  # type: ignore[arg-type]
     assert isinstance(ctx.services, Services)
     assert ctx.services.todos is todos and ctx.services.tether_home == tmp_path
     assert ctx.services.background is None  # absent members are None, not missing
@@ -21,7 +22,7 @@ def test_a_mapping_by_name_becomes_the_typed_object(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["backgrund", "Sandbox", ""])
 def test_an_unknown_service_name_is_named(tmp_path: Path, name: str) -> None:
     with pytest.raises(TypeError, match=repr(name)):
-        ToolRunContext(tmp_path, "call-1", services={name: object()})
+        ToolRunContext(tmp_path, "call-1", services={name: object()})  # type: ignore[arg-type]
     with pytest.raises(KeyError, match=repr(name)):
         Services()[name] = object()
 
