@@ -34,8 +34,9 @@ OPTION_HELP: dict[str, tuple[str, str]] = {
                      "conversation"),
     "new_conversation": ("model and agent", "start a new conversation with the agent"),
     "resume": ("model and agent", "interactive only: reopen this agent's latest conversation"),
-    "system": ("model and agent", "system prompt preset for a new agent: default, letta-code, "
-               "tether or blank"),
+    "system": ("model and agent", "system prompt preset for a new agent: default (tether's own), "
+               "blank, or a model family's (claude, codex, gemini; letta-claude, letta-codex, "
+               "letta-gemini add persistent memory)"),
     "system_custom": ("model and agent", "a new agent's whole system prompt, as TEXT "
                       "(not with --system)"),
     "system_append": ("model and agent", "TEXT appended to the system prompt for this run"),
