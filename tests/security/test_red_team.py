@@ -92,6 +92,8 @@ def hostile(world: World, preload: Path | None = None) -> None:
     (p / "hl_env").hardlink_to(p / ".env")
     (p / "home_link").symlink_to(world.home)
     (p / "th_link").symlink_to(world.tether_home)
+    if (p / ".git").is_dir():
+        (p / "gitlink").symlink_to(p / ".git")  # a link the repository ships into its metadata
     (p / "evil.magic").write_text("0 string demo demo file\n")
     (p / "names0").write_bytes(b".env\0")  # lists of files for `--files0-from`, `xargs -a`
     (p / "names").write_text(".env\n")
@@ -348,6 +350,8 @@ ACCEPT_SHELL = [
     "echo x > src/../.git/description",
     "echo x > .tether/settings.local.json",
     "echo x > .tether",
+    "echo '[core] fsmonitor = ./evil.sh' >> gitlink/config",
+    "echo x > gitlink/hooks/post-index-change",
 ]
 ACCEPT_TOOLS = [
     tool("Write", file_path=f"link_out/{M}", content="x"),
@@ -366,6 +370,8 @@ ACCEPT_TOOLS = [
     tool("Write", file_path=".tether/settings.json", content="{}"),
     tool("Edit", file_path="link_out/victim.txt", old_string="victim", new_string="pwned"),
     tool("Write", file_path=f"{MARKER}\x00.txt", content="x"),
+    tool("Write", file_path="gitlink/hooks/pre-commit", content="#!/bin/sh\n"),
+    tool("Edit", file_path="gitlink/description", old_string="Unnamed", new_string="x"),
 ]
 
 
@@ -735,4 +741,5 @@ def test_fifty_benign_commands_at_most_three_ask(git_world: World) -> None:
         out = attempt(git_world, bash(command))
         if any("requires approval" in o for o in out.outputs) or not out.statuses:
             asked.append((command, out.outputs))
+    print(f"benign commands asked about: {len(asked)} of {len(BENIGN)}: {asked}")
     assert len(asked) <= 3, asked

@@ -47,6 +47,8 @@ def unconfined_problem(check: ShellCheck, matched: Sequence[str]) -> str | None:
             return (f"`{_show(command.argv)}` {_WHY} in a partial clone, where a read fetches "
                     f"from {remote}")
     for command in read_only:
+        if command.argv[0] == "gh":  # confined it finds no network; unconfined it sends the token
+            return f"`{_show(command.argv)}` {_WHY} and talks to a server over the network"
         kind = inspect(command.argv, command.splits)
         if command.argv[0] != "git" and kind is not None and kind.recursive:
             # confined, the kernel hides the credential stores a walk may reach through a link
