@@ -48,7 +48,8 @@ class Run:
 
 
 def tether_env(url: str, model: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    scrub = ("ANTHROPIC_", "OPENAI_", "GEMINI_", "GOOGLE_", "AWS_")  # only the fake's credentials
+    env = {k: v for k, v in os.environ.items() if not k.startswith(scrub)}
     env.update(DIALECTS[model](url))
     env.pop("PYTHONUNBUFFERED", None)  # real clients do not set it: output must flush anyway
     env.update(extra or {})

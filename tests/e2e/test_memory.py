@@ -23,6 +23,8 @@ def system_of(body: dict[str, Any]) -> str:
     """The system prompt as each dialect carries it."""
     if "system" in body:
         return "".join(part["text"] for part in body["system"])
+    if "systemInstruction" in body:  # Gemini
+        return "".join(part["text"] for part in body["systemInstruction"]["parts"])
     if "instructions" in body:
         return str(body["instructions"])
     first = body["messages"][0]

@@ -14,7 +14,6 @@ from tether.errors import ProviderError
 from tether.providers.base import Endpoint
 from tether.providers.catalog import parse_handle, resolve_provider
 from tether.providers.discovery import DiscoveringChatProvider, ModelInfo, list_models
-from tether.testing.fake_more import FakeMoreProviders
 from tether.testing.fake_provider import FakeProvider
 
 
@@ -25,7 +24,7 @@ def ask(provider: DiscoveringChatProvider, model: str) -> list:
 def test_unnamed_model_is_the_servers_first(tmp_path: Path) -> None:
     assert parse_handle("ollama/") == ("ollama", "default")
     assert parse_handle("lmstudio/") == ("lmstudio", "default")
-    with FakeMoreProviders([{"text": "one"}], models=["qwen3-8b", "gemma-3"]) as fake:
+    with FakeProvider([{"text": "one"}], models=["qwen3-8b", "gemma-3"]) as fake:
         env = {"LMSTUDIO_BASE_URL": f"{fake.url}/v1"}
         provider = resolve_provider("lmstudio/", tmp_path, env)
         assert isinstance(provider, DiscoveringChatProvider)
@@ -36,7 +35,7 @@ def test_unnamed_model_is_the_servers_first(tmp_path: Path) -> None:
 
 def test_ollama_native_listing_prefers_the_loaded_model_and_latest_tags(tmp_path: Path) -> None:
     models = ["llama3.2:latest", "qwen3:latest", "mistral:7b"]
-    with FakeMoreProviders([{"text": "a"}, {"text": "b"}], models=models, ollama=True) as fake:
+    with FakeProvider([{"text": "a"}, {"text": "b"}], models=models, ollama=True) as fake:
         provider = resolve_provider("ollama/", tmp_path, {"OLLAMA_BASE_URL": fake.url})
         ask(provider, "default")
         ask(resolve_provider("ollama/qwen3", tmp_path, {"OLLAMA_BASE_URL": fake.url}), "qwen3")
@@ -45,7 +44,7 @@ def test_ollama_native_listing_prefers_the_loaded_model_and_latest_tags(tmp_path
 
 
 def test_a_wrong_name_lists_what_the_server_has(tmp_path: Path) -> None:
-    with FakeMoreProviders([{"text": "never"}], models=["alpha", "beta"]) as fake:
+    with FakeProvider([{"text": "never"}], models=["alpha", "beta"]) as fake:
         provider = DiscoveringChatProvider(
             Endpoint("llama.cpp", f"{fake.url}/v1", "not-needed"), tmp_path
         )
@@ -60,11 +59,11 @@ def test_a_wrong_name_lists_what_the_server_has(tmp_path: Path) -> None:
 
 def test_file_name_match_and_an_empty_server(tmp_path: Path) -> None:
     models = ["/models/SmolLM2-135M-Instruct.Q4_1.gguf"]
-    with FakeMoreProviders([{"text": "ok"}], models=models) as fake:
+    with FakeProvider([{"text": "ok"}], models=models) as fake:
         provider = DiscoveringChatProvider(Endpoint("llama.cpp", f"{fake.url}/v1", "x"), tmp_path)
         ask(provider, "smollm2")
         assert fake.of("chat")[0]["body"]["model"] == models[0]
-    with FakeMoreProviders([], models=[]) as fake:
+    with FakeProvider([], models=[]) as fake:
         provider = DiscoveringChatProvider(Endpoint("ollama", f"{fake.url}/v1", "x"), None)
         _, error = collect_until_error(provider, replace(request(user("hi")), model="default"))
     assert "lists no models" in str(error)
@@ -75,7 +74,7 @@ def test_listing_is_cached_briefly_across_runs(
 ) -> None:
     import tether.providers.discovery as discovery
 
-    with FakeMoreProviders([], models=[{"id": "m1", "context_length": 32768}]) as fake:
+    with FakeProvider([], models=[{"id": "m1", "context_length": 32768}]) as fake:
         endpoint = Endpoint("openai-compatible", f"{fake.url}/v1", "x")
         first = asyncio.run(list_models(endpoint, tmp_path))
         again = asyncio.run(list_models(endpoint, tmp_path))

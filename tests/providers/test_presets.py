@@ -19,7 +19,7 @@ from tether.providers.credentials import load_credentials, save_credential, save
 from tether.providers.discovery import DiscoveringChatProvider
 from tether.providers.openai_chat import OpenAIChatProvider
 from tether.runtime.mods.providers import is_mod_handle
-from tether.testing.fake_more import FakeMoreProviders
+from tether.testing.fake_provider import FakeProvider
 
 PRESET_TABLE = {
     "openrouter": ("https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
@@ -47,7 +47,7 @@ def test_each_preset_has_its_base_url_and_key_variable(prefix: str, tmp_path: Pa
 
 
 def test_openrouter_headers_and_mistral_body_on_the_wire(tmp_path: Path) -> None:
-    with FakeMoreProviders([{"text": "from openrouter"}, {"text": "from mistral"}]) as fake:
+    with FakeProvider([{"text": "from openrouter"}, {"text": "from mistral"}], models=[]) as fake:
         env = {
             "OPENROUTER_API_KEY": "or-key",
             "OPENROUTER_BASE_URL": f"{fake.url}/api/v1",
@@ -82,7 +82,7 @@ def test_stored_preset_key_beats_the_environment(tmp_path: Path) -> None:
 
 def test_custom_provider_by_name(tether_home: Path) -> None:
     assert "gateway" not in PRESETS and is_mod_handle("gateway/some-model")
-    with FakeMoreProviders([{"text": "via gateway"}], models=["served-model"]) as fake:
+    with FakeProvider([{"text": "via gateway"}], models=["served-model"]) as fake:
         rec = save_custom_provider(
             tether_home, "gateway", base_url=f"{fake.url}/v1/", api_key="gw-key", timeout=None
         )
