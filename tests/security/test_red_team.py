@@ -712,6 +712,62 @@ def test_a_scoped_app_server_client_reaches_no_state(world: World, call: dict[st
     assert not (home / "settings.json").exists()
 
 
+# -- 8. processes that would outlive the run, and inputs that used to crash it ---------------
+
+LINGERERS = [
+    ("cat pipe &", None),
+    ("(cat pipe &); echo started", None),
+    ("git status -s; (cat pipe &); echo started", RULED),
+    ("git status -s; cat pipe & echo bg", RULED),
+    ("tail -n1 pipe & tail -n1 pipe & wait", None),
+]
+
+
+def _processes_in(root: Path) -> list[str]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{pid}/cwd").startswith(str(root)):
+                found.append(Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize(("command", "settings"), LINGERERS)
+def test_no_process_outlives_the_run(world: World, command: str, settings: Any) -> None:
+    """A FIFO the repository ships blocks its reader forever; the run must not leave it behind."""
+    os.mkfifo(world.project / "pipe")
+    out, found = run(world, bash(command), settings=settings, timeout=90)
+    assert not found, (found, out.explain())
+    assert out.run.code == 0, out.explain()
+    assert not _processes_in(world.root), (_processes_in(world.root), out.explain())
+
+
+BAD_INPUTS = [
+    tool("Read", file_path="README.md\x00/../.env"),
+    tool("Grep", pattern="demo", path=".\x00"),
+    tool("Glob", pattern="*\x00"),
+    tool("LS", path="src\x00"),
+    tool("Edit", file_path="notes.md\x00", old_string="notes", new_string="x"),
+    bash("cat README.md", cwd="sub\x00"),
+    bash("echo " + "A" * 200_000 + f"; touch {M}"),
+    bash("ls " + "$(" * 2000 + "touch " + M + ")" * 2000),
+    bash("( " * 3000 + f"touch {M}" + " )" * 3000),
+    bash("{ " * 2000 + f"touch {M}; " + "}; " * 2000),
+]
+
+
+@pytest.mark.parametrize("call", BAD_INPUTS, ids=lambda c: json.dumps(c["arguments"])[:40])
+def test_malformed_calls_get_a_tool_error_and_no_effect(world: World, call: dict) -> None:
+    out, found = run(world, call, settings=RULED)
+    assert not found, (found, out.explain())
+    assert out.run.code == 0 and len(out.results) == 1, out.explain()
+    assert "Traceback" not in out.run.stdout + out.run.stderr, out.explain()
+
+
 # -- 6. no over-blocking: fifty benign commands, at most three ask ------------------------------
 
 BENIGN = [

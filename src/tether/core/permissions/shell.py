@@ -127,6 +127,8 @@ class _Walker:
             self.statement(root)
         except _Opaque as exc:
             self.opaque.append(str(exc))
+        except RecursionError:  # `$($($(…)))` thousands deep: unreadable, so it asks
+            self.opaque.append("nests substitutions too deeply for tether to read")
         finally:
             if depth:
                 self.cwd = saved
