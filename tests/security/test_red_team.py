@@ -309,6 +309,23 @@ def test_default_mode_attempts_have_no_effect(world: World, preload_lib: Path, c
     assert not found, (found, out.explain())
 
 
+@pytest.mark.parametrize("command", STANDARD)
+def test_default_mode_attempts_have_no_effect_under_landlock_alone(
+    world: World, preload_lib: Path, command: str
+) -> None:
+    """The same corpus where bubblewrap is missing: Landlock + seccomp confine alone."""
+    from tether.sandbox.landlock import landlock_status
+
+    found_abi = landlock_status()
+    if found_abi.abi is None or found_abi.abi < 6:
+        from tests.requirements import missing
+
+        missing("Landlock ABI >= 6", found_abi.reason)
+    hostile(world, preload_lib)
+    out, found = run(world, bash(command), env={"TETHER_SANDBOX_BACKEND": "landlock"})
+    assert not found, (found, out.explain())
+
+
 # files named like options, matched by a glob
 
 OPTION_FILES = {
