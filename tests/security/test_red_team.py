@@ -729,6 +729,43 @@ def test_a_scoped_app_server_client_reaches_no_state(world: World, call: dict[st
     assert not (home / "settings.json").exists()
 
 
+BACKGROUND = [
+    ('git status -s; echo "tok=${GITHUB_TOKEN:1}"', None),
+    ('git status -s; echo "tok=${GITHUB_TOKEN:1}"', RULED),
+    ("git status; printenv | rev", None),
+    (f"git status; sed -n '1w {M}' README.md", RULED),
+]
+
+
+@pytest.mark.parametrize(("command", "settings"), BACKGROUND)
+def test_background_commands_are_held_the_same(
+    git_world: World, command: str, settings: Any
+) -> None:
+    """A background Bash, then TaskOutput: confined the same way as a foreground one."""
+    from tests.e2e.support import run_tether
+    from tests.security.support import MODEL
+    from tether.testing.fake_provider import FakeProvider
+
+    hostile(git_world)
+    if settings is not None:
+        (git_world.tether_home / "settings.json").write_text(json.dumps(settings))
+    before = snapshot(git_world)
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [bash(command, run_in_background=True)]},
+        {"tool_calls": [tool("TaskOutput", task_id="bash_1", block=True, timeout=10000)]},
+        {"text": "done"},
+    ]
+    with FakeProvider(script) as fake:
+        ran = run_tether(["-p", "go", "--model", MODEL, "--output-format", "stream-json"],
+                         env=git_world.env(fake.url, CREDENTIAL_ENV), cwd=git_world.project,
+                         timeout=60)
+    results = [e for e in ran.events if e.get("message_type") == "tool_return_message"]
+    out = Outcome(ran, git_world, results)
+    found = effects(git_world, before, out)
+    shapes = [s for s in _CANARY_SHAPES if s in ran.stdout]
+    assert not found and not shapes, (found, shapes, out.explain())
+
+
 # -- 8. processes that would outlive the run, and inputs that used to crash it ---------------
 
 LINGERERS = [
