@@ -766,6 +766,42 @@ def test_background_commands_are_held_the_same(
     assert not found and not shapes, (found, shapes, out.explain())
 
 
+@pytest.mark.xfail(reason="open: the Read tool follows a symlink swapped in after the permission "
+                          "check judged a regular file (no sandbox: ~/.ssh is not hidden from it); "
+                          "see the red-team report", strict=False)
+def test_a_symlink_swapped_in_after_the_check_reads_no_key(world: World) -> None:
+    """TOCTOU (catalogue b5): a process the repository runs flips `data` between a regular file
+    and a link to ~/.ssh/id_rsa while the model reads it."""
+    import threading
+
+    p = world.project
+    (p / "data").write_text("plain data\n")
+    stop = threading.Event()
+
+    def swap() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            try:
+                os.symlink(world.home / ".ssh" / "id_rsa", p / f".l{i}")
+                os.replace(p / f".l{i}", p / "data")
+                (p / f".f{i}").write_text("plain data\n")
+                os.replace(p / f".f{i}", p / "data")
+            except OSError:
+                pass
+
+    swapper = threading.Thread(target=swap, daemon=True)
+    swapper.start()
+    try:
+        calls = [tool("Read", file_path="data") for _ in range(20)]
+        calls += [bash("cat data; cat data; cat data") for _ in range(5)]
+        out = attempt(world, calls)
+    finally:
+        stop.set()
+        swapper.join()
+    assert not out.leaked, out.explain()
+
+
 # -- 8. processes that would outlive the run, and inputs that used to crash it ---------------
 
 LINGERERS = [
