@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from tether.cli.flags import RunFlags
     from tether.runtime.checkpoints import CheckpointStore, RecoveredEffect
     from tether.runtime.hooks import HookRunner
+    from tether.runtime.mods import ModSession
 
 
 @dataclass
@@ -42,7 +43,7 @@ class Prepared:
     settings: Settings = field(default_factory=Settings)
     contexts: ToolContextStore = field(default_factory=ToolContextStore)
     services: Services = field(default_factory=Services)
-    mods: Any = None  # runtime.mods.ModSession, None when mods are off
+    mods: ModSession | None = None  # None when mods are off
     checkpoint_store: tuple[CheckpointStore, str] | None = None
     shared_checkpoints: bool = False  # the store belongs to someone else (the App Server)
     user_home: Path = field(default_factory=lambda: Path("/"))  # `~` in permission rules
