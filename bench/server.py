@@ -307,7 +307,9 @@ def main() -> None:
         proc = subprocess.Popen(
             # every benchmark client comes from 127.0.0.1: the per-address cap must admit them all
             [TETHER, "server", "--listen", "ws://127.0.0.1:0", "--max-queue", "64",
-             "--max-connections-per-ip", str(max(64, 2 * n + 16))],
+             "--max-connections-per-ip", str(max(64, 2 * n + 16)),
+             # a soak measures memory of closed conversations: release them at once
+             *(["--idle-release-after", "0"] if args.soak else [])],
             env=env,
             cwd=tmp,
             stdout=subprocess.PIPE,

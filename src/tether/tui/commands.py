@@ -191,7 +191,7 @@ async def _compact(app: TetherApp, arg: str) -> None:
 
 
 async def _memory(app: TetherApp, arg: str) -> None:
-    memfs = app.prepared.services.get("memfs")
+    memfs = app.prepared.services.memfs
     if memfs is None or not memfs.exists:
         app.notice("Memory: this agent has no memory repository (MemFS) in this run")
         return
