@@ -766,9 +766,6 @@ def test_background_commands_are_held_the_same(
     assert not found and not shapes, (found, shapes, out.explain())
 
 
-@pytest.mark.xfail(reason="open: the Read tool follows a symlink swapped in after the permission "
-                          "check judged a regular file (no sandbox: ~/.ssh is not hidden from it); "
-                          "see the red-team report", strict=False)
 def test_a_symlink_swapped_in_after_the_check_reads_no_key(world: World) -> None:
     """TOCTOU (catalogue b5): a process the repository runs flips `data` between a regular file
     and a link to ~/.ssh/id_rsa while the model reads it."""

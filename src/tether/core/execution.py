@@ -31,6 +31,7 @@ class AdmittedCall:
     tool: Tool | None
     args: Mapping[str, Any]
     confined: bool = False  # admitted only by the read-only auto-allow: runs kernel-confined
+    judged: tuple[str, ...] = ()  # the real paths the decision judged (Decision.judged)
 
 
 RunContextFactory = Callable[[str], ToolRunContext]
@@ -135,6 +136,7 @@ async def _run_locked(
         run_ctx = make_run_context(call.tool_call_id)
         run_ctx.abort = abort
         run_ctx.confined = call.confined
+        run_ctx.judged_paths = call.judged
         try:
             outcome = answered if answered is not None else await tool.run(call.args, run_ctx)
         except asyncio.CancelledError:
@@ -164,8 +166,8 @@ async def _decide_rewritten(
             return ToolResult(
                 "Error: a PreToolUse hook rewrote this call's input, and the rewritten call needs "
                 f"approval that was not given: {again.reason}", True)
-        return replace(call, confined=False)
-    return replace(call, confined=again.confine)
+        return replace(call, confined=False, judged=again.judged)
+    return replace(call, confined=again.confine, judged=again.judged)
 
 
 def _result(call: AdmittedCall, outcome: ToolResult) -> ApprovalResult:

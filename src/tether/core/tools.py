@@ -56,6 +56,7 @@ class ToolRunContext:
     # Admitted by nothing but the read-only auto-allow: a shell tool must run it inside the
     # read-only confinement sandbox (services.confinement) or not at all.
     confined: bool = False
+    judged_paths: tuple[str, ...] = ()  # what the permission decision saw (Decision.judged)
 
     def __post_init__(self) -> None:
         if not isinstance(self.services, Services):  # tests and mods may pass {"name": service}

@@ -286,7 +286,8 @@ async def _answer_calls(deps: TurnDeps, calls: list[ToolCallRequest], ctx: ToolC
         if item.verdict == "ask" and not item.decision.sticky and deps.permission_hooks is not None:
             hooked = await deps.permission_hooks.decide(item)
             if hooked is not None and hooked[0] == "allow":
-                admitted.append(AdmittedCall(call.tool_call_id, call.name, item.tool, item.args))
+                admitted.append(AdmittedCall(call.tool_call_id, call.name, item.tool, item.args,
+                                             judged=item.decision.judged))
                 continue
             if hooked is not None:
                 answers[call.tool_call_id] = _denial(call, hooked[1])
@@ -295,13 +296,16 @@ async def _answer_calls(deps: TurnDeps, calls: list[ToolCallRequest], ctx: ToolC
             reply = await deps.approver.ask(item, ctx)
             if reply.allow:
                 args = reply.updated_input if reply.updated_input is not None else item.args
+                judged = item.decision.judged
                 if reply.updated_input is not None and item.tool is not None:
                     # Rewritten arguments are a new call: nothing lifts a deny, not even a human.
                     again = deps.decide(item.tool, args, ctx)
                     if again.verdict == "deny":
                         answers[call.tool_call_id] = _denial(call, again.reason)
                         continue
-                admitted.append(AdmittedCall(call.tool_call_id, call.name, item.tool, args))
+                    judged = again.judged
+                admitted.append(AdmittedCall(call.tool_call_id, call.name, item.tool, args,
+                                             judged=judged))
                 continue
             interrupt = interrupt or reply.interrupt
             answers[call.tool_call_id] = _denial(call, reply.message)
@@ -309,7 +313,8 @@ async def _answer_calls(deps: TurnDeps, calls: list[ToolCallRequest], ctx: ToolC
             answers[call.tool_call_id] = _denial(call, item.decision.reason)
         else:  # what no rule, mode or human admitted runs inside the read-only sandbox
             admitted.append(AdmittedCall(call.tool_call_id, call.name, item.tool, item.args,
-                                         confined=item.decision.confine))
+                                         confined=item.decision.confine,
+                                         judged=item.decision.judged))
     for result in answers.values():
         deps.emit(LocalToolReturn(result))
     if admitted and not interrupt:

@@ -70,7 +70,8 @@ def _not_regular(path: Path | str, kind: str, tool: str) -> ToolFailure:
 
 
 def open_regular(
-    path: Path | str, *, tool: str, boundary: ReadBoundary | None, known_regular: bool = False
+    path: Path | str, *, tool: str, boundary: ReadBoundary | None, known_regular: bool = False,
+    judged: tuple[str, ...] = (),
 ) -> int:
     """A read-only descriptor of the regular file at `path` (symlinks followed), checked.
 
@@ -103,9 +104,13 @@ def open_regular(
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise _not_regular(spelled, describe_kind(mode) or "a directory", tool)
-        if boundary is not None:
+        if boundary is not None or judged:
             real = fd_real_path(fd) or os.path.realpath(spelled)
-            refusal = boundary.refusal(tool, spelled, real)
+            if judged and real not in judged:  # swapped for a link since the decision saw it
+                raise ToolFailure(
+                    f"{tool} refused: {spelled} now leads to {real}, not to the file that was "
+                    "approved; read that path by its own name if you need it")
+            refusal = boundary.refusal(tool, spelled, real) if boundary is not None else None
             if refusal is not None:
                 raise ToolFailure(refusal)
     except BaseException:

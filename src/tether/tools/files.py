@@ -166,14 +166,18 @@ class ReadTool:
             offset = optional_int(args, "offset", minimum=0) or 1
             limit = optional_int(args, "limit", minimum=1) or READ_DEFAULT_LINES
             boundary = boundary_for(ctx)
-            return ToolResult(await asyncio.to_thread(read_numbered, path, offset, limit, boundary))
+            return ToolResult(await asyncio.to_thread(
+                read_numbered, path, offset, limit, boundary, ctx.judged_paths))
         except ToolFailure as exc:
             return error_result(str(exc))
 
 
-def read_numbered(path: Path, offset: int, limit: int, boundary: ReadBoundary | None) -> str:
+def read_numbered(
+    path: Path, offset: int, limit: int, boundary: ReadBoundary | None,
+    judged: tuple[str, ...] = (),
+) -> str:
     try:
-        fd = open_regular(path, tool="Read", boundary=boundary)
+        fd = open_regular(path, tool="Read", boundary=boundary, judged=judged)
     except FileNotFoundError:
         raise missing_file(path) from None
     except IsADirectoryError:

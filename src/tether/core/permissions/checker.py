@@ -36,7 +36,7 @@ sandbox, and the call asks instead. A call that runs no command at all counts as
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -218,16 +218,20 @@ def decide(call: Call, policy: Policy) -> Decision:
         from tether.core.permissions.shellcheck import ShellCheck
 
         return ShellCheck(call, policy).decide()
-    return _decide_tool(call, family, policy)
+    scope = policy.scope
+    refs = [scope.resolve(p, call.cwd or scope.cwd, scope.home) for p in call.paths]
+    decision = _decide_tool(call, family, policy, refs)
+    if not refs or decision.verdict == "deny":
+        return decision
+    # What was judged is what the tool may open: a name swapped for a link later leads nowhere.
+    return replace(decision, judged=tuple(str(r.resolved) for r in refs))
 
 
 # -- non-shell tools ------------------------------------------------------------------------------
 
 
-def _decide_tool(call: Call, family: str, policy: Policy) -> Decision:
+def _decide_tool(call: Call, family: str, policy: Policy, refs: list[PathRef]) -> Decision:
     scope, rules, mode = policy.scope, policy.rules, policy.mode
-    cwd = call.cwd or scope.cwd
-    refs = [scope.resolve(p, cwd, scope.home) for p in call.paths]
     for ref in refs:
         if magic_link(ref):
             return Decision("deny", f"Permission denied: {ref.spelled} goes through a /proc or "

@@ -32,6 +32,9 @@ class Decision:
     matched_rule: str | None = None
     sticky: bool = False  # an `alwaysAsk`: only a human (or a deny) may settle it, never a hook
     confine: bool = False  # allowed only as read-only: run it in the kernel read-only sandbox
+    # The real paths the decision judged (symlinks resolved then): a file tool opens only these,
+    # so a name swapped for a link after the decision cannot lead it elsewhere.
+    judged: tuple[str, ...] = ()
 
 
 def normalize_mode(value: str) -> str:
