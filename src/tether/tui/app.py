@@ -64,6 +64,12 @@ def run_tui(flags: RunFlags, *, setup_done: bool = False) -> int:
     for message in (app.startup_error, app.crashed_turn):
         if message:
             sys.stderr.write(f"Error: {message}\n")
+    if app.exit_signal is not None:
+        import signal
+
+        with contextlib.suppress(OSError, ValueError):  # the terminal may be gone already
+            sys.stderr.write(f"Interrupted by {signal.Signals(app.exit_signal).name}\n")
+        return 128 + app.exit_signal
     if app.startup_error:
         return 1
     return code if isinstance(code, int) else 1
@@ -97,6 +103,7 @@ class TetherApp(App[int]):
         self.turn_task: asyncio.Task[None] | None = None
         self.context_tokens = 0
         self.startup_error: str | None = None
+        self.exit_signal: int | None = None  # SIGHUP/SIGTERM that ended the session
         self.crashed_turn: str | None = None
         self.first_frame_at: float | None = None
         self._preparing: asyncio.Task[None] | None = None
@@ -149,6 +156,7 @@ class TetherApp(App[int]):
         return not self.ready or (self.turn_task is not None and not self.turn_task.done())
 
     def on_mount(self) -> None:
+        self._on_terminal_signals()
         self.prompt_box.focus()
         self.refresh_status()
         self.set_interval(1.0, self.refresh_status)
@@ -531,6 +539,27 @@ class TetherApp(App[int]):
         self._quitting = True
         await self._wind_down()
         self.exit(0)
+
+    def _on_terminal_signals(self) -> None:
+        """SIGHUP (the terminal closed) and SIGTERM end the session like a quit — the running
+        turn is interrupted, its tool's process group stopped and every call answered on disk —
+        and the process exits 128+N, never like `kill -9`."""
+        import signal
+
+        loop = asyncio.get_running_loop()
+
+        def stop(signum: int) -> None:
+            self.exit_signal = signum
+            self._spawn(self._quit_on_signal(signum))
+
+        for signum in (signal.SIGHUP, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(signum, stop, signum)
+
+    async def _quit_on_signal(self, signum: int) -> None:
+        self._quitting = True
+        await self._wind_down()
+        self.exit(128 + signum)
 
     async def on_unmount(self) -> None:
         # Any other way out (an error, the test harness) still settles the turn and stops tasks.
