@@ -42,6 +42,10 @@ def test_everything_over_stdio(workdir: Path, tether_home: Path, node_entry: lis
     assert "42" in total["tool_return"]
     assert "[image: image/png" in image["tool_return"]
     assert "hello mcp" in str(bodies[1]["messages"][-1])
+    # the image itself reaches the model, as an image block of the tool result
+    results = bodies[1]["messages"][-1]["content"]
+    assert any(block.get("type") == "image" for r in results for block in r.get("content", [])
+               if isinstance(block, dict)), results
 
 
 def test_everything_over_streamable_http(workdir: Path, tether_home: Path, node_entry: list[str]) -> None:

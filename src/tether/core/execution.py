@@ -184,4 +184,5 @@ def _result(call: AdmittedCall, outcome: ToolResult) -> ApprovalResult:
         is_error=outcome.is_error,
         stdout=outcome.stdout,
         stderr=outcome.stderr,
+        images=outcome.images,
     )

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from tether.core.services import Services
 from tether.protocol.llm import ToolSpec
+from tether.protocol.messages import ImagePart
 
 
 class Effect(Enum):
@@ -37,6 +38,7 @@ class ToolResult:
     is_error: bool = False
     stdout: tuple[str, ...] | None = None
     stderr: tuple[str, ...] | None = None
+    images: tuple[ImagePart, ...] = ()  # shown to the model beside the text (ViewImage, MCP)
 
     @property
     def status(self) -> str:

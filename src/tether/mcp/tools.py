@@ -20,6 +20,7 @@ import orjson
 
 from tether.core.tools import Effect, ToolRegistry, ToolResult, ToolRunContext
 from tether.mcp.client import McpCallError, McpServers, McpToolInfo, ServerState
+from tether.protocol.messages import ImagePart
 from tether.tools.output import cap_with_overflow
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -57,7 +58,16 @@ class McpTool:
         text = render_content(result.content, getattr(result, "structured_content", None))
         capped = cap_with_overflow(text or "(no output)", overflow_dir=ctx.scratch_dir,
                                    prefix=f"mcp-output-{_UNSAFE.sub('_', ctx.tool_call_id)[:64]}-")
-        return ToolResult(capped, is_error=bool(result.is_error))
+        return ToolResult(capped, is_error=bool(result.is_error), images=images_of(result.content))
+
+
+def images_of(content: Any) -> tuple[ImagePart, ...]:
+    """The image blocks of an MCP result, as the model will see them (beside the text)."""
+    return tuple(
+        ImagePart(block.data, getattr(block, "mime_type", None) or "image/png")
+        for block in content or ()
+        if getattr(block, "type", "") == "image" and isinstance(getattr(block, "data", None), str)
+    )
 
 
 def render_content(content: Any, structured: Any = None) -> str:

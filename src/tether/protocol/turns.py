@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tether.protocol.chunks import iso_now
-from tether.protocol.messages import UserMessage
+from tether.protocol.messages import ImagePart, UserMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +26,7 @@ class ApprovalResult:
     denied: bool = False
     stdout: tuple[str, ...] | None = None
     stderr: tuple[str, ...] | None = None
+    images: tuple[ImagePart, ...] = ()  # go into the transcript's tool result beside the text
 
     @property
     def status(self) -> Literal["success", "error"]:

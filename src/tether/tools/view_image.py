@@ -7,6 +7,7 @@ be a PNG, JPEG, GIF or WebP under 5 MiB, and is described by type, size and dime
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import struct
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from typing import Any
 
 from tether.core.tools import Effect, ToolResult, ToolRunContext
 from tether.errors import ToolFailure
+from tether.protocol.messages import ImagePart
 from tether.tools.arguments import paths_from, require_path_text, resolve_path
 from tether.tools.boundary import boundary_for
 from tether.tools.confined import open_regular, read_fd
@@ -22,7 +24,7 @@ from tether.tools.output import error_result
 
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
 
-DESCRIPTION = "Opens a local image file (PNG, JPEG, GIF, WebP) by path and reports what it is."
+DESCRIPTION = "Shows you a local image file (PNG, JPEG, GIF, WebP) by path: the image itself and what it is."
 
 PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -89,7 +91,8 @@ class ViewImageTool:
     async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
         try:
             path = resolve_path(require_path_text(args, "path"), ctx.cwd)
-            summary, _ = await asyncio.to_thread(load_image, path, ctx, self.name)
+            summary, data = await asyncio.to_thread(load_image, path, ctx, self.name)
         except ToolFailure as exc:
             return error_result(str(exc))
-        return ToolResult(summary)
+        mime = image_kind(data)[0]
+        return ToolResult(summary, images=(ImagePart(base64.b64encode(data).decode(), mime),))

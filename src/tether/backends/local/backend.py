@@ -276,7 +276,7 @@ def input_messages(turn_input: TurnInput) -> list[Message]:
                 id=f"letta-msg-{uuid.uuid4().hex[:16]}",
                 tool_call_id=a.tool_call_id,
                 tool_name=a.tool_name,
-                content=(TextPart(a.output),),
+                content=(TextPart(a.output), *a.images),
                 is_error=a.is_error,
                 timestamp=ts,
             )
