@@ -163,18 +163,19 @@ def test_bad_mcp_config_is_a_clear_error(workdir: Path, value: str, says: str) -
     assert "Traceback" not in run.stderr
 
 
-def test_streamable_http_server(workdir: Path, tether_home: Path) -> None:
+@pytest.mark.parametrize(("mode", "kind", "path"), [("http", "http", "/mcp"), ("sse", "sse", "/sse")])
+def test_remote_server(workdir: Path, tether_home: Path, mode: str, kind: str, path: str) -> None:
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "tests.mcp.servers.toybox", "http", str(port)],
+    server = subprocess.Popen([sys.executable, "-m", "tests.mcp.servers.toybox", mode, str(port)],
                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for_port(port)
         write_settings(tether_home, {"mcpServers": {
-            "web": {"type": "http", "url": f"http://127.0.0.1:{port}/mcp"}}})
-        script = [{"tool_calls": [call("mcp__web__echo", text="over http")]}, {"text": "ok"}]
+            "web": {"type": kind, "url": f"http://127.0.0.1:{port}{path}"}}})
+        script = [{"tool_calls": [call("mcp__web__echo", text=f"over {kind}")]}, {"text": "ok"}]
         run, _ = run_turns(workdir, script, "--yolo")
         assert run.code == 0, run.stderr
-        assert returns(run)[0]["tool_return"] == "over http"
+        assert returns(run)[0]["tool_return"] == f"over {kind}"
     finally:
         server.kill()
         server.wait()
@@ -322,20 +323,3 @@ def test_stream_json_initialize_reports_servers_and_refuses_to_add_any(workdir: 
         refused = c.wait_for(lambda e: e["type"] == "control_response")["response"]
         assert refused["subtype"] == "error" and "cannot add MCP servers" in refused["error"]
         assert c.close() == 0
-
-
-def test_sse_server(workdir: Path, tether_home: Path) -> None:
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "tests.mcp.servers.toybox", "sse", str(port)],
-                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_for_port(port)
-        write_settings(tether_home, {"mcpServers": {
-            "old": {"type": "sse", "url": f"http://127.0.0.1:{port}/sse"}}})
-        script = [{"tool_calls": [call("mcp__old__echo", text="over sse")]}, {"text": "ok"}]
-        run, _ = run_turns(workdir, script, "--yolo")
-        assert run.code == 0, run.stderr
-        assert returns(run)[0]["tool_return"] == "over sse"
-    finally:
-        server.kill()
-        server.wait()
