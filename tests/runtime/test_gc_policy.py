@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.cli import gc_policy
+from tether.runtime import gc_policy
 
 
 @pytest.fixture

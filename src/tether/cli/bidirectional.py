@@ -21,8 +21,9 @@ from typing import Any
 
 import orjson
 
+from tether.backends.local.locks import state_failure
 from tether.cli.output import Renderer, StdoutGone, init_fields, say, write_line
-from tether.cli.stopping import STOP_SIGNALS, RunStop, state_failure
+from tether.cli.stopping import STOP_SIGNALS, RunStop
 from tether.core.approvals import Classified
 from tether.core.tools import Effect, ToolContext, ToolResult, ToolRunContext
 from tether.core.turn import ApprovalAnswer, TurnOutcome
@@ -287,7 +288,7 @@ class SdkApprover:
         self.add_session_rule = add_session_rule
 
     async def ask(self, item: Classified, ctx: ToolContext) -> ApprovalAnswer:
-        from tether.cli.diffs import can_use_tool_request
+        from tether.runtime.diffs import can_use_tool_request
 
         call = item.call
         request = can_use_tool_request(item, ctx.cwd)

@@ -38,12 +38,18 @@ def run_compact(argv: Sequence[str]) -> int:
             run_argv += ["--agent", ns.agent]
         if ns.model:
             run_argv += ["--model", ns.model]
+        from tether.backends.local.backend import LocalBackend
+
         prepared = prepare(parse_run_flags(run_argv))
+        backend = prepared.backend
+        if not isinstance(backend, LocalBackend):
+            raise UsageError("tether compact: a hosted conversation is compacted by its Letta "
+                             "server, not by tether")
         if ns.mode:
-            prepared.backend.compaction = replace(prepared.backend.compaction, mode=ns.mode)
+            backend.compaction = replace(backend.compaction, mode=ns.mode)
         session = prepared.session
         with prepared.store.turn_lock(session.agent.id, session.conversation_id):
-            done = asyncio.run(prepared.backend.compact(prepared.conversation))
+            done = asyncio.run(backend.compact(prepared.conversation))
     except TetherError as exc:
         sys.stderr.write(f"Error: {exc}\n")
         return 1

@@ -12,9 +12,10 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
+from tether.backends.local.locks import state_failure
 from tether.cli.flags import RunFlags
 from tether.cli.output import Renderer, StdoutGone, init_fields, report_failure, say
-from tether.cli.stopping import RunStop, state_failure
+from tether.cli.stopping import RunStop
 from tether.core.approvals import Classified
 from tether.core.permissions import headless_denial
 from tether.core.tools import Effect, ToolContext

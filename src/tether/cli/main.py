@@ -63,7 +63,7 @@ SUBCOMMANDS = ("version", "agents", "messages", "connect", "models", "sandbox")
 
 
 def entry() -> None:
-    from tether.cli import gc_policy
+    from tether.runtime import gc_policy
 
     gc_policy.starting()
     try:

@@ -32,7 +32,7 @@ def process_spec() -> RunSpec:
 def prepare(flags: RunFlags) -> Prepared:
     """Assemble the run in this process's folder and environment; the assembly's warnings go to
     stderr (also when it fails: they may say why)."""
-    from tether.cli import gc_policy
+    from tether.runtime import gc_policy
     from tether.runtime.assembly import prepare as assemble
 
     spec = process_spec()

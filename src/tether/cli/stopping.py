@@ -70,20 +70,3 @@ class RunStop:
         if self.signum is not None and code in (1, 130):  # a turn that ended anyway is a success
             return 128 + self.signum
         return code
-
-
-def state_failure(exc: BaseException) -> str | None:
-    """The message for a failure of tether's own state on disk (a full disk, a read-only
-    TETHER_HOME, an I/O error, the effect store), naming the path and the cause; None for any
-    other error, which its caller reports as before."""
-    from tether.backends.local.locks import StoreUnwritable, unwritable
-
-    if isinstance(exc, StoreUnwritable):  # runtime/checkpoints.EffectStoreUnavailable too
-        return str(exc)
-    if isinstance(exc, OSError):
-        converted = unwritable(exc.filename or "TETHER_HOME", exc)
-        if converted is not None:
-            return str(converted)
-        where = f" ({exc.filename})" if exc.filename else ""
-        return f"{exc.strerror or exc}{where}"
-    return None

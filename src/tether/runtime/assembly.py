@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from tether.backends.local.backend import LocalBackend
 from tether.backends.local.compaction import CompactionSettings
@@ -22,7 +22,7 @@ from tether.runtime.session import resolve_session, tether_home
 from tether.runtime.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from tether.cli.flags import RunFlags
+    from tether.runtime.flags import RunFlags
     from tether.runtime.hooks import HookRunner
 
 
@@ -296,13 +296,14 @@ def _add_memory(prepared: Prepared) -> None:
     """The agent's MemFS, the memory and Skill tools, the memory-aware system prompt."""
     from tether.runtime.prompt_cache import attach_memory, project_trusted
 
-    f, store = prepared.flags, prepared.store
+    f, store, backend = prepared.flags, prepared.store, prepared.backend
+    assert isinstance(backend, LocalBackend)  # a hosted agent's memory lives on its server
     attach_memory(
-        registry=prepared.registry, backend=prepared.backend, store=store,
+        registry=prepared.registry, backend=backend, store=store,
         agent=prepared.session.agent, cwd=prepared.cwd,
         trusted=project_trusted(prepared.settings.trust, f.trust, store.home, prepared.cwd),
         skills_dir=f.skills_dir, skill_sources=f.skill_sources, no_skills=f.no_skills,
-        no_bundled_skills=f.no_bundled_skills, services=cast(Any, prepared.services),  # prompt_cache still annotates a dict
+        no_bundled_skills=f.no_bundled_skills, services=prepared.services,
         initial=_initial_blocks(f) if prepared.session.created_agent else (),
         warn=prepared.warnings.append,
     )

@@ -22,7 +22,7 @@ from tether.errors import UsageError
 
 if TYPE_CHECKING:
     from tether.backends.api.backend import ApiBackend
-    from tether.cli.flags import RunFlags
+    from tether.runtime.flags import RunFlags
     from tether.runtime.session import Session
 
 Mode = Literal["local", "cloud"]

@@ -23,8 +23,10 @@ from tether.runtime.session import Session
 from tether.runtime.settings import Settings
 
 if TYPE_CHECKING:
-    from tether.cli.flags import RunFlags
+    from tether.backends.api.backend import ApiBackend
+    from tether.backends.local.backend import LocalBackend
     from tether.runtime.checkpoints import CheckpointStore, RecoveredEffect
+    from tether.runtime.flags import RunFlags
     from tether.runtime.hooks import HookRunner
     from tether.runtime.mods import ModSession
 
@@ -36,7 +38,7 @@ class Prepared:
     cwd: Path
     store: LocalStore
     session: Session
-    backend: Any  # LocalBackend, or backends.api.backend.ApiBackend for a cloud run
+    backend: LocalBackend | ApiBackend  # the Letta API server's for a cloud run (--backend cloud)
     registry: ToolRegistry
     hooks: HookRunner | None = None
     policy: PermissionPolicy | None = None

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from tether.backends.local.backend import LocalBackend
     from tether.backends.local.records import AgentRecord
     from tether.backends.local.store import LocalStore
+    from tether.core.services import Services
     from tether.core.tools import ToolRegistry
     from tether.memory.memfs import MemFS
     from tether.runtime.initial_blocks import InitialBlock
@@ -363,7 +364,7 @@ def attach_memory(
     skill_sources: list[str] | None,
     no_skills: bool,
     no_bundled_skills: bool,
-    services: dict[str, Any],
+    services: Services,
     warn: Callable[[str], None],
     initial: Sequence[InitialBlock] = (),
 ) -> SystemPrompt:
@@ -408,7 +409,7 @@ def attach_memory(
         warn(f"skipping skill {message}")
     if memfs is not None:
         registry.register(MemoryTool(memfs))
-        services["memfs"] = memfs
+        services.memfs = memfs
     if catalog.enabled:
         registry.register(SkillTool(catalog))
     prompt = SystemPrompt(
@@ -422,6 +423,6 @@ def attach_memory(
     # often do not, and Anthropic / Responses keep system apart: those recompile instead.
     prompt.mid_conversation_updates = backend.provider_name == "openai-chat"
     backend.system_prompt = prompt
-    services["system_prompt"] = prompt
-    services["skills"] = catalog
+    services.system_prompt = prompt
+    services.skills = catalog
     return prompt

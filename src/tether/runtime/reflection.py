@@ -38,6 +38,7 @@ from tether.backends.local.locks import exclusive_flock
 from tether.errors import StoreError, TetherError
 
 if TYPE_CHECKING:
+    from tether.runtime.prepared import Prepared
     from tether.runtime.reflection_pass import PassResult
 
 TRIGGERS = ("off", "step-count", "compaction-event")
@@ -256,11 +257,11 @@ class ReflectionTrigger:
         return result
 
 
-def attach_reflection(prepared: Any) -> None:
-    """The post-turn trigger, for frontends that call `services["reflection"].after_turn()`."""
+def attach_reflection(prepared: Prepared) -> None:
+    """The post-turn trigger, for frontends that call `services.reflection.after_turn()`."""
     import sys
 
-    prepared.services["reflection"] = ReflectionTrigger(
+    prepared.services.reflection = ReflectionTrigger(
         prepared, lambda m: print(f"tether: {m}", file=sys.stderr)
     )
 

@@ -575,7 +575,7 @@ def run_server_command(argv: Sequence[str]) -> int:
         options = options_from_argv(argv)
         parse_listen_url(options.listen)
         auth.check_listen(parse_listen_url(options.listen)[0], options.policy)
-        from tether.cli import gc_policy
+        from tether.runtime import gc_policy
 
         gc_policy.startup_done()  # a long-lived process: collect normally from here
         return asyncio.run(serve_until_signalled(options))

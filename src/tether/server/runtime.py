@@ -416,7 +416,7 @@ class ConversationRuntime:
             # A busy conversation, a damaged transcript, a fenced checkpoint, the disk — or a
             # bug: the turn ends with the error and the runtime keeps serving its queue (a
             # worker that died here would leave the conversation wedged for every client).
-            from tether.cli.stopping import state_failure
+            from tether.backends.local.locks import state_failure
 
             disk = state_failure(exc)  # a full disk, a read-only TETHER_HOME: named, no traceback
             if disk is None and not isinstance(exc, TetherError):

@@ -367,7 +367,7 @@ def effective_mode(home: Path, cwd: Path, mode: str | None) -> str:
 
 
 def _flags(mode: str) -> Any:
-    from tether.cli.flags import RunFlags
+    from tether.runtime.flags import RunFlags
 
     return RunFlags(headless=True, prompt=None, permission_mode=mode, permission_mode_given=True)
 

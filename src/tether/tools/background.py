@@ -1,7 +1,7 @@
 """Background shell tasks: ids `bash_<n>`, 0600 logs in the scratch dir, at most 32 running at once.
 
 A `BackgroundTasks` is a service object the runtime passes to tools as
-`ctx.services["background"]`; it owns every process group it started, reports each exit to the
+`ctx.services.background`; it owns every process group it started, reports each exit to the
 `on_exit` callbacks (so the runtime can enqueue a `<task-notification>`), and `stop_all()` at
 shutdown leaves nothing running. It is bound to the event loop that starts its first task.
 

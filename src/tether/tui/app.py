@@ -27,11 +27,11 @@ from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tether.cli.flags import RunFlags
 from tether.errors import TetherError
 from tether.protocol.chunks import UsageStatistics, now_ms
 from tether.protocol.messages import TextPart, UserMessage
 from tether.protocol.turns import LocalToolCall
+from tether.runtime.flags import RunFlags
 from tether.tui.approvals import ApprovalRequest, ApprovalScreen, Choice, TuiApprover
 from tether.tui.commands import PickerScreen, parse_command, run_command
 from tether.tui.session_hooks import HookOutcome, SessionHooks
@@ -593,7 +593,7 @@ class TetherApp(App[int]):
 def prepare_here(flags: RunFlags, notes: io.StringIO) -> Prepared:
     """The TUI's session: assembled in this process's folder and environment, what assembly
     warns about written to `notes` (shown as notices), the start-up heap frozen after."""
-    from tether.cli import gc_policy
+    from tether.runtime import gc_policy
     from tether.runtime.assembly import RunSpec, prepare
 
     env = dict(os.environ)

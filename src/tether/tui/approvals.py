@@ -53,7 +53,7 @@ class ApprovalRequest:
 
     @classmethod
     def of(cls, item: Classified, cwd: Path, home: Path | None = None) -> ApprovalRequest:
-        from tether.cli.diffs import preview_diffs
+        from tether.runtime.diffs import preview_diffs
 
         name = item.call.name
         rules, why = suggest_rules(name, item.args, cwd, home or Path.home())
@@ -112,7 +112,7 @@ def _is_bash(tool_name: str) -> bool:
 
 
 def diff_text(diffs: list[dict[str, Any]]) -> Text:
-    """Unified diff lines for the previews `cli.diffs.preview_diffs` computes."""
+    """Unified diff lines for the previews `runtime.diffs.preview_diffs` computes."""
     out = Text()
     for d in diffs:
         out.append(f"--- {d.get('fileName', '')}\n+++ {d.get('fileName', '')}\n", style="bold")
@@ -324,7 +324,7 @@ ShowDialog = Callable[[ApprovalRequest], "asyncio.Future[Choice]"]
 
 
 def question_service(show: ShowDialog) -> Callable[[list[dict[str, Any]]], Any]:
-    """`services["ask_user"]` for the TUI: AskUserQuestion's dialog when no approval carried the
+    """`services.ask_user` for the TUI: AskUserQuestion's dialog when no approval carried the
     answers (a mode that allowed the call without asking); None when the user skipped it."""
 
     async def ask(questions: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -178,16 +178,17 @@ async def _agents(app: TetherApp, arg: str) -> None:
 
 
 async def _compact(app: TetherApp, arg: str) -> None:
+    from tether.backends.local.backend import LocalBackend
+
     p = app.prepared
-    compact = getattr(p.backend, "compact", None)
-    if compact is None:
-        app.notice("/compact: conversation compaction is not available yet in this build")
+    if not isinstance(p.backend, LocalBackend):
+        app.notice("/compact: a hosted conversation is compacted by its Letta server")
         return
     app.notice("Compacting the conversation…", "dim")
     with p.store.turn_lock(p.session.agent.id, p.session.conversation_id):
-        done = await compact(p.conversation)
-    stats = ", ".join(f"{k} {v}" for k, v in (getattr(done, "stats", None) or {}).items())
-    app.notice(f"Compacted{': ' + stats if stats else ''}\n{getattr(done, 'summary', '')}".rstrip())
+        done = await p.backend.compact(p.conversation)
+    stats = ", ".join(f"{k} {v}" for k, v in done.stats.items())
+    app.notice(f"Compacted{': ' + stats if stats else ''}\n{done.summary}".rstrip())
 
 
 async def _memory(app: TetherApp, arg: str) -> None:

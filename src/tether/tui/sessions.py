@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tether.backends.local.store import LocalStore
-from tether.cli.flags import RunFlags
 from tether.protocol.messages import Message, TextPart, UserMessage
+from tether.runtime.flags import RunFlags
 from tether.runtime.prepared import Prepared
 from tether.runtime.session import tether_home
 
@@ -100,11 +100,16 @@ def new_conversation(prepared: Prepared) -> str:
 
 def switch_model(prepared: Prepared, handle: str) -> None:
     """Later sends use `handle`; a bad handle or a missing key raises before anything changes."""
+    from tether.backends.local.backend import LocalBackend
+    from tether.errors import UsageError
     from tether.providers.catalog import parse_handle, resolve_provider
 
+    backend = prepared.backend
+    if not isinstance(backend, LocalBackend):
+        raise UsageError("the hosted agent's model is set on its Letta server; "
+                         "this session cannot switch it")
     provider = resolve_provider(handle, prepared.store.home, prepared.env)
     provider_name, model_id = parse_handle(handle)
-    backend = prepared.backend
     backend.provider, backend.provider_name, backend.model_id = provider, provider_name, model_id
     prepared.session = replace(prepared.session, model=handle)
 

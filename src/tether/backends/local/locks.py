@@ -67,6 +67,22 @@ def unwritable(path: Path | str, exc: OSError, doing: str = "write") -> StoreUnw
     return StoreUnwritable(f"cannot {doing} {where}: {why}; {hint}", exc.errno or 0, where)
 
 
+def state_failure(exc: BaseException) -> str | None:
+    """The message for a failure of tether's own state on disk (a full disk, a read-only
+    TETHER_HOME, an I/O error, the effect store), naming the path and the cause; None for any
+    other error, which its caller reports as before."""
+    if isinstance(exc, StoreUnwritable):  # runtime/checkpoints.EffectStoreUnavailable too
+        return str(exc)
+    if isinstance(exc, OSError):
+        converted = unwritable(exc.filename or "TETHER_HOME", exc)
+        if converted is not None:
+            return str(converted)
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror or exc}{where}"
+    return None
+
+
+
 @contextlib.contextmanager
 def writing(path: Path | str, doing: str = "write") -> Iterator[None]:
     """Turn a disk-side OSError in the body into StoreUnwritable naming `path` and the cause."""
