@@ -295,6 +295,7 @@ def _hook_config(settings: Settings) -> Any:
 def _add_memory(prepared: Prepared) -> None:
     """The agent's MemFS, the memory and Skill tools, the memory-aware system prompt."""
     from tether.runtime.prompt_cache import attach_memory, project_trusted
+    from tether.tools.toolsets import memory_tool_names
 
     f, store, backend = prepared.flags, prepared.store, prepared.backend
     assert isinstance(backend, LocalBackend)  # a hosted agent's memory lives on its server
@@ -306,6 +307,7 @@ def _add_memory(prepared: Prepared) -> None:
         no_bundled_skills=f.no_bundled_skills, services=prepared.services,
         initial=_initial_blocks(f) if prepared.session.created_agent else (),
         warn=prepared.warnings.append,
+        memory_tools=memory_tool_names(f.toolset, prepared.session.model, f.tools),
     )
 
 

@@ -367,14 +367,17 @@ def attach_memory(
     services: Services,
     warn: Callable[[str], None],
     initial: Sequence[InitialBlock] = (),
+    memory_tools: Sequence[str] = ("memory",),
 ) -> SystemPrompt:
     """Open (or create) the agent's MemFS, register the `memory` and `Skill` tools, and give
     the backend the memory-aware system prompt. Without git, the run goes on without memory.
     `initial`: a new agent's blocks (`runtime/initial_blocks.py`), committed before the prompt
-    is compiled so the first turn already sees them."""
+    is compiled so the first turn already sees them. `memory_tools`: which of `memory` and
+    `memory_apply_patch` to register (`tools.toolsets.memory_tool_names`)."""
     from tether.memory.memfs import MemFS
     from tether.runtime.skills import discover_skills, resolve_sources
     from tether.tools.memory import MemoryTool
+    from tether.tools.memory_patch import MemoryPatchTool
     from tether.tools.skill import SkillTool
 
     if skills_dir and not no_skills and not Path(skills_dir).expanduser().is_dir():
@@ -408,7 +411,10 @@ def attach_memory(
     for message in catalog.ignored:
         warn(f"skipping skill {message}")
     if memfs is not None:
-        registry.register(MemoryTool(memfs))
+        if "memory" in memory_tools:
+            registry.register(MemoryTool(memfs))
+        if "memory_apply_patch" in memory_tools:
+            registry.register(MemoryPatchTool(memfs))
         services.memfs = memfs
     if catalog.enabled:
         registry.register(SkillTool(catalog))

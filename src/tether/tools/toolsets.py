@@ -77,8 +77,24 @@ def _factories() -> dict[str, Callable[[], Tool]]:
     return out
 
 
+# The memory tool the models of each toolset know (registered with the agent's memory, not
+# with the toolset: a run without memory has neither).
+MEMORY_TOOLS = ("memory", "memory_apply_patch")
+_MEMORY_TOOL_OF = {"codex": "memory_apply_patch", "codex_snake": "memory_apply_patch"}
+
+
 def known_tool_names() -> frozenset[str]:
     return frozenset(n for names in TOOLSETS.values() for n in names)
+
+
+def memory_tool_names(
+    toolset: str | None, model: str | None, tools: Sequence[str] | None = None
+) -> list[str]:
+    """The memory tools a run offers: its toolset's (`memory_apply_patch` for the codex sets,
+    `memory` otherwise), or those `--tools` names explicitly."""
+    if tools is not None:
+        return [t for t in MEMORY_TOOLS if t in tools]
+    return [_MEMORY_TOOL_OF.get(resolve_toolset(toolset, model), "memory")]
 
 
 def resolve_toolset(requested: str | None, model: str | None) -> str:

@@ -64,7 +64,7 @@ from tether.core.permissions.rules import (
 
 # Step 11: tools that only change conversation state, and subagents that only read history.
 DEFAULT_ALLOWED = frozenset({
-    "TodoWrite", "TaskOutput", "TaskStop", "update_plan", "UpdatePlan", "memory",
+    "TodoWrite", "TaskOutput", "TaskStop", "update_plan", "UpdatePlan", "memory", "memory_apply_patch",
     "TaskCreate", "TaskGet", "TaskList", "TaskUpdate",
 })
 READ_ONLY_SUBAGENTS = frozenset({"recall", "Recall", "reflection", "Reflection", "history-analyzer"})
