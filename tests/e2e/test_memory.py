@@ -38,6 +38,18 @@ def memory_create(text: str = FACT) -> dict[str, Any]:
         "description": "Who the user is", "file_text": text}}
 
 
+def memory_patch_create(text: str = FACT) -> dict[str, Any]:
+    """The same file as `memory_create`, as the codex toolsets write it (memory_apply_patch)."""
+    patch = ("*** Begin Patch\n*** Add File: system/human.md\n+---\n+description: Who the user is\n"
+             f"+---\n+{text}\n*** End Patch")
+    return {"name": "memory_apply_patch", "arguments": {"input": patch}}
+
+
+def codex_toolset(model: str) -> bool:
+    """`--toolset auto` gives OpenAI models Codex's tools, memory_apply_patch among them."""
+    return model.split("/", 1)[0] in ("openai", "openai-chat")
+
+
 def memory_root(home: Path, agent_id: str) -> Path:
     return home / "agents" / agent_id / "memory"
 
@@ -51,7 +63,8 @@ def git(root: Path, *args: str) -> str:
 def test_memory_written_in_one_step_is_in_the_next_system_prompt(
     model: str, workdir: Path, tether_home: Path
 ) -> None:
-    script = [{"tool_calls": [memory_create()]}, {"text": "I will remember."}]
+    tool = memory_patch_create() if codex_toolset(model) else memory_create()
+    script = [{"tool_calls": [tool]}, {"text": "I will remember."}]
     with FakeProvider(script) as fake:
         run = run_tether(
             ["-p", "my name is Ada", "--model", model, "--output-format", "stream-json", "--yolo",
@@ -62,7 +75,8 @@ def test_memory_written_in_one_step_is_in_the_next_system_prompt(
         bodies = [r["body"] for r in fake.requests]
     assert run.code == 0, run.stderr
     init = run.events[0]
-    assert "memory" in init["tools"] and "Skill" in init["tools"]
+    assert tool["name"] in init["tools"] and "Skill" in init["tools"]
+    assert ({"memory", "memory_apply_patch"} - {tool["name"]}).isdisjoint(init["tools"])
     returns = run.of_type("message", "tool_return_message")
     assert returns[0]["status"] == "success", returns
     assert "system/human.md" in returns[0]["tool_return"]
@@ -79,7 +93,9 @@ def test_memory_written_in_one_step_is_in_the_next_system_prompt(
     assert '<block path="system/human.md" description="Who the user is">' in second
     assert FACT in second
     root = memory_root(tether_home, init["agent_id"])
-    assert git(root, "log", "-1", "--format=%s").strip() == "Remember the user's name"
+    subject = ("memory_apply_patch: A system/human.md" if codex_toolset(model)
+               else "Remember the user's name")
+    assert git(root, "log", "-1", "--format=%s").strip() == subject
     assert git(root, "status", "--porcelain") == ""
 
 
@@ -262,3 +278,30 @@ def test_standard_mode_lets_the_agent_edit_its_own_memory_but_strict_asks(
     assert ret["status"] == "error" and "Tool requires approval (headless mode)" in ret["tool_return"]
     root = memory_root(tether_home, run.events[0]["agent_id"])
     assert not (root / "system" / "human.md").exists()
+
+
+def test_codex_memory_patch_in_standard_mode_stays_inside_the_memory_repo(
+    workdir: Path, tether_home: Path
+) -> None:
+    # A prompt-injected codex model aims the patch out of the memory repo (`..`, an absolute
+    # path, .git hooks); each is refused with nothing written, and a good patch still commits.
+    model = "openai/gpt-test"
+    escapes = [
+        f"*** Begin Patch\n*** Add File: ../../../../{workdir.name}/pwned.md\n+x\n*** End Patch",
+        f"*** Begin Patch\n*** Add File: {workdir}/pwned.md\n+x\n*** End Patch",
+        "*** Begin Patch\n*** Add File: .git/hooks/post-commit\n+#!/bin/sh\n+touch /tmp/x\n*** End Patch",
+    ]
+    calls = [{"name": "memory_apply_patch", "arguments": {"input": p}} for p in escapes]
+    script = [{"tool_calls": calls}, {"tool_calls": [memory_patch_create()]}, {"text": "done"}]
+    with FakeProvider(script) as fake:
+        run = run_tether(["-p", "remember", "--model", model, "--output-format", "stream-json"],
+                         env=tether_env(fake.url, model), cwd=workdir)
+        assert fake.violations == []
+    assert run.code == 0, run.stderr
+    statuses = [r["status"] for r in run.of_type("message", "tool_return_message")]
+    assert statuses == ["error", "error", "error", "success"]
+    assert not (workdir / "pwned.md").exists()
+    root = memory_root(tether_home, run.events[0]["agent_id"])
+    assert not (root / ".git" / "hooks" / "post-commit").exists()
+    assert FACT in git(root, "show", "HEAD:system/human.md")
+    assert git(root, "log", "-1", "--format=%s").strip() == "memory_apply_patch: A system/human.md"
