@@ -4,17 +4,24 @@ times out, without the model polling with `sleep`.
 A `command` is a watcher the model writes (`until curl -sf localhost:8000; do sleep 1; done`):
 it runs like Bash (same sandbox, own process group, killed at the timeout), and its exit is the
 condition. `persistent: true` hands it to the background pool instead (notified on exit, read
-with TaskOutput). A `task_id` waits for that background task to end.
+with TaskOutput). A `task_id` waits for that background task to end. A `ws` URL watches a
+WebSocket: the first message is the condition, or, `persistent`, every message is logged by a
+background task until the server closes the socket. The connection is made by a watcher process
+(`tools/ws_watch.py`) run exactly like a `command`, so the shell sandbox and its network rules
+apply to it too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shlex
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from tether.core.tools import Effect, ToolResult, ToolRunContext
 from tether.errors import SandboxError, ToolFailure
@@ -31,7 +38,9 @@ DESCRIPTION = """\
 Waits for a condition instead of polling: runs the watcher `command` (e.g. `until curl -sf \
 localhost:3000; do sleep 1; done`) until it exits or `timeout_ms` passes (default 300000, max \
 3600000) and returns its status and output tail. `persistent`: run it in the background, \
-notified on exit. `task_id` instead of `command`: wait for that background task."""
+notified on exit. `task_id` instead of `command`: wait for that background task. `ws` instead \
+of `command` (a ws:// or wss:// URL): wait for the first message on that WebSocket, or, with \
+`persistent`, log every message in the background until the server closes it."""
 
 PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -39,12 +48,24 @@ PARAMETERS: dict[str, Any] = {
         "description": {"type": "string", "description": "What is being waited for"},
         "command": {"type": "string"},
         "task_id": {"type": "string"},
+        "ws": {"type": "string", "description": "A ws:// or wss:// URL to watch"},
         "timeout_ms": {"type": "number"},
         "persistent": {"type": "boolean"},
     },
     "required": ["description"],
     "additionalProperties": False,
 }
+
+
+def ws_watcher(url: str, *, persistent: bool) -> str:
+    """The watcher command for a `ws` source; ToolFailure naming what is wrong with the URL."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("ws", "wss") or not parts.hostname:
+        raise ToolFailure(f"`ws` must be a ws:// or wss:// URL with a host, got {url!r}")
+    if any(c.isspace() or ord(c) < 32 for c in url.strip()):
+        raise ToolFailure("`ws` must not contain spaces or control characters")
+    first = "" if persistent else " --first"
+    return f"{shlex.quote(sys.executable)} -m tether.tools.ws_watch{first} {shlex.quote(url.strip())}"
 
 
 def _tail(text: str) -> str:
@@ -68,10 +89,14 @@ class MonitorTool:
             description = require_str(args, "description")
             command = optional_str(args, "command")
             task_id = optional_str(args, "task_id", max_chars=200)
+            ws = optional_str(args, "ws", max_chars=2_000)
             timeout_ms = min(optional_int(args, "timeout_ms", minimum=1) or DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS)
             persistent = optional_bool(args, "persistent")
-            if (command is None) == (task_id is None):
-                raise ToolFailure("Give exactly one of `command` (a watcher) or `task_id`.")
+            if sum(x is not None for x in (command, task_id, ws)) != 1:
+                raise ToolFailure("Give exactly one of `command` (a watcher), `ws` (a WebSocket "
+                                  "URL) or `task_id`.")
+            if ws is not None:
+                command = ws_watcher(ws, persistent=bool(persistent))
         except ToolFailure as exc:
             return error_result(str(exc))
         if task_id is not None:
