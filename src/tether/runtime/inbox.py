@@ -170,6 +170,11 @@ class Inbox:
         return self._abort is not None
 
     @property
+    def abort_event(self) -> asyncio.Event | None:
+        """The running turn's abort (None between turns): approvers wait on it too."""
+        return self._abort
+
+    @property
     def aborting(self) -> bool:
         return self._abort is not None and self._abort.is_set()
 
@@ -305,7 +310,7 @@ class Inbox:
         finally:
             self._abort = None
         if outcome is not None and await self.frontend.end(batch, outcome):
-            self._start_reflection()
+            self.start_reflection()
         for item in batch:
             item.settle(outcome)
 
@@ -320,7 +325,9 @@ class Inbox:
 
         return emit_noting_runs
 
-    def _start_reflection(self) -> None:
+    def start_reflection(self) -> None:
+        """The after-turn memory review, in the background (`end` returning True does this;
+        a frontend that must order it against its own work calls it itself)."""
         if self._closing is not None:
             return
         started = self.conversation.start_reflection()  # memory review, off the turn

@@ -1,5 +1,6 @@
-"""The conversation runtime the App Server drives: one conversation, one bounded input queue, at
-most one turn at a time (the store's turn lock makes that hold across processes too).
+"""The App Server's side of one conversation: protocol v2 frames, subscribers, approvals and
+device state over the conversation's inbox (`runtime/inbox.py`: one bounded queue, at most one
+turn at a time, the store's turn lock holding that across processes too).
 
 Every client subscribed to a runtime sees the same frames with the same `event_seq`. Inputs are
 queued in arrival order and run one turn each; approvals go out as `control_request
@@ -11,13 +12,12 @@ each turn, tool calls a crashed run left open are answered from their effect che
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import traceback
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -27,7 +27,7 @@ from tether.errors import TetherError, UsageError
 from tether.protocol.chunks import RetryNotice, now_ms
 from tether.protocol.messages import UserMessage
 from tether.runtime.checkpoints import RecoveredEffect
-from tether.runtime.conversation import Conversation
+from tether.runtime.inbox import Inbox, InboxClosed, QueueFull, Submission, TurnPlan
 from tether.runtime.prepared import Prepared
 from tether.server.approvals import PendingApproval, RuntimeApprover
 from tether.server.auth import FULL_GRANT, Grant
@@ -66,15 +66,16 @@ class EventSubscriber(Subscriber, Protocol):
     def on_event(self, event: Event) -> None: ...
 
 
-@dataclass
-class QueuedInput:
-    id: str
+@dataclass(eq=False, kw_only=True)
+class QueuedInput(Submission):
+    """A create_message in the conversation's inbox; `source` "cron" is a schedule's prompt
+    (kind cron_prompt on the wire)."""
+
     idempotency_key: str | None
     request_id: str | None
-    messages: tuple[Any, ...]
-    enqueued_at: str
+    messages: tuple[Any, ...] = ()
+    enqueued_at: str = ""
     announced: bool = False
-    source: str = "user"  # or "cron": a schedule's prompt (kind cron_prompt on the wire)
 
     def to_wire(self) -> dict[str, Any]:
         first = self.messages[0]
@@ -95,28 +96,51 @@ class QueuedInput:
 class ConversationRuntime:
     def __init__(self, ctx: ServerContext, prepared: Prepared, stream: EventStream) -> None:
         self.ctx = ctx
-        self.p = prepared
         self.stream = stream
-        self._built_trusted = self._folder_trusted()
         self.scope = stream.scope
-        self._reflection: asyncio.Future[Any] | None = None
-        self._conversation: Conversation | None = None
         self.subscribers: dict[str, Subscriber] = {}
-        self.queue: deque[QueuedInput] = deque()
         self.status = "WAITING_ON_INPUT"
         self.active_run_ids: list[str] = []
         self.executing: list[str] = []
         self.approvals: dict[str, PendingApproval] = {}
         self.seen: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self.abort_event: asyncio.Event | None = None  # set while a turn runs
         self.turns_finished = 0
         self._pending_state: tuple[str | None, Path | None] | None = None
-        self._wake = asyncio.Event()
-        self._closing = False
+        self._turn: _Turn | None = None  # the running turn's id, input and error
         # Set by the server's table (runtime_start.register_runtime): forget this runtime there.
         self.on_release: Callable[[ConversationRuntime], None] | None = None
         self._release_timer: asyncio.TimerHandle | None = None
-        self._worker = asyncio.ensure_future(self._work())
+        self.inbox = Inbox(prepared, self, max_queue=ctx.max_queue, keep_going=True,
+                           on_idle=self._inbox_idle)
+        self._built_trusted = self._folder_trusted()
+
+    # --- the inbox's state, under the names the server's modules use -------------------------
+
+    @property
+    def p(self) -> Prepared:
+        return self.inbox.prepared
+
+    @p.setter
+    def p(self, prepared: Prepared) -> None:
+        self.inbox.rebind(prepared)
+
+    @property
+    def queue(self) -> deque[Submission]:
+        """Inputs waiting for their turn (QueuedInput each), oldest first."""
+        return self.inbox.queue
+
+    @property
+    def abort_event(self) -> asyncio.Event | None:
+        """The running turn's abort; None between turns."""
+        return self.inbox.abort_event
+
+    @property
+    def _closing(self) -> bool:
+        return self.inbox.closed
+
+    @property
+    def _reflection(self) -> asyncio.Future[Any] | None:
+        return self.inbox.reflection
 
     # --- subscribers and state ---------------------------------------------------------------
 
@@ -165,7 +189,7 @@ class ConversationRuntime:
 
     @property
     def busy(self) -> bool:
-        return self.abort_event is not None
+        return self.inbox.turn_running
 
     def device_status_frame(self) -> dict[str, Any]:
         mode = self.p.flags.permission_mode
@@ -207,7 +231,7 @@ class ConversationRuntime:
         )
 
     def queue_frame(self, removed: list[str] | None = None) -> dict[str, Any]:
-        waiting = [q.to_wire() for q in self.queue if q.announced]
+        waiting = [q.to_wire() for q in self.queue if isinstance(q, QueuedInput) and q.announced]
         return self.stream.frame("update_queue", queue=waiting, removed=removed or [])
 
     def state_frames(self) -> list[dict[str, Any]]:
@@ -231,20 +255,24 @@ class ConversationRuntime:
         key = command.idempotency_key
         if key is not None and key in self.seen:
             return {**self.seen[key], "duplicate": True}
-        if len(self.queue) >= self.ctx.max_queue:
+        from tether.protocol.chunks import iso_now
+
+        item = QueuedInput(
+            idempotency_key=key, request_id=command.request_id, messages=command.messages,
+            enqueued_at=iso_now(), source=source,
+            parts=tuple(part for m in command.messages for part in m.parts),
+        )
+        started = not self.busy and not self.queue and not self._closing
+        try:
+            self.inbox.put(item)
+        except QueueFull:
             return {
                 "accepted": False,
                 "error": f"the input queue of {self.scope.conversation_id} is full "
                 f"({self.ctx.max_queue} inputs waiting); retry after a turn finishes",
             }
-        from tether.protocol.chunks import iso_now
-
-        item = QueuedInput(
-            f"q-{uuid.uuid4().hex[:12]}", key, command.request_id, command.messages, iso_now(),
-            source=source,
-        )
-        started = not self.busy and not self.queue and not self._closing
-        self.queue.append(item)
+        except InboxClosed as exc:
+            return {"accepted": False, "error": f"{self.scope.conversation_id}: {exc}"}
         answer: dict[str, Any] = {
             "accepted": True,
             "disposition": "started" if started else "queued",
@@ -262,7 +290,6 @@ class ConversationRuntime:
     def _announce(self, item: QueuedInput) -> None:
         if item.announced and item in self.queue:
             self.broadcast(self.queue_frame())
-        self._wake.set()
 
     def answer_approval(self, response: ApprovalResponse) -> str | None:
         """Settle a pending can_use_tool; an error message when there is none by that id."""
@@ -273,12 +300,8 @@ class ConversationRuntime:
         return None
 
     def abort(self, run_id: str | None) -> bool:
-        if self.abort_event is None:
-            return False
-        if run_id is not None and run_id not in self.active_run_ids:
-            return False
-        self.abort_event.set()
-        return True
+        """Abort the running turn (with `run_id`: only if it is that run); the queue stays."""
+        return self.inbox.abort(run_id)
 
     def change_device_state(self, mode: str | None, cwd: str | None, grant: Grant = FULL_GRANT) -> None:
         """Validate now (against the client's `grant` too), apply between turns (a running turn
@@ -341,23 +364,13 @@ class ConversationRuntime:
 
     # --- turns -------------------------------------------------------------------------------
 
-    async def _work(self) -> None:
-        while not self._closing:
-            if not self.queue:
-                if not self.subscribers:  # a cron fire or a client that left: maybe let go
-                    self.release_when_idle()
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            item = self.queue.popleft()
-            if item.announced:
-                self.broadcast(self.queue_frame(removed=[item.id]))
-            try:
-                await self._run(item)
-            except Exception:  # never let one input stop the conversation's worker
-                traceback.print_exc(file=sys.stderr)
-                self.abort_event = None
-                self._set_status("WAITING_ON_INPUT")
+    def _inbox_idle(self) -> None:
+        """Nothing runs or waits (or a reflection ended): a cron fire or a client that left may
+        let the runtime go."""
+        if self.inbox.running is None:  # after an input whose turn broke before its end
+            self._set_status("WAITING_ON_INPUT")
+        if not self.subscribers:
+            self.release_when_idle()
 
     def _carry_external_tools(self, old: Prepared) -> None:
         """Tools a client registered (server/external_tools.py) belong to the runtime, not to
@@ -391,68 +404,76 @@ class ConversationRuntime:
         ))
         self.broadcast(self.device_status_frame())
 
-    async def _run(self, item: QueuedInput) -> None:
+    async def begin(self, batch: Sequence[Submission], abort: asyncio.Event) -> TurnPlan:
+        """The inbox starts `batch` (one input: the server does not coalesce)."""
+        item = batch[0]
+        if isinstance(item, QueuedInput) and item.announced:
+            self.broadcast(self.queue_frame(removed=[item.id]))
         try:
             self._recheck_trust()
         except TetherError as exc:
             self.broadcast(error_frame(f"cannot rebuild the runtime for its folder: {exc}"))
-        p = self.p
-        turn_id = f"turn-{uuid.uuid4().hex[:12]}"
-        self.abort_event = abort = asyncio.Event()
+        self._turn = _Turn(f"turn-{uuid.uuid4().hex[:12]}", item)
         self.active_run_ids = []
-        parts = tuple(part for m in item.messages for part in m.parts)
-        user = UserMessage(f"ui-msg-{now_ms()}-{item.id}", parts, now_ms())
-        error: str | None = None
-        conversation = self._conversation_of(p)
-        try:
-            outcome = await conversation.turn(
-                user, emit=self._on_event, approver=RuntimeApprover(self), abort=abort,
-                emit_recovered=self._broadcast_event,
-                on_tool_start=self._tool_started, on_tool_end=self._tool_ended,
-                on_store_unavailable=lambda _: abort.set(),  # no effect store: the turn stops, failed
-                on_send=lambda: self._set_status("SENDING_API_REQUEST"),
-            )
-        except Exception as exc:
-            # A busy conversation, a damaged transcript, a fenced checkpoint, the disk — or a
-            # bug: the turn ends with the error and the runtime keeps serving its queue (a
-            # worker that died here would leave the conversation wedged for every client).
-            from tether.backends.local.locks import state_failure
+        return TurnPlan(
+            user=UserMessage(f"ui-msg-{now_ms()}-{item.id}", item.parts, now_ms()),
+            emit=self._on_event, approver=RuntimeApprover(self),
+            emit_recovered=self._broadcast_event,
+            on_tool_start=self._tool_started, on_tool_end=self._tool_ended,
+            on_store_unavailable=lambda _: abort.set(),  # no effect store: the turn stops, failed
+            on_send=lambda: self._set_status("SENDING_API_REQUEST"),
+        )
 
-            disk = state_failure(exc)  # a full disk, a read-only TETHER_HOME: named, no traceback
-            if disk is None and not isinstance(exc, TetherError):
-                traceback.print_exc(file=sys.stderr)
-            error = disk or (str(exc) if isinstance(exc, TetherError) else (
-                f"internal error ({type(exc).__name__}: {exc})"
-            ))
-            outcome = TurnOutcome(stop_reason="error")
-            self.broadcast(
-                self.stream.frame(
-                    "stream_delta",
-                    delta={
-                        "message_type": "loop_error",
-                        "id": f"loop-error-{turn_id}",
-                        "message": error,
-                        "stop_reason": "error",
-                        "is_terminal": True,
-                    },
-                )
+    def failed(self, batch: Sequence[Submission], exc: Exception) -> TurnOutcome:
+        """A busy conversation, a damaged transcript, a fenced checkpoint, the disk — or a bug:
+        the turn ends with the error and the runtime keeps serving its queue (a worker that
+        died here would leave the conversation wedged for every client)."""
+        from tether.backends.local.locks import state_failure
+
+        turn = self._turn
+        assert turn is not None
+        disk = state_failure(exc)  # a full disk, a read-only TETHER_HOME: named, no traceback
+        if disk is None and not isinstance(exc, TetherError):
+            traceback.print_exc(file=sys.stderr)
+        turn.error = disk or (str(exc) if isinstance(exc, TetherError) else (
+            f"internal error ({type(exc).__name__}: {exc})"
+        ))
+        self.broadcast(
+            self.stream.frame(
+                "stream_delta",
+                delta={
+                    "message_type": "loop_error",
+                    "id": f"loop-error-{turn.id}",
+                    "message": turn.error,
+                    "stop_reason": "error",
+                    "is_terminal": True,
+                },
             )
-        finally:
-            self.abort_event = None
-            for pending in self.approvals.values():
-                pending.future.cancel()
-            self.approvals.clear()
-            self.executing.clear()
-        if conversation.store_unavailable is not None and error is None:
-            error, outcome.stop_reason = conversation.store_unavailable, "error"
+        )
+        return TurnOutcome(stop_reason="error")
+
+    async def end(self, batch: Sequence[Submission], outcome: TurnOutcome) -> bool:
+        """`turn_finished` to every subscriber, the reflection started after a good turn, and a
+        device change asked for during the turn applied."""
+        turn, self._turn = self._turn, None
+        assert turn is not None
+        for pending in self.approvals.values():
+            pending.future.cancel()
+        self.approvals.clear()
+        self.executing.clear()
+        error = turn.error
+        unavailable = self.inbox.conversation.store_unavailable
+        if unavailable is not None and error is None:
+            error, outcome.stop_reason = unavailable, "error"
         if outcome.error is not None and error is None:
             error = outcome.error.message
+        item = turn.item
         frame: dict[str, Any] = {
-            "turn_id": turn_id,
+            "turn_id": turn.id,
             "stop_reason": outcome.stop_reason,
             "run_id": outcome.run_ids[-1] if outcome.run_ids else None,
             "run_ids": list(outcome.run_ids),
-            "request_id": item.request_id,
+            "request_id": item.request_id if isinstance(item, QueuedInput) else None,
         }
         if error is not None:
             frame["error"] = error
@@ -461,23 +482,12 @@ class ConversationRuntime:
         self._set_status("WAITING_ON_INPUT")
         self.broadcast(self.stream.frame("turn_finished", **frame))
         if error is None and outcome.stop_reason == "end_turn":
-            started = conversation.start_reflection()  # memory review, off the turn
-            if started is not None:
-                self._reflection = started
-                started.add_done_callback(lambda _: self.release_when_idle())
+            self.inbox.start_reflection()  # memory review, off the turn, before a rebuild
         try:
             self._apply_device_state()
         except TetherError as exc:
             self.broadcast(error_frame(f"change_device_state: {exc}"))
-
-    def _conversation_of(self, prepared: Prepared) -> Conversation:
-        """The conversation's turns over the current session (rebuilt when trust changes it),
-        keeping the reflection a previous session started."""
-        current = self._conversation
-        if current is None or current.p is not prepared:
-            current = self._conversation = Conversation(prepared)
-            current.reflection = self._reflection
-        return current
+        return False
 
     def _on_event(self, event: Event) -> None:
         status = self.status
@@ -526,15 +536,15 @@ class ConversationRuntime:
         self.broadcast(self.loop_status_frame())
 
     async def close(self, timeout: float = 10.0) -> None:
-        """Abort the running turn, stop the worker and what the runtime started."""
-        self._closing = True
-        if self.abort_event is not None:
-            self.abort_event.set()
-        self._wake.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(self._worker), timeout)
-        except (TimeoutError, asyncio.CancelledError):
-            self._worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._worker
-        await self.p.shutdown()
+        """Abort the running turn, drop what waits, stop the worker and what the runtime
+        started."""
+        await self.inbox.close(f"the runtime of {self.scope.conversation_id} closed", timeout=timeout)
+
+
+@dataclass
+class _Turn:
+    """The turn running now: its id on the wire, its input, the error that ended it."""
+
+    id: str
+    item: Submission
+    error: str | None = field(default=None)
