@@ -1,4 +1,5 @@
-"""Headless renderers: the same turn events written as text, one json result, or stream-json lines.
+"""Headless output: stream-json lines (shaped by protocol/wire.py) written to stdout, or the
+run's end as text or one json document.
 
 stdout is written and flushed line by line (real clients do not set PYTHONUNBUFFERED); a failed
 write (the reader went away) is reported on stderr and turns the exit code into 1.
@@ -15,8 +16,7 @@ import orjson
 from tether.core.turn import Event, TurnOutcome
 from tether.errors import TetherError
 from tether.protocol import wire
-from tether.protocol.chunks import AssistantText, Chunk, Reasoning, RetryNotice
-from tether.protocol.turns import LocalToolCall, LocalToolReturn, TurnError
+from tether.protocol.turns import LocalToolReturn, TurnError
 
 
 class StdoutGone(Exception):
@@ -90,45 +90,29 @@ def init_fields(prepared: Any) -> dict[str, Any]:
 
 
 class Renderer:
-    """Receives every turn event; `finish` writes the end of the turn in the chosen format."""
+    """Receives every turn event; stream-json lines come from the wire's encoder as they
+    complete, and `finish` writes the end of the turn in the chosen format."""
 
     def __init__(self, fmt: str, envelope: wire.Envelope, *, partial: bool) -> None:
         self.fmt = fmt
         self.env = envelope
         self.partial = partial
-        self._pending: list[AssistantText | Reasoning] = []  # one text or reasoning run, merged when not partial
+        self.encoder = wire.StreamJsonEncoder(envelope, partial=partial)
         self.errors: list[TurnError] = []
         self.last_tool_output = ""  # the turn's result when it ends on tool output and no text
 
     def emit_init(self, **fields: Any) -> None:
         if self.fmt == "stream-json":
-            write_line(wire.system_init(self.env, **fields))
+            write_line(self.encoder.init(**fields))
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, TurnError):
             self.errors.append(event)
         elif isinstance(event, LocalToolReturn):
             self.last_tool_output = event.result.output
-        if self.fmt != "stream-json":
-            return
-        if isinstance(event, AssistantText | Reasoning) and not self.partial:
-            if self._pending and self._pending[0].otid != event.otid:
-                self.flush()
-            self._pending.append(event)
-            return
-        self.flush()
-        if isinstance(event, RetryNotice):
-            write_line(wire.retry_event(self.env, event))
-        elif isinstance(event, LocalToolCall):
-            write_line(wire.tool_call_event(self.env, event))
-        elif isinstance(event, LocalToolReturn):
-            write_line(wire.tool_return_event(self.env, event))
-        elif isinstance(event, TurnError):
-            write_line(wire.error_event(self.env, event))
-        elif event.message_type in ("approval_request_message", "error_message"):
-            return  # the reference drops approval requests; errors become `error` events
-        else:
-            write_line(wire.chunk_event(self.env, event, partial=self.partial))
+        if self.fmt == "stream-json":
+            for line in self.encoder.encode(event):
+                write_line(line)
 
     def fill_result(self, outcome: TurnOutcome) -> None:
         """A turn that ended on tool output with no text has that output as its result."""
@@ -136,26 +120,8 @@ class Renderer:
             outcome.last_tool_result = self.last_tool_output
 
     def flush(self) -> None:
-        if not self._pending:
-            return
-        first = self._pending[0]
-        if isinstance(first, AssistantText):
-            text = "".join(c.content for c in self._pending if isinstance(c, AssistantText))
-            merged: Chunk = AssistantText(first.otid, text, first.run_id, first.date)
-        else:
-            assert isinstance(first, Reasoning)
-            text = "".join(c.reasoning for c in self._pending if isinstance(c, Reasoning))
-            sig = next(
-                (
-                    c.signature
-                    for c in reversed(self._pending)
-                    if isinstance(c, Reasoning) and c.signature
-                ),
-                None,
-            )
-            merged = Reasoning(first.otid, text, sig, first.run_id, first.date)
-        self._pending.clear()
-        write_line(wire.chunk_event(self.env, merged, partial=False))
+        for line in self.encoder.flush():
+            write_line(line)
 
     def finish(
         self, outcome: TurnOutcome, *, duration_ms: int, api_ms: int, result_on_error: bool = False
@@ -167,40 +133,18 @@ class Renderer:
         `result` line with subtype `error`, and stderr the message, whatever the format."""
         self.flush()
         self.fill_result(outcome)
-        if outcome.error is not None:
-            if self.fmt != "stream-json" or result_on_error:
-                say(f"Error: {outcome.error.message}")
-            if result_on_error and self.fmt == "stream-json":
-                write_line(
-                    wire.result_event(
-                        self.env,
-                        subtype="error",
-                        duration_ms=duration_ms,
-                        duration_api_ms=api_ms,
-                        num_turns=outcome.steps,
-                        result=outcome.error.message,
-                        run_ids=outcome.run_ids,
-                        usage=None,
-                        stop_reason=outcome.error.stop_reason,
-                    )
-                )
-            return 130 if outcome.interrupted else 1
-        text = outcome.result_text or "No assistant response found"
-        usage = wire.usage_dict(outcome.usage, outcome.steps)
+        if outcome.error is not None and (self.fmt != "stream-json" or result_on_error):
+            say(f"Error: {outcome.error.message}")
         if self.fmt == "stream-json":
-            write_line(
-                wire.result_event(
-                    self.env,
-                    subtype="success",
-                    duration_ms=duration_ms,
-                    duration_api_ms=api_ms,
-                    num_turns=outcome.steps,
-                    result=text,
-                    run_ids=outcome.run_ids,
-                    usage=usage,
-                )
+            line = self.encoder.run_result(
+                outcome, duration_ms=duration_ms, api_ms=api_ms, result_on_error=result_on_error
             )
-        elif self.fmt == "json":
+            if line is not None:
+                write_line(line)
+        if outcome.error is not None:
+            return 130 if outcome.interrupted else 1
+        text = outcome.result_text or wire.NO_RESPONSE
+        if self.fmt == "json":
             write_line(
                 wire.json_result(
                     self.env,
@@ -208,11 +152,11 @@ class Renderer:
                     duration_api_ms=api_ms,
                     num_turns=outcome.steps,
                     result=text,
-                    usage=usage,
+                    usage=wire.usage_dict(outcome.usage, outcome.steps),
                 ),
                 indent=True,
             )
-        else:
+        elif self.fmt != "stream-json":
             try:
                 sys.stdout.write(text + "\n")
                 sys.stdout.flush()
@@ -230,22 +174,9 @@ def report_failure(fmt: str, envelope: wire.Envelope, message: str, *, duration_
     `error`. Returns the exit code, 1. A reader that went away is not an extra failure."""
     say(f"Error: {message}")
     if fmt == "stream-json":
-        error = TurnError(message, "error")
-        result = wire.result_event(
-            envelope,
-            subtype="error",
-            duration_ms=duration_ms,
-            duration_api_ms=0,
-            num_turns=0,
-            result=message,
-            run_ids=(),
-            usage=None,
-            stop_reason="error",
-        )
-        result["uuid"] = f"result-{envelope.session_id}"  # no agent yet at start-up: "startup"
         try:
-            write_line(wire.error_event(envelope, error))
-            write_line(result)
+            for line in wire.failure_results(envelope, message, duration_ms=duration_ms):
+                write_line(line)
         except StdoutGone:
             pass
     return 1

@@ -42,9 +42,9 @@ from tether.protocol.turns import (
     LocalToolReturn,
     TurnError,
     TurnInput,
+    TurnOutcome,
 )
-
-Event = Chunk | LocalToolCall | LocalToolReturn | TurnError
+from tether.protocol.turns import TurnEvent as Event  # the name frontends import from here
 
 
 class Backend(Protocol):
@@ -115,27 +115,6 @@ class TurnDeps:
     # Awaited before the first send of every turn: tool sources that start in the background
     # (MCP servers) get to finish, each within its own bound.
     before_turn: Callable[[], Awaitable[None]] | None = None
-
-
-@dataclass(slots=True)
-class TurnOutcome:
-    stop_reason: str = "end_turn"
-    steps: int = 0
-    usage: Usage = field(default_factory=Usage)
-    run_ids: list[str] = field(default_factory=list)
-    last_text: str = ""
-    last_reasoning: str = ""
-    last_tool_result: str = ""
-    error: TurnError | None = None
-    vetoed: bool = False  # a mod's turn_start cancelled it: a refusal (exit 1), not an interrupt
-
-    @property
-    def interrupted(self) -> bool:
-        return self.stop_reason == "cancelled" and not self.vetoed
-
-    @property
-    def result_text(self) -> str:
-        return self.last_text or self.last_reasoning or self.last_tool_result
 
 
 async def run_turn(deps: TurnDeps, conversation: ConversationRef, user: UserMessage) -> TurnOutcome:
@@ -235,18 +214,7 @@ async def _stream_step(
                     chunk.reasoning_tokens,
                 )
             elif isinstance(chunk, ErrorChunk):
-                out.error = TurnError(
-                    chunk.message,
-                    "llm_api_error",
-                    chunk.run_id,
-                    {
-                        "message_type": "error_message",
-                        "message": chunk.message,
-                        "error_type": chunk.error_type,
-                        "detail": chunk.detail,
-                        "run_id": chunk.run_id,
-                    },
-                )
+                out.error = TurnError(chunk.message, "llm_api_error", chunk.run_id, chunk)
             elif isinstance(chunk, StopReason):
                 stop = chunk
             deps.emit(chunk)

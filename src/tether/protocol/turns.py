@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-from tether.protocol.chunks import iso_now
-from tether.protocol.messages import ImagePart, UserMessage
+from tether.protocol.chunks import Chunk, ErrorChunk, iso_now
+from tether.protocol.messages import ImagePart, Usage, UserMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +62,37 @@ class LocalToolReturn:
 
 @dataclass(frozen=True, slots=True)
 class TurnError:
-    """A turn-ending error as the reference's `error` event describes it."""
+    """A turn-ending error as the reference's `error` event describes it; `provider_error` is
+    the model's own error when the provider failed (each wire renders it as `api_error`)."""
 
     message: str
     stop_reason: str
     run_id: str | None = None
-    api_error: dict[str, Any] | None = None
+    provider_error: ErrorChunk | None = None
+
+
+TurnEvent = Chunk | LocalToolCall | LocalToolReturn | TurnError
+"""Everything a turn emits: what every frontend and both wire serialisers consume."""
+
+
+@dataclass(slots=True)
+class TurnOutcome:
+    """How a turn ended: its stop reason, steps, usage, runs, last outputs and error."""
+
+    stop_reason: str = "end_turn"
+    steps: int = 0
+    usage: Usage = field(default_factory=Usage)
+    run_ids: list[str] = field(default_factory=list)
+    last_text: str = ""
+    last_reasoning: str = ""
+    last_tool_result: str = ""
+    error: TurnError | None = None
+    vetoed: bool = False  # a mod's turn_start cancelled it: a refusal (exit 1), not an interrupt
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stop_reason == "cancelled" and not self.vetoed
+
+    @property
+    def result_text(self) -> str:
+        return self.last_text or self.last_reasoning or self.last_tool_result

@@ -36,7 +36,7 @@ from websockets.http11 import Request, Response
 from tether.backends.local.store import LocalStore
 from tether.errors import TetherError, UsageError
 from tether.runtime.checkpoints import CheckpointStore, new_owner
-from tether.server import auth, protocol_v2
+from tether.server import auth, protocol_v2, v2_frames
 from tether.server.external_tools import (
     ExternalToolBroker,
     ExternalToolCallResponse,
@@ -257,7 +257,7 @@ class AppServer:
     def info(self, request_id: str | None) -> dict[str, Any]:
         """app_server_info_response; `runtime_workspace_sandbox` says whether a runtime_start
         asking for the sandbox would get it here (the probe runs once per process)."""
-        return protocol_v2.app_server_info_response(
+        return v2_frames.app_server_info_response(
             request_id, workspace_sandbox=sandbox_available() is None
         )
 
@@ -290,14 +290,14 @@ class AppServer:
             self._dispatch(conn, frame)
         except FrameError as exc:
             conn.send_frame(
-                protocol_v2.error_frame(
+                v2_frames.error_frame(
                     exc.message, request_id=exc.request_id, frame_type=exc.frame_type
                 )
             )
         except Exception as exc:  # a server bug: say so, keep the connection and the server
             traceback.print_exc(file=sys.stderr)
             conn.send_frame(
-                protocol_v2.error_frame(f"internal server error ({type(exc).__name__}: {exc})")
+                v2_frames.error_frame(f"internal server error ({type(exc).__name__}: {exc})")
             )
 
     def _dispatch(self, conn: Connection, frame: protocol_v2.ClientFrame) -> None:
@@ -341,9 +341,7 @@ class AppServer:
                 )
             answer = rt.submit(frame)
             if frame.request_id is not None:
-                conn.send_frame(
-                    rt.stream.frame("input_accepted", request_id=frame.request_id, **answer)
-                )
+                conn.send_frame(rt.stream.input_accepted(frame.request_id, answer))
         elif isinstance(frame, ApprovalResponse):
             problem = rt.answer_approval(frame)
             if problem is not None:
@@ -359,23 +357,13 @@ class AppServer:
                 ) from None
             if frame.request_id is not None:
                 conn.send_frame(
-                    {
-                        "type": "change_device_state_response",
-                        "request_id": frame.request_id,
-                        "success": True,
-                        "applied": not rt.busy,
-                    }
+                    v2_frames.change_device_state_response(frame.request_id, applied=not rt.busy)
                 )
         elif isinstance(frame, AbortMessage):
             aborted = rt.abort(frame.run_id)
             if frame.request_id is not None:
                 conn.send_frame(
-                    {
-                        "type": "abort_message_response",
-                        "request_id": frame.request_id,
-                        "success": True,
-                        "aborted": aborted,
-                    }
+                    v2_frames.abort_message_response(frame.request_id, aborted=aborted)
                 )
         elif isinstance(frame, Sync):
             for state in rt.state_frames():
@@ -386,8 +374,9 @@ class AppServer:
             except TetherError as exc:
                 raise FrameError(str(exc), request_id=frame.request_id,
                                  frame_type="runtime_external_tools_update") from None
-            conn.send_frame({"type": "runtime_external_tools_update_response",
-                             "request_id": frame.request_id, "success": True, "tools": names})
+            conn.send_frame(
+                v2_frames.runtime_external_tools_update_response(frame.request_id, names)
+            )
 
     def runtime_start(self, conn: Connection, frame: RuntimeStart) -> None:
         try:
@@ -397,51 +386,23 @@ class AppServer:
             self.external.check(rt, frame.external_tools)
             recovered = rt.recover_now()
         except (TetherError, OSError) as exc:
-            conn.send_frame(
-                {
-                    "type": "runtime_start_response",
-                    "request_id": frame.request_id,
-                    "success": False,
-                    "runtime": None,
-                    "agent": None,
-                    "conversation": None,
-                    "created": {"agent": False, "conversation": False},
-                    "error": str(exc),
-                }
-            )
+            conn.send_frame(v2_frames.runtime_start_failed(frame.request_id, str(exc)))
             return
         rt.subscribe(conn)
         conn.runtimes[resolved.scope] = rt
         if frame.external_tools:
             self.external.register(conn, rt, frame.external_tools)
-        scope = resolved.scope
         conn.send_frame(
-            {
-                "type": "runtime_start_response",
-                "request_id": frame.request_id,
-                "success": True,
-                "runtime": scope.to_dict(),
-                "agent": {
-                    "id": scope.agent_id,
-                    "model": rt.p.session.model,
-                    "tools": rt.p.registry.names(),
-                },
-                "conversation": {"id": scope.conversation_id, "agent_id": scope.agent_id},
-                "workspace_sandbox": rt.sandboxed,
-                "created": {
-                    "agent": resolved.created_agent,
-                    "conversation": resolved.created_conversation,
-                },
-                "recovered_effects": [
-                    {
-                        "tool_call_id": r.tool_call_id,
-                        "tool_name": r.tool_name,
-                        "outcome": r.outcome,
-                        "output": r.output,
-                    }
-                    for r in recovered
-                ],
-            }
+            v2_frames.runtime_start_response(
+                frame.request_id,
+                resolved.scope,
+                model=rt.p.session.model,
+                tools=rt.p.registry.names(),
+                workspace_sandbox=rt.sandboxed,
+                created_agent=resolved.created_agent,
+                created_conversation=resolved.created_conversation,
+                recovered=recovered,
+            )
         )
         for state in rt.state_frames():
             conn.send_frame(state)

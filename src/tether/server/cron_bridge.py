@@ -21,6 +21,7 @@ from tether.runtime.cron.store import CronStore
 from tether.server.auth import FULL_GRANT, Grant
 from tether.server.protocol_v2 import CreateMessage, CronTrigger, NewMessage, RuntimeStart
 from tether.server.runtime_start import start_runtime
+from tether.server.v2_frames import cron_trigger_failed, cron_trigger_response, crons_updated
 
 if TYPE_CHECKING:
     from tether.server.app_server import AppServer
@@ -96,15 +97,13 @@ class CronService:
         self.store.close()
 
     def _announce(self) -> None:
-        frame = {"type": "crons_updated"}
+        frame = crons_updated()
         for conn in list(self.server.connections):
             conn.send_frame(frame)
 
     async def trigger(self, conn: Any, frame: CronTrigger) -> None:
         """Answer a client's `cron_trigger`; a scoped token reaches only its own agents' tasks,
         and learns nothing about any other task (the same answer as for an unknown id)."""
-        answer: dict[str, Any] = {"type": "cron_trigger_response", "request_id": frame.request_id,
-                                  "task_id": frame.task_id}
         try:
             record = None
             if _may_trigger(self.store, conn.grant, frame.task_id):
@@ -112,17 +111,9 @@ class CronService:
             if record is None:
                 raise NotFound(f"no active scheduled task {frame.task_id!r} on this server")
         except TetherError as exc:
-            conn.send_frame({**answer, "success": False, "error": str(exc)})
+            conn.send_frame(cron_trigger_failed(frame.request_id, frame.task_id, str(exc)))
             return
-        conn.send_frame({
-            **answer,
-            "success": record["outcome"] == "queued",
-            "outcome": record["outcome"],
-            "reason": record["reason"],
-            "conversation_id": record.get("conversationId"),
-            "queue_item_id": record.get("queueItemId"),
-            **({"error": record["error"]} if record.get("error") else {}),
-        })
+        conn.send_frame(cron_trigger_response(frame.request_id, frame.task_id, record))
 
 
 def _may_trigger(store: CronStore, grant: Grant, task_id: str) -> bool:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tether.core.tools import Effect, ToolResult, ToolRunContext
 from tether.server.frame_reader import Reader
+from tether.server.v2_frames import external_tool_call_request
 
 if TYPE_CHECKING:
     from tether.server.protocol_v2 import RuntimeScope
@@ -205,19 +206,11 @@ class ExternalToolBroker:
         self, scope: RuntimeScope, spec: ExternalToolSpec, args: Mapping[str, Any],
         ctx: ToolRunContext,
     ) -> ToolResult:
-        from tether.protocol.chunks import iso_now
-
         request_id = f"ext-{ctx.tool_call_id}"
-        frame = {
-            "type": "external_tool_call_request",
-            "request_id": request_id,
-            "runtime": scope.to_dict(),
-            "scope_id": spec.scope_id,
-            "tool_call_id": ctx.tool_call_id,
-            "tool_name": spec.name,
-            "input": dict(args),
-            "emitted_at": iso_now(),
-        }
+        frame = external_tool_call_request(
+            request_id, scope, scope_id=spec.scope_id, tool_call_id=ctx.tool_call_id,
+            tool_name=spec.name, args=args,
+        )
         loop = asyncio.get_running_loop()
         call = _Call(scope, spec.name, frame, loop.create_future())
         self.calls[request_id] = call

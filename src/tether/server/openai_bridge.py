@@ -43,10 +43,10 @@ from tether.server.http_connection import (
 from tether.server.protocol_v2 import (
     ApprovalResponse,
     CreateMessage,
-    EventStream,
     NewMessage,
     RuntimeScope,
 )
+from tether.server.v2_frames import EventStream
 
 if TYPE_CHECKING:
     from tether.core.turn import Event
@@ -450,10 +450,12 @@ class TurnWatch:
         if self.done or self.gave_up:
             return
         self.gave_up = True
+        from tether.server.runtime import QueuedInput
+
         queued = [q for q in self.rt.queue if q.id == self.queue_item_id]
         if queued:
             self.rt.queue.remove(queued[0])
-            if queued[0].announced:
+            if isinstance(queued[0], QueuedInput) and queued[0].announced:
                 self.rt.broadcast(self.rt.queue_frame(removed=[queued[0].id]))
         elif why == "lost" and self.started:
             self.rt.abort(None)

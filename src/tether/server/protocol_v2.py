@@ -1,28 +1,20 @@
-"""Protocol v2 frames (reference §12.3): parsing what clients send, building what the server sends.
+"""Protocol v2 frames clients send (reference §12.3), parsed into typed commands.
 
 Parsing is strict where bytes come in: a frame that is not JSON, has an unknown `type` or lacks a
-field becomes a `FrameError` naming the field; the connection stays up. Server frames scoped to
-a runtime carry `runtime`, `event_seq` (monotonic per runtime), `emitted_at` and
-`idempotency_key` (stable per event, so a client can drop a frame it has already seen).
-Model output travels as `stream_delta{delta}`, the delta being the chunk exactly as headless
-stream-json writes it (`type: "message"` + the Letta message fields).
+field becomes a `FrameError` naming the field; the connection stays up. What the server sends is
+built in `v2_frames.py` (its builders are re-exported here for the modules that import them
+from this one).
 """
 
 from __future__ import annotations
 
-import itertools
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from tether import __version__
-from tether.core.turn import Event
-from tether.protocol import wire
-from tether.protocol.chunks import ErrorChunk, RetryNotice, ToolCallRequest, iso_now
 from tether.protocol.messages import ImagePart, TextPart, UserPart
-from tether.protocol.turns import LocalToolCall, LocalToolReturn, TurnError
 from tether.server.external_tools import (
     ExternalToolCallResponse,
     ExternalToolSpec,
@@ -41,7 +33,11 @@ from tether.server.frame_reader import (
     Reader,
 )
 
-PROTOCOL_VERSION = 1
+# Built in v2_frames; re-exported for the modules that import them from here.
+from tether.server.v2_frames import PROTOCOL_VERSION as PROTOCOL_VERSION
+from tether.server.v2_frames import EventStream as EventStream
+from tether.server.v2_frames import app_server_info_response as app_server_info_response
+from tether.server.v2_frames import error_frame as error_frame
 
 LOOP_STATUSES = (
     "SENDING_API_REQUEST",
@@ -347,119 +343,3 @@ def user_parts(content: Any) -> tuple[UserPart, ...] | None:
         else:
             return None
     return tuple(parts) or None
-
-
-# --- server → client ------------------------------------------------------------------------
-
-
-def error_frame(
-    message: str, *, request_id: str | None = None, frame_type: str | None = None
-) -> dict[str, Any]:
-    frame: dict[str, Any] = {"type": "error", "message": message, "emitted_at": iso_now()}
-    if request_id is not None:
-        frame["request_id"] = request_id
-    if frame_type is not None:
-        frame["frame_type"] = frame_type
-    return frame
-
-
-def app_server_info_response(
-    request_id: str | None, *, workspace_sandbox: bool = False
-) -> dict[str, Any]:
-    return {
-        "type": "app_server_info_response",
-        "request_id": request_id,
-        "success": True,
-        "backend": "local",
-        "letta_code_version": __version__,
-        "protocol_version": PROTOCOL_VERSION,
-        "capabilities": {
-            "agent_management": True,
-            "conversation_management": True,
-            "memory_management": False,
-            "runtime_start": True,
-            "runtime_workspace_sandbox": workspace_sandbox,
-            "runtime_external_tools_update": True,
-            "split_channels": False,
-        },
-    }
-
-
-class EventStream:
-    """Envelopes for one runtime's frames: a shared, monotonic `event_seq` for every subscriber."""
-
-    def __init__(self, scope: RuntimeScope, instance: str) -> None:
-        self.scope = scope
-        self.instance = instance  # keeps idempotency keys unique across server restarts
-        self.envelope = wire.Envelope(scope.agent_id, scope.conversation_id)
-        self._seq = itertools.count(1)
-        self.last_seq = 0
-
-    def resume_after(self, seq: int) -> None:
-        """Go on from `seq` (a runtime rebuilt after its release): keys stay unique."""
-        self._seq = itertools.count(seq + 1)
-        self.last_seq = seq
-
-    def frame(self, kind: str, **fields: Any) -> dict[str, Any]:
-        self.last_seq = seq = next(self._seq)
-        return {
-            "type": kind,
-            **fields,
-            "runtime": self.scope.to_dict(),
-            "event_seq": seq,
-            "emitted_at": iso_now(),
-            "idempotency_key": f"{self.instance}:{self.scope.conversation_id}:{seq}",
-        }
-
-    def delta(self, event: Event) -> dict[str, Any] | None:
-        """The stream_delta payload for one turn event, or None for what headless drops too."""
-        env = self.envelope
-        if isinstance(event, LocalToolCall):
-            return wire.tool_call_event(env, event)
-        if isinstance(event, LocalToolReturn):
-            return wire.tool_return_event(env, event)
-        if isinstance(event, TurnError):
-            delta: dict[str, Any] = {
-                "message_type": "loop_error",
-                "id": f"loop-error-{uuid.uuid4().hex[:12]}",
-                "date": iso_now(),
-                "message": event.message,
-                "stop_reason": event.stop_reason,
-                "is_terminal": True,
-            }
-            if event.run_id:
-                delta["run_id"] = event.run_id
-            if event.api_error:
-                delta["api_error"] = event.api_error
-            return delta
-        if isinstance(event, RetryNotice):
-            retry: dict[str, Any] = {
-                "message_type": "retry",
-                "id": f"retry-{uuid.uuid4().hex[:12]}",
-                "date": iso_now(),
-                "message": event.message,
-                "reason": "llm_api_error",
-                "attempt": event.attempt,
-                "max_attempts": event.max_attempts,
-                "delay_ms": event.delay_ms,
-            }
-            if event.run_id:
-                retry["run_id"] = event.run_id
-            return retry
-        if isinstance(event, ToolCallRequest | ErrorChunk):
-            return None  # approvals go out as control_request; errors as loop_error
-        return wire.chunk_event(env, event, partial=False)
-
-    def lifecycle(
-        self, message_type: str, tool_call_id: str, run_id: str | None, **extra: Any
-    ) -> dict[str, Any]:
-        delta: dict[str, Any] = {
-            "message_type": message_type,
-            "id": f"{message_type}-{tool_call_id}",
-            "date": iso_now(),
-            "tool_call_id": tool_call_id,
-            **extra,
-        }
-        if run_id:
-            delta["run_id"] = run_id
-        return delta

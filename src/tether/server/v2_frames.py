@@ -1,0 +1,423 @@
+"""Protocol v2 frames the server sends (reference §12.3), each built by one function here.
+
+Frames scoped to a runtime go through `EventStream`, which adds `runtime`, `event_seq`
+(monotonic per runtime), `emitted_at` and `idempotency_key` (stable per event, so a client can
+drop a frame it has already seen). Model output travels as `stream_delta{delta}`, the delta being
+the chunk exactly as headless stream-json writes it (`type: "message"` + the Letta message
+fields, built by `protocol/wire.py`). What clients send is parsed in `protocol_v2.py`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tether import __version__
+from tether.protocol import wire
+from tether.protocol.chunks import ErrorChunk, RetryNotice, ToolCallRequest, iso_now
+from tether.protocol.turns import LocalToolCall, LocalToolReturn, TurnError, TurnEvent
+
+if TYPE_CHECKING:
+    from tether.runtime.checkpoints import RecoveredEffect
+    from tether.server.protocol_v2 import RuntimeScope
+
+PROTOCOL_VERSION = 1
+WIRE_MODES = {"standard": "default", "unrestricted": "bypassPermissions"}  # tether → v2 names
+
+
+class QueuedMessage(Protocol):
+    client_message_id: str
+    content: Any  # as the client sent it
+
+
+class QueueEntry(Protocol):
+    """An input waiting in a runtime's queue, as `update_queue` lists it."""
+
+    id: str
+    messages: tuple[QueuedMessage, ...]
+    source: str  # "user", or "cron": a schedule's prompt
+    enqueued_at: str
+
+
+# --- frames outside any runtime -------------------------------------------------------------------
+
+
+def error_frame(
+    message: str, *, request_id: str | None = None, frame_type: str | None = None
+) -> dict[str, Any]:
+    frame: dict[str, Any] = {"type": "error", "message": message, "emitted_at": iso_now()}
+    if request_id is not None:
+        frame["request_id"] = request_id
+    if frame_type is not None:
+        frame["frame_type"] = frame_type
+    return frame
+
+
+def app_server_info_response(
+    request_id: str | None, *, workspace_sandbox: bool = False
+) -> dict[str, Any]:
+    return {
+        "type": "app_server_info_response",
+        "request_id": request_id,
+        "success": True,
+        "backend": "local",
+        "letta_code_version": __version__,
+        "protocol_version": PROTOCOL_VERSION,
+        "capabilities": {
+            "agent_management": True,
+            "conversation_management": True,
+            "memory_management": False,
+            "runtime_start": True,
+            "runtime_workspace_sandbox": workspace_sandbox,
+            "runtime_external_tools_update": True,
+            "split_channels": False,
+        },
+    }
+
+
+def runtime_start_failed(request_id: str, error: str) -> dict[str, Any]:
+    return {
+        "type": "runtime_start_response",
+        "request_id": request_id,
+        "success": False,
+        "runtime": None,
+        "agent": None,
+        "conversation": None,
+        "created": {"agent": False, "conversation": False},
+        "error": error,
+    }
+
+
+def runtime_start_response(
+    request_id: str,
+    scope: RuntimeScope,
+    *,
+    model: str,
+    tools: Sequence[str],
+    workspace_sandbox: bool,
+    created_agent: bool,
+    created_conversation: bool,
+    recovered: Iterable[RecoveredEffect],
+) -> dict[str, Any]:
+    return {
+        "type": "runtime_start_response",
+        "request_id": request_id,
+        "success": True,
+        "runtime": scope.to_dict(),
+        "agent": {"id": scope.agent_id, "model": model, "tools": list(tools)},
+        "conversation": {"id": scope.conversation_id, "agent_id": scope.agent_id},
+        "workspace_sandbox": workspace_sandbox,
+        "created": {"agent": created_agent, "conversation": created_conversation},
+        "recovered_effects": [
+            {
+                "tool_call_id": r.tool_call_id,
+                "tool_name": r.tool_name,
+                "outcome": r.outcome,
+                "output": r.output,
+            }
+            for r in recovered
+        ],
+    }
+
+
+def change_device_state_response(request_id: str, *, applied: bool) -> dict[str, Any]:
+    return {
+        "type": "change_device_state_response",
+        "request_id": request_id,
+        "success": True,
+        "applied": applied,
+    }
+
+
+def abort_message_response(request_id: str, *, aborted: bool) -> dict[str, Any]:
+    return {
+        "type": "abort_message_response",
+        "request_id": request_id,
+        "success": True,
+        "aborted": aborted,
+    }
+
+
+def runtime_external_tools_update_response(
+    request_id: str | None, tools: Sequence[str]
+) -> dict[str, Any]:
+    return {
+        "type": "runtime_external_tools_update_response",
+        "request_id": request_id,
+        "success": True,
+        "tools": list(tools),
+    }
+
+
+def external_tool_call_request(
+    request_id: str,
+    scope: RuntimeScope,
+    *,
+    scope_id: str | None,
+    tool_call_id: str,
+    tool_name: str,
+    args: Mapping[str, Any],
+) -> dict[str, Any]:
+    """A call of a client-registered tool, for the client serving it to run."""
+    return {
+        "type": "external_tool_call_request",
+        "request_id": request_id,
+        "runtime": scope.to_dict(),
+        "scope_id": scope_id,
+        "tool_call_id": tool_call_id,
+        "tool_name": tool_name,
+        "input": dict(args),
+        "emitted_at": iso_now(),
+    }
+
+
+def crons_updated() -> dict[str, Any]:
+    return {"type": "crons_updated"}
+
+
+def cron_trigger_failed(request_id: str, task_id: str, error: str) -> dict[str, Any]:
+    return {
+        "type": "cron_trigger_response",
+        "request_id": request_id,
+        "task_id": task_id,
+        "success": False,
+        "error": error,
+    }
+
+
+def cron_trigger_response(
+    request_id: str, task_id: str, record: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The scheduler's record of the fire (`trigger_now`): queued, or why not."""
+    frame: dict[str, Any] = {
+        "type": "cron_trigger_response",
+        "request_id": request_id,
+        "task_id": task_id,
+        "success": record["outcome"] == "queued",
+        "outcome": record["outcome"],
+        "reason": record["reason"],
+        "conversation_id": record.get("conversationId"),
+        "queue_item_id": record.get("queueItemId"),
+    }
+    if record.get("error"):
+        frame["error"] = record["error"]
+    return frame
+
+
+# --- one runtime's frames ---------------------------------------------------------------------
+
+
+class EventStream:
+    """Envelopes for one runtime's frames: a shared, monotonic `event_seq` for every subscriber."""
+
+    def __init__(self, scope: RuntimeScope, instance: str) -> None:
+        self.scope = scope
+        self.instance = instance  # keeps idempotency keys unique across server restarts
+        self.envelope = wire.Envelope(scope.agent_id, scope.conversation_id)
+        self._seq = itertools.count(1)
+        self.last_seq = 0
+
+    def resume_after(self, seq: int) -> None:
+        """Go on from `seq` (a runtime rebuilt after its release): keys stay unique."""
+        self._seq = itertools.count(seq + 1)
+        self.last_seq = seq
+
+    def frame(self, kind: str, **fields: Any) -> dict[str, Any]:
+        """The envelope around a frame; the named builders below are what callers use."""
+        self.last_seq = seq = next(self._seq)
+        return {
+            "type": kind,
+            **fields,
+            "runtime": self.scope.to_dict(),
+            "event_seq": seq,
+            "emitted_at": iso_now(),
+            "idempotency_key": f"{self.instance}:{self.scope.conversation_id}:{seq}",
+        }
+
+    # --- state -------------------------------------------------------------------------------
+
+    def device_status(
+        self,
+        *,
+        is_processing: bool,
+        permission_mode: str,
+        cwd: str,
+        loaded_tools: Sequence[str],
+        mcp_servers: Sequence[Mapping[str, Any]],
+        pending_control_requests: Iterable[tuple[str, Mapping[str, Any]]],
+    ) -> dict[str, Any]:
+        """`update_device_status`; `permission_mode` is tether's name, sent as v2 names it."""
+        return self.frame(
+            "update_device_status",
+            device_status={
+                "current_connection_id": None,
+                "connection_name": None,
+                "is_online": True,
+                "is_processing": is_processing,
+                "current_permission_mode": WIRE_MODES.get(permission_mode, permission_mode),
+                "current_working_directory": cwd,
+                "git_context": None,
+                "letta_code_version": __version__,
+                "current_toolset": "default",
+                "current_toolset_preference": "auto",
+                "current_loaded_tools": list(loaded_tools),
+                "mcp_servers": list(mcp_servers),
+                "current_available_skills": [],
+                "background_processes": [],
+                "pending_control_requests": [
+                    {"request_id": rid, "request": request}
+                    for rid, request in pending_control_requests
+                ],
+                "memory_directory": None,
+                "reflection_settings": None,
+                "supported_commands": [],
+            },
+        )
+
+    def loop_status(
+        self, status: str, active_run_ids: Iterable[str], executing: Iterable[str]
+    ) -> dict[str, Any]:
+        return self.frame(
+            "update_loop_status",
+            loop_status={
+                "status": status,
+                "active_run_ids": list(active_run_ids),
+                "executing_tool_call_ids": list(executing),
+            },
+        )
+
+    def update_queue(
+        self, waiting: Iterable[QueueEntry], removed: Sequence[str] | None = None
+    ) -> dict[str, Any]:
+        return self.frame(
+            "update_queue", queue=[queue_item(q) for q in waiting], removed=list(removed or [])
+        )
+
+    # --- input and turns -------------------------------------------------------------------------
+
+    def input_accepted(self, request_id: str, answer: Mapping[str, Any]) -> dict[str, Any]:
+        """`answer`: what the runtime's queue said (accepted, disposition, queue_item_id, ...)."""
+        return self.frame("input_accepted", request_id=request_id, **answer)
+
+    def control_request(self, request_id: str, request: Mapping[str, Any]) -> dict[str, Any]:
+        """A question to the runtime's clients (`can_use_tool`), the stream-json request shape."""
+        return self.frame(
+            "control_request",
+            request_id=request_id,
+            request=request,
+            agent_id=self.scope.agent_id,
+            conversation_id=self.scope.conversation_id,
+        )
+
+    def turn_finished(
+        self,
+        turn_id: str,
+        *,
+        stop_reason: str,
+        run_ids: Sequence[str],
+        request_id: str | None,
+        error: str | None = None,
+    ) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "turn_id": turn_id,
+            "stop_reason": stop_reason,
+            "run_id": run_ids[-1] if run_ids else None,
+            "run_ids": list(run_ids),
+            "request_id": request_id,
+        }
+        if error is not None:
+            fields["error"] = error
+        return self.frame("turn_finished", **fields)
+
+    def stream_delta(self, event: TurnEvent) -> dict[str, Any] | None:
+        """A turn event as a `stream_delta` frame, or None for what headless drops too."""
+        delta = self.delta(event)
+        return None if delta is None else self.frame("stream_delta", delta=delta)
+
+    def turn_failed(self, turn_id: str, message: str) -> dict[str, Any]:
+        """The `loop_error` of a turn that could not run at all (busy, damaged, a bug)."""
+        delta = {
+            "message_type": "loop_error",
+            "id": f"loop-error-{turn_id}",
+            "message": message,
+            "stop_reason": "error",
+            "is_terminal": True,
+        }
+        return self.frame("stream_delta", delta=delta)
+
+    def tool_lifecycle(
+        self, message_type: str, tool_call_id: str, run_id: str | None
+    ) -> dict[str, Any]:
+        """`client_tool_start` / `client_tool_end` of a tool the runtime executes."""
+        return self.frame("stream_delta", delta=self.lifecycle(message_type, tool_call_id, run_id))
+
+    # --- deltas ---------------------------------------------------------------------------------
+
+    def delta(self, event: TurnEvent) -> dict[str, Any] | None:
+        """The stream_delta payload for one turn event, or None for what headless drops too."""
+        env = self.envelope
+        if isinstance(event, LocalToolCall):
+            return wire.tool_call_event(env, event)
+        if isinstance(event, LocalToolReturn):
+            return wire.tool_return_event(env, event)
+        if isinstance(event, TurnError):
+            delta: dict[str, Any] = {
+                "message_type": "loop_error",
+                "id": f"loop-error-{uuid.uuid4().hex[:12]}",
+                "date": iso_now(),
+                "message": event.message,
+                "stop_reason": event.stop_reason,
+                "is_terminal": True,
+            }
+            if event.run_id:
+                delta["run_id"] = event.run_id
+            if event.provider_error is not None:
+                delta["api_error"] = wire.api_error(event.provider_error)
+            return delta
+        if isinstance(event, RetryNotice):
+            retry: dict[str, Any] = {
+                "message_type": "retry",
+                "id": f"retry-{uuid.uuid4().hex[:12]}",
+                "date": iso_now(),
+                "message": event.message,
+                "reason": "llm_api_error",
+                "attempt": event.attempt,
+                "max_attempts": event.max_attempts,
+                "delay_ms": event.delay_ms,
+            }
+            if event.run_id:
+                retry["run_id"] = event.run_id
+            return retry
+        if isinstance(event, ToolCallRequest | ErrorChunk):
+            return None  # approvals go out as control_request; errors as loop_error
+        return wire.chunk_event(env, event, partial=False)
+
+    def lifecycle(
+        self, message_type: str, tool_call_id: str, run_id: str | None, **extra: Any
+    ) -> dict[str, Any]:
+        delta: dict[str, Any] = {
+            "message_type": message_type,
+            "id": f"{message_type}-{tool_call_id}",
+            "date": iso_now(),
+            "tool_call_id": tool_call_id,
+            **extra,
+        }
+        if run_id:
+            delta["run_id"] = run_id
+        return delta
+
+
+def queue_item(entry: QueueEntry) -> dict[str, Any]:
+    """One waiting input as `update_queue` lists it (several messages: their contents)."""
+    first = entry.messages[0]
+    content = first.content if len(entry.messages) == 1 else [m.content for m in entry.messages]
+    return {
+        "id": entry.id,
+        "client_message_id": first.client_message_id,
+        "kind": "cron_prompt" if entry.source == "cron" else "message",
+        "source": entry.source,
+        "content": content,
+        "enqueued_at": entry.enqueued_at,
+    }
