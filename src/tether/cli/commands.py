@@ -116,6 +116,8 @@ def _messages(argv: list[str]) -> int:
     ls.add_argument("--format", choices=("pi", "letta"), default="pi",
                     help="pi: the transcript's own shape; letta: Letta API messages (message_type)")
     ns = p.parse_args(argv)
+    if ns.limit < 1:
+        raise UsageError(f"tether messages list --limit must be at least 1, got {ns.limit}")
     from tether.protocol.messages import message_to_dict
 
     store = _store()
@@ -125,7 +127,8 @@ def _messages(argv: list[str]) -> int:
         agent_id = ns.agent
     else:
         agent_id = store.get_conversation(ns.conversation).agent_id
-    messages = store.transcript(agent_id, ns.conversation).load()[-ns.limit :]
+    # Read back from the end of the file: the cost follows --limit, not the conversation.
+    messages = store.transcript(agent_id, ns.conversation).tail(ns.limit)
     if ns.format == "letta":
         from tether.cli.letta_messages import letta_messages
 

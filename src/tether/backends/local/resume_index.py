@@ -100,7 +100,9 @@ def read(transcript: Path, f: BinaryIO, size: int, inode: int) -> Seed | None:
         for mid, where in kept_rows:
             if where[1] >= compaction[1]:
                 return None
-            kept_entry = _entry_at(fd, where, "message")
+            # A kept message's latest entry is a message entry, or the compaction entry of an
+            # earlier summary that this compaction kept.
+            kept_entry = _entry_at(fd, where, "message", "compaction")
             if kept_entry is None:
                 return None
             message = message_from_dict(kept_entry.get("message"), "message entry")
@@ -112,8 +114,8 @@ def read(transcript: Path, f: BinaryIO, size: int, inode: int) -> Seed | None:
     return Seed(head[:newline], summary, compaction, int(cline), kept)
 
 
-def _entry_at(fd: int, where: Where, kind: str) -> dict[str, Any] | None:
-    """The entry of type `kind` and id `where[0]` that is exactly one line at `where`."""
+def _entry_at(fd: int, where: Where, *kinds: str) -> dict[str, Any] | None:
+    """The entry of one of `kinds` and id `where[0]` that is exactly one line at `where`."""
     eid, offset, length = where
     if offset <= 0 or length <= 0:
         return None
@@ -124,6 +126,6 @@ def _entry_at(fd: int, where: Where, kind: str) -> dict[str, Any] | None:
         entry = orjson.loads(raw[1:-1])
     except orjson.JSONDecodeError:
         return None
-    if type(entry) is not dict or entry.get("type") != kind or entry.get("id") != eid:
+    if type(entry) is not dict or entry.get("type") not in kinds or entry.get("id") != eid:
         return None
     return entry

@@ -1,6 +1,7 @@
 """One conversation's append-only `messages.jsonl` (reference §4.3): its format, its active
 view and its crash repair (the settlement of tool calls an interrupted turn left open, §4.4, is
-in `settlement.py`; resuming from the last compaction, in `resume_index.py`).
+in `settlement.py`; resuming from the last compaction, in `resume_index.py`; reading the last
+messages back from the end, in `tail.py` with the log of `replacements.py`).
 
 Format: a `session` header line, then one LF-terminated JSON entry per line:
 
@@ -33,30 +34,23 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
 import orjson
 
-from tether.backends.local import resume_index
+from tether.backends.local import replacements, resume_index
 from tether.backends.local.damage import fused_records
+from tether.backends.local.entry_format import entry_bytes, entry_timestamp, session_header
 from tether.backends.local.locks import create_exclusive, write_all, writing
 from tether.backends.local.resume_index import Where
 from tether.backends.local.settlement import settle_orphaned_tool_calls
+from tether.backends.local.tail import read_tail
 from tether.errors import ProtocolError, TranscriptCorrupt
 from tether.protocol.messages import Message, message_from_dict, message_to_dict
 
-SESSION_VERSION = 3
-
 _StatKey = tuple[int, int, int]
-
-
-def entry_timestamp() -> str:
-    # Milliseconds and `Z`, like the reference writer's `Date.toISOString()`.
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class Transcript:
@@ -87,27 +81,35 @@ class Transcript:
         # (entry, line number, the kept messages' latest entries as they were at it)
         self._compaction: tuple[Where, int, list[tuple[str, Where]] | None] | None = None
         self._index_stale = False  # a compaction the index does not describe yet
+        # Offsets of the message entries from `_cover_from` on that replaced a message in view,
+        # and how far the replacement log is known to be written: what `replacements` records.
+        self._cover_from: int | None = None
+        self._replaced: list[int] = []
+        self._log_end: int | None = None
 
     # --- reading ----------------------------------------------------------------------------
 
     def ensure_created(self, cwd: str | None = None) -> None:
         """Write the session header if the file does not exist yet (atomically: a racing
         process either wins or sees a complete header)."""
-        if self.path.exists():
-            return
-        header = {
-            "type": "session",
-            "version": SESSION_VERSION,
-            "id": str(uuid.uuid4()),
-            "timestamp": entry_timestamp(),
-            "cwd": cwd if cwd is not None else os.getcwd(),
-        }
-        create_exclusive(self.path, orjson.dumps(header) + b"\n")
+        if not self.path.exists():
+            create_exclusive(self.path, session_header(cwd))
 
     def load(self) -> list[Message]:
         """The active view, in order. A missing file is an empty conversation."""
         self._sync()
         return list(self._view.values())
+
+    def tail(self, limit: int) -> list[Message]:
+        """The last `limit` messages of the active view (`load()[-limit:]`), read back from the
+        end of the file when this reader has not read it yet."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        if self._key is None:
+            found = read_tail(self.path, limit)
+            if found is not None:
+                return found
+        return self.load()[-limit:]
 
     def header(self) -> dict[str, Any] | None:
         self._sync()
@@ -167,10 +169,12 @@ class Transcript:
         self._view[summary.id] = summary
         self._latest_entry[summary.id] = ceid
         self._entry_message[ceid] = summary.id
+        self._at[summary.id] = seed.compaction
         for where, message in seed.kept:
             if message.id != summary.id:
                 self._add_message(where, message)
         self._last_entry_id = ceid
+        self._cover_from = seed.end
         kept = [(m.id, where) for where, m in seed.kept if m.id != summary.id]
         self._compaction = (seed.compaction, seed.compaction_line, kept)
         self._good_size = seed.end
@@ -185,11 +189,13 @@ class Transcript:
         first = 0
         if self._header is None:
             self._read_header(lines[0] if lines else None, torn_tail or bool(data))
+            self._cover_from = len(lines[0]) + 1
             first = 1
         base = self._good_lines  # line number of lines[0], minus one
         last = len(lines) - 1
         loads, from_dict = orjson.loads, message_from_dict
         view, latest, carried, at = self._view, self._latest_entry, self._entry_message, self._at
+        replaced = self._replaced
         fast = self._collect is None
         good = end
         pos = self._good_size + (len(lines[0]) + 1 if first else 0)  # offset of lines[first]
@@ -218,6 +224,8 @@ class Transcript:
                     except ProtocolError as exc:
                         self._corrupt(base + i + 1, str(exc))
                     mid = message.id
+                    if mid in view:
+                        replaced.append(line_at)
                     view[mid] = message
                     latest[mid] = eid
                     carried[eid] = mid
@@ -294,6 +302,8 @@ class Transcript:
 
     def _add_message(self, where: Where, message: Message) -> None:
         eid = where[0]
+        if message.id in self._view:
+            self._replaced.append(where[1])
         self._view[message.id] = message  # an existing key keeps its place: replaced in place
         self._latest_entry[message.id] = eid
         self._at[message.id] = where
@@ -321,10 +331,13 @@ class Transcript:
         self._latest_entry.update(latest)
         self._at.clear()
         self._at.update(at)
+        self._at[summary.id] = where  # its latest entry, should a later compaction keep it
         snapshot = [(mid, at[mid]) for mid in view if mid != summary.id and mid in at]
         complete = len(snapshot) == len(view) - 1 if summary.id in view else False
         self._compaction = (where, line, snapshot if complete else None)
         self._note_entry(eid, summary.id)
+        self._cover_from = where[1] + where[2] + 1  # before it, the resume index tells
+        self._replaced.clear()
 
     def _roll_back(self, eid: str, message_id: str) -> None:
         # A rollback of a message not in view (already compacted away) changes nothing.
@@ -355,15 +368,17 @@ class Transcript:
                 continue  # unchanged re-persist
             snapshot[message.id] = body
             eid = self._new_entry_id(taken)
-            lines.append(_entry_bytes("message", eid, parent, b'"message":' + body))
+            lines.append(entry_bytes("message", eid, parent, b'"message":' + body))
             pending.append((eid, message))
             parent = eid
         if not lines:
             return
-        offset = self._write(lines)
+        offset = start = self._write(lines)
+        known = len(self._replaced)
         for (eid, message), line in zip(pending, lines, strict=True):
             self._add_message((eid, offset, len(line) - 1), message)
             offset += len(line)
+        self._log_replacements(start, self._replaced[known:])
         self._write_index_if_stale()
 
     def rollback(self, message_id: str) -> None:
@@ -373,8 +388,9 @@ class Transcript:
             return
         eid = self._new_entry_id(set())
         fields = b'"messageId":' + orjson.dumps(message_id)
-        self._write([_entry_bytes("rollback", eid, self._last_entry_id, fields)])
+        start = self._write([entry_bytes("rollback", eid, self._last_entry_id, fields)])
         self._roll_back(eid, message_id)
+        self._log_replacements(start, [])
         self._write_index_if_stale()
 
     def append_compaction(
@@ -404,9 +420,10 @@ class Transcript:
             fields["details"] = dict(details)
         eid = self._new_entry_id(set())
         body = orjson.dumps(fields)[1:-1]  # the object's members, spliced after the common keys
-        line = _entry_bytes("compaction", eid, self._last_entry_id, body)
+        line = entry_bytes("compaction", eid, self._last_entry_id, body)
         offset = self._write([line])
         self._compact((eid, offset, len(line) - 1), self._good_lines, summary_message, first_kept_message_id)
+        self._log_replacements(offset, [])
         self._index_stale = True
         self._write_index_if_stale()
         return eid
@@ -419,6 +436,17 @@ class Transcript:
         if kept is not None:  # None: a kept message whose entry this reader never saw
             resume_index.write(self.path, self._key[0], where, line, kept)
         self._index_stale = False
+
+    def _log_replacements(self, start: int, new: list[int]) -> None:
+        """Log the append that began at `start` for readers walking back (`replacements`)."""
+        if self._key is None or self._cover_from is None or self._last_entry_id is None:
+            self._log_end = None  # foreign bytes on disk: the next reader reads in full
+            return
+        self._log_end = replacements.record(
+            self.path, self._key[0], known_end=self._log_end, start=start, end=self._good_size,
+            last_entry_id=self._last_entry_id, new=new, cover_from=self._cover_from,
+            every=self._replaced,
+        )
 
     def _new_entry_id(self, taken: set[str]) -> str:
         # 8 hex digits collide by the birthday bound in long files; ids must stay unique
@@ -465,13 +493,6 @@ class Transcript:
         expected = st.st_size == self._good_size
         self._key = (st.st_ino, st.st_size, st.st_mtime_ns) if expected else None
         return offset
-
-
-def _entry_bytes(kind: str, eid: str, parent: str | None, fields: bytes) -> bytes:
-    head = orjson.dumps(
-        {"type": kind, "id": eid, "parentId": parent, "timestamp": entry_timestamp()}
-    )
-    return head[:-1] + b"," + fields + b"}\n"
 
 
 @contextlib.contextmanager
