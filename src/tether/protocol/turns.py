@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from tether.protocol.chunks import Chunk, ErrorChunk, iso_now
 from tether.protocol.messages import ImagePart, Usage, UserMessage
@@ -69,6 +70,17 @@ class TurnError:
     stop_reason: str
     run_id: str | None = None
     provider_error: ErrorChunk | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentProgress:
+    """One line of a running subagent's own stream, for the parent's stream-json reader."""
+
+    event: Mapping[str, Any]  # the child's line without its envelope and its `type`
+    subagent_id: str
+    subagent_type: str
+    subagent_agent_id: str | None
+    parent_tool_call_id: str | None = None  # the Agent call that started it
 
 
 TurnEvent = Chunk | LocalToolCall | LocalToolReturn | TurnError

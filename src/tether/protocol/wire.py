@@ -17,6 +17,7 @@ from tether.protocol.turns import (
     ApprovalResult,
     LocalToolCall,
     LocalToolReturn,
+    SubagentProgress,
     TurnError,
     TurnEvent,
     TurnOutcome,
@@ -284,10 +285,21 @@ def control_request(env: Envelope, request_id: str, request: dict[str, Any]) -> 
     return env.wrap({"type": "control_request", "request_id": request_id, "request": request})
 
 
-def relayed_event(env: Envelope, line: dict[str, Any]) -> dict[str, Any]:
-    """A line another component already shaped (a subagent's relayed progress) under this
-    session's envelope."""
-    return env.wrap(line)
+def subagent_line(progress: SubagentProgress) -> dict[str, Any]:
+    """A running subagent's own line relayed on the parent's stream (the reference's
+    `stream_delta{delta, subagent_id}`): a `stream_event` with the child's message under
+    `event`, so a client reading the parent's `message` lines never mixes them up. The
+    frontend writing it adds its envelope (`Envelope.wrap`)."""
+    line: dict[str, Any] = {
+        "type": "stream_event",
+        "event": dict(progress.event),
+        "subagent_id": progress.subagent_id,
+        "subagent_type": progress.subagent_type,
+        "subagent_agent_id": progress.subagent_agent_id,
+    }
+    if progress.parent_tool_call_id is not None:
+        line["parent_tool_call_id"] = progress.parent_tool_call_id
+    return line
 
 
 # --- turn events to lines -----------------------------------------------------------------------
@@ -404,12 +416,7 @@ class StreamJsonEncoder:
         """The `result` line that ends every turn of a bidirectional session: `success`,
         `interrupted` or `error` (no usage and no API time unless it succeeded). `result`
         overrides the turn's own result text (a failure that names itself)."""
-        if outcome.interrupted:
-            subtype = "interrupted"
-        elif outcome.error is not None or outcome.stop_reason not in ("end_turn", "requires_approval"):
-            subtype = "error"
-        else:
-            subtype = "success"
+        subtype = turn_subtype(outcome)
         success = subtype == "success"
         return result_event(
             self.env,
@@ -425,3 +432,12 @@ class StreamJsonEncoder:
 
 
 NO_RESPONSE = "No assistant response found"  # the result of a turn that produced no text
+
+
+def turn_subtype(outcome: TurnOutcome) -> str:
+    """How a bidirectional turn's `result` line names its end: success, interrupted or error."""
+    if outcome.interrupted:
+        return "interrupted"
+    if outcome.error is not None or outcome.stop_reason not in ("end_turn", "requires_approval"):
+        return "error"
+    return "success"

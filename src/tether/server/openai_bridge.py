@@ -46,7 +46,7 @@ from tether.server.protocol_v2 import (
     NewMessage,
     RuntimeScope,
 )
-from tether.server.v2_frames import EventStream
+from tether.server.v2_frames import EventStream, TurnFinished
 
 if TYPE_CHECKING:
     from tether.core.turn import Event
@@ -211,7 +211,7 @@ class OpenAIBridge:
                                 "refusal": None,
                             },
                             "logprobs": None,
-                            "finish_reason": _finish_reason(finished, watch),
+                            "finish_reason": _finish_reason(finished),
                         }
                     ],
                     "usage": watch.chat_usage(),
@@ -223,7 +223,7 @@ class OpenAIBridge:
         try:
             async for piece in watch.texts():
                 await conn.send_event(chunk({"content": piece}))
-            finish = _finish_reason(watch.done, watch)
+            finish = _finish_reason(watch.done)
         except ApiError as exc:
             await conn.send_event(exc.body())
         else:
@@ -389,7 +389,7 @@ class TurnWatch:
         self.events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self.text = ""
         self.error: str | None = None
-        self.done: dict[str, Any] = {}
+        self.done: TurnFinished | None = None
         self.usage = dict.fromkeys((key for key, _ in _USAGE_FIELDS), 0)
         self._otid: str | None = None
         self.gave_up = False
@@ -401,14 +401,45 @@ class TurnWatch:
         )
 
     def send_frame(self, frame: dict[str, Any]) -> None:
-        if not self.started or self.done:
-            return
+        """Frames are for websocket clients; this watch takes the typed events below. Until the
+        runtime hands it approvals and turn ends typed, it reads those two frames."""
         kind = frame.get("type")
         if kind == "control_request":
-            self._deny(frame)
-        elif kind == "turn_finished" and frame.get("request_id") == self.request_id:
-            self.done = frame
-            self.events.put_nowait(("done", frame))
+            request = frame.get("request") or {}
+            self.on_approval_request(
+                str(frame.get("request_id")),
+                str(request.get("tool_name")),
+                str(request.get("decision_reason") or ""),
+            )
+        elif kind == "turn_finished":
+            run_ids = tuple(frame.get("run_ids") or ())
+            self.on_turn_finished(
+                TurnFinished(
+                    str(frame.get("turn_id")), str(frame.get("stop_reason")), run_ids,
+                    frame.get("request_id"), frame.get("error"),
+                )
+            )
+
+    def on_turn_finished(self, finished: TurnFinished) -> None:
+        if not self.started or self.done or finished.request_id != self.request_id:
+            return
+        self.done = finished
+        self.events.put_nowait(("done", finished))
+
+    def on_approval_request(self, request_id: str, tool_name: str, reason: str) -> None:
+        """What `HeadlessApprover` answers: the headless denial with the hint that would allow it."""
+        if not self.started or self.done:
+            return
+        from tether.core.permissions import headless_denial
+        from tether.core.tools import Effect
+
+        tool = self.rt.p.registry.get(tool_name)
+        effect = tool.effect if tool is not None else Effect.EXEC
+        message = headless_denial(tool_name, effect, self.rt.p.flags.permission_mode)
+        text = f"{message} ({reason})" if reason else message
+        self.rt.answer_approval(
+            ApprovalResponse(None, self.rt.scope, request_id, False, text, None)
+        )
 
     def on_event(self, event: Event) -> None:
         """The turn's typed events (the runtime hands them to subscribers in this process)."""
@@ -427,23 +458,6 @@ class TurnWatch:
                 self.usage[key] += int(getattr(event, field) or 0)
         elif isinstance(event, TurnError):
             self.error = event.message
-
-    def _deny(self, frame: dict[str, Any]) -> None:
-        """What `HeadlessApprover` answers: the headless denial with the hint that would allow it."""
-        from tether.core.permissions import headless_denial
-        from tether.core.tools import Effect
-
-        request = frame.get("request") or {}
-        name = str(request.get("tool_name"))
-        tool = self.rt.p.registry.get(name)
-        effect = tool.effect if tool is not None else Effect.EXEC
-        message = headless_denial(name, effect, self.rt.p.flags.permission_mode)
-        reason = request.get("decision_reason")
-        text = f"{message} ({reason})" if reason else message
-        request_id = str(frame.get("request_id"))
-        self.rt.answer_approval(
-            ApprovalResponse(None, self.rt.scope, request_id, False, text, None)
-        )
 
     def give_up(self, why: str) -> None:
         """The client left or the server is closing: drop the queued input or abort the turn."""
@@ -478,7 +492,7 @@ class TurnWatch:
         finally:
             self.rt.unsubscribe(self)
 
-    async def finished(self) -> dict[str, Any]:
+    async def finished(self) -> TurnFinished | None:
         async for _ in self.texts():
             pass
         return self.done
@@ -505,18 +519,18 @@ class TurnWatch:
         }
 
 
-def _check_finished(frame: dict[str, Any], watch: TurnWatch) -> None:
-    stop = frame.get("stop_reason")
-    message = frame.get("error") or watch.error
+def _check_finished(finished: TurnFinished, watch: TurnWatch) -> None:
+    stop = finished.stop_reason
+    message = finished.error or watch.error
     if stop == "cancelled":
         raise ApiError(503, message or "the turn was cancelled", None, "turn_cancelled")
-    if stop in ("error", "llm_api_error") or frame.get("error"):
+    if stop in ("error", "llm_api_error") or finished.error:
         status = 502 if stop == "llm_api_error" else 500
-        raise ApiError(status, message or f"the turn ended with {stop}", None, str(stop))
+        raise ApiError(status, message or f"the turn ended with {stop}", None, stop)
 
 
-def _finish_reason(frame: dict[str, Any], watch: TurnWatch) -> str:
-    return _FINISH.get(str(frame.get("stop_reason")), "stop")
+def _finish_reason(finished: TurnFinished | None) -> str:
+    return _FINISH.get(finished.stop_reason, "stop") if finished is not None else "stop"
 
 
 # --- request fields -----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tether import __version__
@@ -25,6 +26,17 @@ if TYPE_CHECKING:
 
 PROTOCOL_VERSION = 1
 WIRE_MODES = {"standard": "default", "unrestricted": "bypassPermissions"}  # tether → v2 names
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFinished:
+    """How a runtime's turn ended, for `turn_finished` and for subscribers in this process."""
+
+    turn_id: str
+    stop_reason: str
+    run_ids: tuple[str, ...]
+    request_id: str | None  # the `input` frame's request_id, if the turn ran one
+    error: str | None = None
 
 
 class QueuedMessage(Protocol):
@@ -311,24 +323,16 @@ class EventStream:
             conversation_id=self.scope.conversation_id,
         )
 
-    def turn_finished(
-        self,
-        turn_id: str,
-        *,
-        stop_reason: str,
-        run_ids: Sequence[str],
-        request_id: str | None,
-        error: str | None = None,
-    ) -> dict[str, Any]:
+    def turn_finished(self, finished: TurnFinished) -> dict[str, Any]:
         fields: dict[str, Any] = {
-            "turn_id": turn_id,
-            "stop_reason": stop_reason,
-            "run_id": run_ids[-1] if run_ids else None,
-            "run_ids": list(run_ids),
-            "request_id": request_id,
+            "turn_id": finished.turn_id,
+            "stop_reason": finished.stop_reason,
+            "run_id": finished.run_ids[-1] if finished.run_ids else None,
+            "run_ids": list(finished.run_ids),
+            "request_id": finished.request_id,
         }
-        if error is not None:
-            fields["error"] = error
+        if finished.error is not None:
+            fields["error"] = finished.error
         return self.frame("turn_finished", **fields)
 
     def stream_delta(self, event: TurnEvent) -> dict[str, Any] | None:
