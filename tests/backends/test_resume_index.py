@@ -129,3 +129,32 @@ def test_random_histories_resume_to_the_full_view(tmp_path: Path) -> None:
             if rng.random() < 0.3:  # a fresh process, sometimes
                 writer = Transcript(path)
         assert Transcript(path).load() == full_view(path), f"seed {seed}"
+
+
+def test_a_summary_kept_by_the_next_compaction_resumes_from_the_index(tmp_path: Path) -> None:
+    """The second compaction keeps the first one's summary, whose latest entry is a compaction
+    entry, not a message entry: the index names it, and a resumed reader (then a reader resumed
+    from that reader's appends) still starts there."""
+    path = tmp_path / "messages.jsonl"
+    t = Transcript(path)
+    t.append([user(f"u{i}") for i in range(5)])
+    t.append_compaction(assistant("s1", text="first"), summary="s", first_kept_message_id="u3",
+                        tokens_before=9)
+    t.append([user("v1")])
+    t.append_compaction(assistant("s2", text="second"), summary="s", first_kept_message_id="s1",
+                        tokens_before=9)
+    resumed = Transcript(path)
+    assert [m.id for m in resumed.load()] == ["s2", "s1", "u3", "u4", "v1"]
+    resumed.append([user("w")])
+    resumed.append_compaction(assistant("s3", text="third"), summary="s",
+                              first_kept_message_id="s2", tokens_before=9)
+    want = ["s3", "s2", "s1", "u3", "u4", "v1", "w"]
+    assert [m.id for m in full_view(path)] == want
+    # Seeded, not replayed: damage in the history before the kept entries goes unread.
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b'"u1"')
+    raw[at : at + 4] = b"!!!!"
+    path.write_bytes(bytes(raw))
+    assert [m.id for m in Transcript(path).load()] == want
+    with pytest.raises(TranscriptCorrupt):
+        full_view(path)
