@@ -55,20 +55,11 @@ class Session(ControlRequests):
 
     # --- output ----------------------------------------------------------------------------
 
-    def send(self, event: dict[str, Any]) -> None:
-        write_line(self.env.wrap(event))
-
     def respond(self, request_id: str, payload: dict[str, Any] | None = None, error: str | None = None) -> None:
-        if error is not None:
-            response: dict[str, Any] = {"subtype": "error", "request_id": request_id, "error": error}
-        else:
-            response = {"subtype": "success", "request_id": request_id}
-            if payload is not None:
-                response["response"] = payload
-        self.send({"type": "control_response", "response": response})
+        write_line(wire.control_response(self.env, request_id, payload, error=error))
 
     def error(self, message: str) -> None:
-        self.send({"type": "error", "message": message, "stop_reason": "error"})
+        write_line(wire.error_line(self.env, message))
 
     # --- input -----------------------------------------------------------------------------
 
@@ -136,7 +127,7 @@ class Session(ControlRequests):
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.pending[request_id] = fut
         try:
-            self.send({"type": "control_request", "request_id": request_id, "request": request})
+            write_line(wire.control_request(self.env, request_id, request))
             return await fut
         finally:
             self.pending.pop(request_id, None)
@@ -208,25 +199,18 @@ class StreamJsonTurns:
             outcome.stop_reason = outcome.error.stop_reason
         renderer.flush()
         renderer.fill_result(outcome)
-        subtype = "interrupted" if outcome.interrupted else (
-            "error" if outcome.error is not None or outcome.stop_reason not in ("end_turn", "requires_approval")
-            else "success")
-        write_line(wire.result_event(
-            session.env,
-            subtype=subtype,
+        line = renderer.encoder.turn_result(
+            outcome,
             duration_ms=int((time.monotonic() - self._started) * 1000),
-            duration_api_ms=0 if subtype != "success" else p.backend.api_ms - self._api_before,
-            num_turns=outcome.steps,
-            result=turn_stop.message if turn_stop.failure is not None else outcome.result_text,
-            run_ids=outcome.run_ids,
-            usage=wire.usage_dict(outcome.usage, outcome.steps) if subtype == "success" else None,
-            stop_reason=None if subtype == "success" else outcome.stop_reason,
-        ))
+            api_ms=p.backend.api_ms - self._api_before,
+            result=turn_stop.message if turn_stop.failure is not None else None,
+        )
+        write_line(line)
         self.turn_stop = None
         if session.interrupted_by == CLIENT_GONE:
             session.inbox.cancel_queued(CLIENT_GONE)  # what the gone client had queued never runs
         # On success the inbox starts the memory review in the background: input keeps coming.
-        return subtype == "success"
+        return bool(line["subtype"] == "success")
 
 
 async def serve(prepared: Prepared) -> int:

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from tether import __version__
 from tether.core.turn import Event, TurnOutcome
 from tether.errors import TetherError, UsageError
 from tether.protocol.chunks import RetryNotice, now_ms
@@ -32,21 +31,15 @@ from tether.runtime.prepared import Prepared
 from tether.server.approvals import PendingApproval, RuntimeApprover
 from tether.server.auth import FULL_GRANT, Grant
 from tether.server.idle_release import runtime_idle
-from tether.server.protocol_v2 import (
-    ApprovalResponse,
-    CreateMessage,
-    EventStream,
-    error_frame,
-)
+from tether.server.protocol_v2 import ApprovalResponse, CreateMessage
 from tether.server.runtime_start import (
     ServerContext,
     build_prepared,
     check_scoped_folder,
     check_workspace,
 )
+from tether.server.v2_frames import EventStream, TurnFinished, error_frame
 
-# tether's permission modes under the names protocol v2 clients know
-_WIRE_MODES = {"standard": "default", "unrestricted": "bypassPermissions"}
 _SEEN_KEYS = 1024
 
 
@@ -65,6 +58,10 @@ class EventSubscriber(Subscriber, Protocol):
 
     def on_event(self, event: Event) -> None: ...
 
+    def on_turn_finished(self, finished: TurnFinished) -> None: ...
+
+    def on_approval_request(self, request_id: str, tool_name: str, reason: str) -> None: ...
+
 
 @dataclass(eq=False, kw_only=True)
 class QueuedInput(Submission):
@@ -76,18 +73,6 @@ class QueuedInput(Submission):
     messages: tuple[Any, ...] = ()
     enqueued_at: str = ""
     announced: bool = False
-
-    def to_wire(self) -> dict[str, Any]:
-        first = self.messages[0]
-        content = first.content if len(self.messages) == 1 else [m.content for m in self.messages]
-        return {
-            "id": self.id,
-            "client_message_id": first.client_message_id,
-            "kind": "cron_prompt" if self.source == "cron" else "message",
-            "source": self.source,
-            "content": content,
-            "enqueued_at": self.enqueued_at,
-        }
 
 
 # --- the runtime ------------------------------------------------------------------------------
@@ -192,47 +177,21 @@ class ConversationRuntime:
         return self.inbox.turn_running
 
     def device_status_frame(self) -> dict[str, Any]:
-        mode = self.p.flags.permission_mode
-        return self.stream.frame(
-            "update_device_status",
-            device_status={
-                "current_connection_id": None,
-                "connection_name": None,
-                "is_online": True,
-                "is_processing": self.busy,
-                "current_permission_mode": _WIRE_MODES.get(mode, mode),
-                "current_working_directory": str(self.p.cwd),
-                "git_context": None,
-                "letta_code_version": __version__,
-                "current_toolset": "default",
-                "current_toolset_preference": "auto",
-                "current_loaded_tools": self.p.registry.names(),
-                "mcp_servers": mcp.status() if (mcp := self.p.services.mcp) else [],
-                "current_available_skills": [],
-                "background_processes": [],
-                "pending_control_requests": [
-                    {"request_id": a.request_id, "request": a.frame["request"]}
-                    for a in self.approvals.values()
-                ],
-                "memory_directory": None,
-                "reflection_settings": None,
-                "supported_commands": [],
-            },
+        return self.stream.device_status(
+            is_processing=self.busy,
+            permission_mode=self.p.flags.permission_mode,
+            cwd=str(self.p.cwd),
+            loaded_tools=self.p.registry.names(),
+            mcp_servers=mcp.status() if (mcp := self.p.services.mcp) else [],
+            pending_control_requests=[(a.request_id, a.frame["request"]) for a in self.approvals.values()],
         )
 
     def loop_status_frame(self) -> dict[str, Any]:
-        return self.stream.frame(
-            "update_loop_status",
-            loop_status={
-                "status": self.status,
-                "active_run_ids": list(self.active_run_ids),
-                "executing_tool_call_ids": list(self.executing),
-            },
-        )
+        return self.stream.loop_status(self.status, self.active_run_ids, self.executing)
 
     def queue_frame(self, removed: list[str] | None = None) -> dict[str, Any]:
-        waiting = [q.to_wire() for q in self.queue if isinstance(q, QueuedInput) and q.announced]
-        return self.stream.frame("update_queue", queue=waiting, removed=removed or [])
+        waiting = [q for q in self.queue if isinstance(q, QueuedInput) and q.announced]
+        return self.stream.update_queue(waiting, removed)
 
     def state_frames(self) -> list[dict[str, Any]]:
         """What a (re)connecting client needs: device, loop and queue state, open approvals."""
@@ -350,7 +309,9 @@ class ConversationRuntime:
         return self.p.recover_effects(self._broadcast_event)
 
     def _broadcast_event(self, event: Event) -> None:
-        self.broadcast(self.stream.frame("stream_delta", delta=self.stream.delta(event)))
+        frame = self.stream.stream_delta(event)
+        if frame is not None:
+            self.broadcast(frame)
 
     def recover_now(self) -> list[RecoveredEffect]:
         """Recovery at runtime_start, if no turn (here or in another process) holds the lock."""
@@ -438,18 +399,7 @@ class ConversationRuntime:
         turn.error = disk or (str(exc) if isinstance(exc, TetherError) else (
             f"internal error ({type(exc).__name__}: {exc})"
         ))
-        self.broadcast(
-            self.stream.frame(
-                "stream_delta",
-                delta={
-                    "message_type": "loop_error",
-                    "id": f"loop-error-{turn.id}",
-                    "message": turn.error,
-                    "stop_reason": "error",
-                    "is_terminal": True,
-                },
-            )
-        )
+        self.broadcast(self.stream.turn_failed(turn.id, turn.error))
         return TurnOutcome(stop_reason="error")
 
     async def end(self, batch: Sequence[Submission], outcome: TurnOutcome) -> bool:
@@ -468,19 +418,17 @@ class ConversationRuntime:
         if outcome.error is not None and error is None:
             error = outcome.error.message
         item = turn.item
-        frame: dict[str, Any] = {
-            "turn_id": turn.id,
-            "stop_reason": outcome.stop_reason,
-            "run_id": outcome.run_ids[-1] if outcome.run_ids else None,
-            "run_ids": list(outcome.run_ids),
-            "request_id": item.request_id if isinstance(item, QueuedInput) else None,
-        }
-        if error is not None:
-            frame["error"] = error
+        finished = TurnFinished(
+            turn.id, outcome.stop_reason, tuple(outcome.run_ids),
+            item.request_id if isinstance(item, QueuedInput) else None, error,
+        )
         self.turns_finished += 1
         self.active_run_ids = []
         self._set_status("WAITING_ON_INPUT")
-        self.broadcast(self.stream.frame("turn_finished", **frame))
+        self.broadcast(self.stream.turn_finished(finished))
+        for sub in list(self.subscribers.values()):
+            if isinstance(sub, EventSubscriber):
+                sub.on_turn_finished(finished)
         if error is None and outcome.stop_reason == "end_turn":
             self.inbox.start_reflection()  # memory review, off the turn, before a rebuild
         try:
@@ -507,19 +455,14 @@ class ConversationRuntime:
         for sub in list(self.subscribers.values()):
             if isinstance(sub, EventSubscriber):
                 sub.on_event(event)
-        delta = self.stream.delta(event)
-        if delta is not None:
-            self.broadcast(self.stream.frame("stream_delta", delta=delta))
+        frame = self.stream.stream_delta(event)
+        if frame is not None:
+            self.broadcast(frame)
 
     def _tool_started(self, tool_call_id: str) -> None:
         self.executing.append(tool_call_id)
         run_id = self.active_run_ids[-1] if self.active_run_ids else None
-        self.broadcast(
-            self.stream.frame(
-                "stream_delta",
-                delta=self.stream.lifecycle("client_tool_start", tool_call_id, run_id),
-            )
-        )
+        self.broadcast(self.stream.tool_lifecycle("client_tool_start", tool_call_id, run_id))
         self.status = "EXECUTING_CLIENT_SIDE_TOOL"
         self.broadcast(self.loop_status_frame())
 
@@ -527,11 +470,7 @@ class ConversationRuntime:
         if tool_call_id in self.executing:
             self.executing.remove(tool_call_id)
         run_id = self.active_run_ids[-1] if self.active_run_ids else None
-        self.broadcast(
-            self.stream.frame(
-                "stream_delta", delta=self.stream.lifecycle("client_tool_end", tool_call_id, run_id)
-            )
-        )
+        self.broadcast(self.stream.tool_lifecycle("client_tool_end", tool_call_id, run_id))
         self.status = "EXECUTING_CLIENT_SIDE_TOOL" if self.executing else "PROCESSING_API_RESPONSE"
         self.broadcast(self.loop_status_frame())
 

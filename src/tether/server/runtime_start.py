@@ -67,8 +67,8 @@ def start_runtime(
     that can refuse runs before anything is looked up or created: the grant (ids, then mode),
     the working directory, the folder's settings for a scoped client, the sandbox request."""
     from tether.server.idle_release import register_runtime
-    from tether.server.protocol_v2 import EventStream
     from tether.server.runtime import ConversationRuntime
+    from tether.server.v2_frames import EventStream
 
     refusal = grant.refusal(
         frame.agent_id,
