@@ -3,19 +3,26 @@
 Run: .venv/bin/python bench/transcript.py [--entries N] [--resume-only]
 Target (issue 2): load < 1 s for 100,000 entries on the project machine.
 
-Resume (issue 20 item 3): a fresh reader opening conversations of 100, 10,000 and 100,000 entries
-shaped like real ones (a compaction every COMPACT_EVERY entries keeping the last KEPT messages,
-as the context window forces), reading from the last compaction via the resume index; printed
-with the ratio to the 100-entry one, and the full read it replaces.
+Resume (issue 20 item 3): a fresh reader opening conversations of 100, 10,000 and 100,000 entries,
+each shaped two ways: compacted (a compaction every COMPACT_EVERY entries keeping the last KEPT
+messages, as the context window forces; the reader starts from the last compaction via the
+resume index) and never compacted (a huge window, or compaction off: the next request carries
+every message, so resuming parses them all). For both, `tether messages list --limit 20`: in
+process (a fresh store, as the command does after start-up) and as the real command. Each
+figure is printed with its ratio to the 100-entry one.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -51,6 +58,20 @@ def sample(i: int) -> Message:
 COMPACT_EVERY = 1_000
 KEPT = 20
 RESUME_SIZES = (100, 10_000, 100_000)
+LIST_LIMIT = 20
+TETHER = str(Path(sys.executable).with_name("tether"))
+
+
+@contextlib.contextmanager
+def no_fsync() -> Iterator[None]:
+    """Building 33,000 one-step appends with an fsync each would take minutes; only reads are
+    timed, and what is on disk is the same bytes either way."""
+    real = os.fsync
+    os.fsync = lambda fd: None
+    try:
+        yield
+    finally:
+        os.fsync = real
 
 
 def build_compacted(home: Path, n: int) -> tuple[LocalStore, str, str]:
@@ -70,6 +91,45 @@ def build_compacted(home: Path, n: int) -> tuple[LocalStore, str, str]:
             transcript.append_compaction(summary, summary="summary", tokens_before=150_000,
                                          first_kept_message_id=view[-KEPT].id)
     return store, agent.id, conv.id
+
+
+def build_uncompacted(home: Path, n: int) -> tuple[LocalStore, str, str]:
+    """A conversation of `n` entries never compacted, appended a step (one to three messages)
+    at a time as a run writes it: the user's input, the model's reply with a tool call, its
+    result."""
+    store = LocalStore(home)
+    agent = store.create_agent(model="anthropic/claude-test", system="")
+    conv = store.create_conversation(agent.id)
+    transcript = store.transcript(agent.id, conv.id)
+    with no_fsync():
+        for start in range(0, n, 3):
+            transcript.append([sample(start)])
+            transcript.append([sample(i) for i in range(start + 1, min(n, start + 3))])
+    return store, agent.id, conv.id
+
+
+def median_of(runs: int, fn: Callable[[], object]) -> float:
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def time_list(home: Path, agent_id: str, conv_id: str) -> float:
+    """`messages list --limit LIST_LIMIT` in process: a fresh store reading the tail."""
+    def once() -> None:
+        assert len(LocalStore(home).transcript(agent_id, conv_id).tail(LIST_LIMIT)) == LIST_LIMIT
+    return median_of(5, once)
+
+
+def time_list_command(home: Path, conv_id: str) -> float:
+    """The real `tether messages list --limit LIST_LIMIT` (start-up included), median of 3."""
+    env = {**os.environ, "TETHER_HOME": str(home)}
+    argv = [TETHER, "messages", "list", "--conversation", conv_id, "--limit", str(LIST_LIMIT)]
+    subprocess.run(argv, env=env, check=True, capture_output=True)  # warm the page cache
+    return median_of(3, lambda: subprocess.run(argv, env=env, check=True, capture_output=True))
 
 
 def time_resume(home: Path, agent_id: str, conv_id: str, *, index: bool) -> float:
@@ -92,18 +152,28 @@ def time_resume(home: Path, agent_id: str, conv_id: str, *, index: bool) -> floa
 
 
 def resume_figures() -> None:
-    rows = []
-    for n in RESUME_SIZES:
-        with tempfile.TemporaryDirectory() as tmp:
-            home = Path(tmp)
-            _, agent_id, conv_id = build_compacted(home, n)
-            rows.append((n, time_resume(home, agent_id, conv_id, index=True),
-                         time_resume(home, agent_id, conv_id, index=False)))
-    base = rows[0][1]
-    print(f"resume (compaction every {COMPACT_EVERY:,} entries, {KEPT} kept; median of 5 fresh loads)")
-    for n, resumed, full in rows:
-        print(f"  {n:>7,} entries        {resumed * 1000:8.2f} ms   ({resumed / base:5.2f}x the 100-entry one; "
-              f"full read {full * 1000:8.1f} ms)")
+    shapes = (
+        (f"compacted (a compaction every {COMPACT_EVERY:,} entries, {KEPT} kept)", build_compacted),
+        ("never compacted (the request needs every message: resume is a full parse)",
+         build_uncompacted),
+    )
+    for title, build in shapes:
+        rows = []
+        for n in RESUME_SIZES:
+            with tempfile.TemporaryDirectory() as tmp:
+                home = Path(tmp)
+                _, agent_id, conv_id = build(home, n)
+                rows.append((n, time_resume(home, agent_id, conv_id, index=True),
+                             time_resume(home, agent_id, conv_id, index=False),
+                             time_list(home, agent_id, conv_id), time_list_command(home, conv_id)))
+        print(f"{title}; median of 5 fresh reads, ratio to the 100-entry one")
+        print(f"  {'entries':>7}  {'resume':>21}  {'full read':>9}  "
+              f"{f'list --limit {LIST_LIMIT}':>21}  {'the command':>17}")
+        base = rows[0]
+        for n, resumed, full, listed, command in rows:
+            print(f"  {n:>7,}  {resumed * 1000:9.2f} ms ({resumed / base[1]:6.1f}x)  "
+                  f"{full * 1000:6.1f} ms  {listed * 1000:9.2f} ms ({listed / base[3]:6.2f}x)  "
+                  f"{command * 1000:6.0f} ms ({command / base[4]:4.2f}x)")
 
 
 def main() -> None:
