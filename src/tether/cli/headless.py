@@ -1,4 +1,5 @@
-"""One-shot headless runs (`tether -p`): resolve the session, run one user turn, render, exit.
+"""One-shot headless runs (`tether -p`): resolve the session, submit one user turn to the
+conversation's inbox (`runtime/inbox.py`), render it, exit.
 
 Exit codes: 0 success, 1 error, 130 / 143 / 129 after SIGINT / SIGTERM / SIGHUP (the running
 tool's process group is killed and the transcript keeps an answer for every tool call; see
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tether.backends.local.locks import state_failure
@@ -22,10 +24,9 @@ from tether.core.tools import Effect, ToolContext
 from tether.core.turn import ApprovalAnswer, Event, TurnOutcome
 from tether.errors import TetherError
 from tether.protocol import wire
-from tether.protocol.chunks import now_ms
-from tether.protocol.messages import TextPart, UserMessage
+from tether.protocol.messages import TextPart
 from tether.protocol.turns import TurnError
-from tether.runtime.conversation import Conversation
+from tether.runtime.inbox import Inbox, Submission, TurnPlan, user_message
 
 if TYPE_CHECKING:
     from tether.runtime.prepared import Prepared
@@ -41,6 +42,56 @@ class HeadlessApprover:
         effect = item.tool.effect if item.tool is not None else Effect.EXEC
         message = headless_denial(item.call.name, effect, self.mode)
         return ApprovalAnswer(False, f"{message} ({item.decision.reason})")
+
+
+class OneShotTurn:
+    """The one turn of `tether -p` as the inbox runs it: events to the renderer, approvals
+    denied, the exit code kept; the memory review awaited (the run ends after it)."""
+
+    def __init__(self, flags: RunFlags, renderer: Renderer, stop: RunStop, started: float) -> None:
+        self.flags = flags
+        self.renderer = renderer
+        self.stop = stop
+        self.started = started
+        self.state_failed = False
+        self.code = 1
+        self.inbox: Inbox | None = None
+
+    def emit(self, event: Event) -> None:
+        self.renderer.on_event(self.stop.retitle(event))
+
+    async def begin(self, batch: Sequence[Submission], abort: asyncio.Event) -> TurnPlan:
+        return TurnPlan(
+            user=user_message([p for item in batch for p in item.parts]), emit=self.emit,
+            approver=HeadlessApprover(self.flags.permission_mode), max_turns=self.flags.max_turns,
+            on_store_unavailable=self.stop.on_store_unavailable,
+        )
+
+    def failed(self, batch: Sequence[Submission], exc: Exception) -> TurnOutcome:
+        """A busy conversation, a damaged transcript, a full disk: the run's error."""
+        message = state_failure(exc)
+        if message is None and not isinstance(exc, TetherError):
+            raise exc
+        self.state_failed = message is not None
+        failure = TurnError(message or str(exc), "error")
+        self.emit(failure)
+        return TurnOutcome(stop_reason="error", error=failure)
+
+    async def end(self, batch: Sequence[Submission], outcome: TurnOutcome) -> bool:
+        stop = self.stop
+        if outcome.error is not None:
+            outcome.error = stop.retitle(outcome.error)
+            outcome.stop_reason = outcome.error.stop_reason
+        assert self.inbox is not None
+        self.code = self.renderer.finish(
+            outcome,
+            duration_ms=int((time.monotonic() - self.started) * 1000),
+            api_ms=self.inbox.prepared.backend.api_ms,
+            result_on_error=self.state_failed or stop.failure is not None,
+        )
+        if self.code == 0:
+            await self.inbox.conversation.reflect(stop.abort)
+        return False  # reflected above, not in the background
 
 
 def check_for_updates(prepared: Prepared) -> Prepared:
@@ -88,44 +139,18 @@ def run_headless(flags: RunFlags) -> int:
         stop = RunStop(abort)
         stops.append(stop)
         stop.install(asyncio.get_running_loop())
-
-        def emit(event: Event) -> None:
-            renderer.on_event(stop.retitle(event))
-
-        conversation = Conversation(prepared)
+        turn = OneShotTurn(flags, renderer, stop, started)
+        inbox = turn.inbox = Inbox(prepared, turn)
         try:
             await prepared.start_tool_sources()  # MCP servers: connected or failed, each bounded
             renderer.emit_init(**init_fields(prepared))
-            user = UserMessage(f"ui-msg-{now_ms()}", (TextPart(prompt),), now_ms())
-            state_failed = False
-            try:
-                outcome = await conversation.turn(
-                    user, emit=emit, approver=HeadlessApprover(flags.permission_mode), abort=abort,
-                    max_turns=flags.max_turns, on_store_unavailable=stop.on_store_unavailable,
-                )
-            except (TetherError, OSError) as exc:  # a busy conversation, a damaged transcript, a full disk
-                message = state_failure(exc)
-                if message is None and not isinstance(exc, TetherError):
-                    raise
-                state_failed = message is not None
-                failure = TurnError(message or str(exc), "error")
-                outcome = TurnOutcome(stop_reason="error", error=failure)
-                emit(failure)
-            if outcome.error is not None:
-                outcome.error = stop.retitle(outcome.error)
-                outcome.stop_reason = outcome.error.stop_reason
-            code = renderer.finish(
-                outcome,
-                duration_ms=int((time.monotonic() - started) * 1000),
-                api_ms=prepared.backend.api_ms,
-                result_on_error=state_failed or stop.failure is not None,
-            )
-            if code == 0:
-                await conversation.reflect(abort)
-            return stop.exit_code(code)
+            submitted = inbox.submit((TextPart(prompt),), abort=abort)  # a signal aborts it
+            assert submitted.done is not None
+            await submitted.done  # an error the turn could not report (stdout gone) is raised
+            return stop.exit_code(turn.code)
         finally:
             try:
-                await prepared.shutdown()
+                await inbox.close("the run ended")
             except (TetherError, OSError) as exc:  # the run's answer stands; say what was left
                 say(f"tether: while shutting down: {exc}")
 
