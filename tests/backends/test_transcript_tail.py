@@ -46,8 +46,10 @@ def assert_tail_is_the_full_view(path: Path) -> None:
 
 # One step of a conversation's life, as the runtime's writers produce them.
 ops = st.one_of(
-    st.tuples(st.just("append"), st.lists(st.tuples(st.sampled_from(POOL), st.integers(0, 3)),
-                                          min_size=1, max_size=5)),
+    st.tuples(
+        st.just("append"),
+        st.lists(st.tuples(st.sampled_from(POOL), st.integers(0, 3)), min_size=1, max_size=5),
+    ),
     st.tuples(st.just("rollback"), st.integers(0, 50)),
     st.tuples(st.just("compact"), st.one_of(st.none(), st.integers(0, 50))),
     st.tuples(st.just("edit-summary")),  # a new snapshot of the latest summary, in place
@@ -56,8 +58,11 @@ ops = st.one_of(
 )
 
 
-@settings(max_examples=120, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(st.lists(ops, min_size=1, max_size=14))
 def test_the_tail_is_the_full_view_for_any_history(steps: list[tuple]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
@@ -77,8 +82,12 @@ def test_the_tail_is_the_full_view_for_any_history(steps: list[tuple]) -> None:
                 view = t.load()
                 kept = view[op[1] % len(view)].id if view and op[1] is not None else None
                 summaries += 1
-                t.append_compaction(assistant(f"summary{summaries}", text="s"), summary="s",
-                                    first_kept_message_id=kept, tokens_before=100)
+                t.append_compaction(
+                    assistant(f"summary{summaries}", text="s"),
+                    summary="s",
+                    first_kept_message_id=kept,
+                    tokens_before=100,
+                )
             elif op[0] == "edit-summary":
                 t.append([assistant(f"summary{summaries}", text="edited")] if summaries else [])
             elif op[0] == "other-writer":
@@ -117,12 +126,15 @@ def test_the_tail_of_a_long_uncompacted_conversation_skips_the_history(tmp_path:
         full_read(path)
 
 
-def test_a_compacted_conversation_reads_back_to_the_compaction_then_the_index(tmp_path: Path) -> None:
+def test_a_compacted_conversation_reads_back_to_the_compaction_then_the_index(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "messages.jsonl"
     t = long_conversation(path, 90)
     keep = t.load()[-4].id
-    t.append_compaction(user("sum", "summary"), summary="s", first_kept_message_id=keep,
-                        tokens_before=9)
+    t.append_compaction(
+        user("sum", "summary"), summary="s", first_kept_message_id=keep, tokens_before=9
+    )
     t.append([assistant(keep, text="kept, then replaced"), user("after")])
     t.rollback(t.load()[-3].id)
     assert_tail_is_the_full_view(path)
@@ -134,16 +146,26 @@ def test_a_compacted_conversation_reads_back_to_the_compaction_then_the_index(tm
 
 
 def _entry(eid: str, mid: str) -> bytes:
-    return orjson.dumps({"type": "message", "id": eid, "parentId": None, "timestamp": "t",
-                         "message": message_to_dict(user(mid))})
+    return orjson.dumps(
+        {
+            "type": "message",
+            "id": eid,
+            "parentId": None,
+            "timestamp": "t",
+            "message": message_to_dict(user(mid)),
+        }
+    )
 
 
 @pytest.mark.parametrize("end", ["torn-write", "garbage-line", "torn-whole-entry"])
 def test_a_torn_last_line_is_left_out_as_the_full_read_does(tmp_path: Path, end: str) -> None:
     path = tmp_path / "messages.jsonl"
     long_conversation(path, 30)
-    tail = {"torn-write": _entry("feedbeef", "late")[:40], "garbage-line": b"{not json\n",
-            "torn-whole-entry": _entry("feedbeef", "late")}[end]
+    tail = {
+        "torn-write": _entry("feedbeef", "late")[:40],
+        "garbage-line": b"{not json\n",
+        "torn-whole-entry": _entry("feedbeef", "late"),
+    }[end]
     with open(path, "ab") as fh:
         fh.write(tail)
     assert_tail_is_the_full_view(path)
@@ -159,9 +181,13 @@ def test_damage_at_the_end_is_reported_with_its_line_as_the_full_read_does(
     path = tmp_path / "messages.jsonl"
     long_conversation(path, 30)
     with open(path, "ab") as fh:
-        fh.write({"fused-at-end": _entry("aaaaaaaa", "x") + _entry("bbbbbbbb", "y"),
-                  "garbage-then-torn": b"{not json\n" + _entry("cccccccc", "z")[:30],
-                  "bad-message": b'{"type":"message","id":"dddddddd","message":{"role":"x"}}\n'}[damage])
+        fh.write(
+            {
+                "fused-at-end": _entry("aaaaaaaa", "x") + _entry("bbbbbbbb", "y"),
+                "garbage-then-torn": b"{not json\n" + _entry("cccccccc", "z")[:30],
+                "bad-message": b'{"type":"message","id":"dddddddd","message":{"role":"x"}}\n',
+            }[damage]
+        )
     assert read_tail(path, 5) is None
     with pytest.raises(TranscriptCorrupt) as full:
         Transcript(path).load()
@@ -170,8 +196,10 @@ def test_damage_at_the_end_is_reported_with_its_line_as_the_full_read_does(
     assert (tail.value.line, str(tail.value)) == (full.value.line, str(full.value))
 
 
-@pytest.mark.parametrize("stale", ["foreign-append", "no-log", "torn-log", "log-of-another-file",
-                                   "gap-in-log", "wrong-last-id"])
+@pytest.mark.parametrize(
+    "stale",
+    ["foreign-append", "no-log", "torn-log", "log-of-another-file", "gap-in-log", "wrong-last-id"],
+)
 def test_a_log_that_does_not_match_the_file_means_a_full_read(tmp_path: Path, stale: str) -> None:
     path = tmp_path / "messages.jsonl"
     long_conversation(path, 60)
@@ -212,22 +240,28 @@ def test_a_reader_that_already_holds_the_view_answers_from_it(tmp_path: Path) ->
         t.tail(0)
 
 
-def test_messages_list_limit_prints_the_same_records_from_the_end(tether_home: Path,
-                                                                  tmp_path: Path) -> None:
+def test_messages_list_limit_prints_the_same_records_from_the_end(
+    tether_home: Path, tmp_path: Path
+) -> None:
     store = LocalStore(tether_home)
     agent = store.create_agent(model="anthropic/claude-test", system="")
     conv = store.create_conversation(agent.id)
     long_conversation(store.transcript(agent.id, conv.id).path, 120)
     store.transcript(agent.id, conv.id).append_compaction(
-        user("sum", "summary"), summary="s", first_kept_message_id="a90", tokens_before=9)
+        user("sum", "summary"), summary="s", first_kept_message_id="a90", tokens_before=9
+    )
     store.transcript(agent.id, conv.id).append([user("u90", "edited after the compaction")])
     view = full_read(store.transcript(agent.id, conv.id).path)
     env = dict(os.environ)
     for limit in (1, 7, len(view), 500):
-        out = run_tether(["messages", "list", "--conversation", conv.id, "--limit", str(limit)],
-                         env=env, cwd=tmp_path)
+        out = run_tether(
+            ["messages", "list", "--conversation", conv.id, "--limit", str(limit)],
+            env=env,
+            cwd=tmp_path,
+        )
         assert out.code == 0, out.stderr
         assert json.loads(out.stdout) == [message_to_dict(m) for m in view[-limit:]]
-    bad = run_tether(["messages", "list", "--conversation", conv.id, "--limit", "0"], env=env,
-                     cwd=tmp_path)
+    bad = run_tether(
+        ["messages", "list", "--conversation", conv.id, "--limit", "0"], env=env, cwd=tmp_path
+    )
     assert bad.code == 1 and "--limit must be at least 1, got 0" in bad.stderr

@@ -115,7 +115,7 @@ def _walk(path: Path, f: BinaryIO, limit: int) -> list[Message]:
                 raise _Unproven
         if pending:
             raise _Unproven  # a replacement of a message the walk never found
-        return placed[: limit][::-1]
+        return placed[:limit][::-1]
     finally:
         log.close()
 
