@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
-import traceback
-import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +42,7 @@ class Cancelled(TetherError):
 
 
 def new_id() -> str:
-    return f"q-{uuid.uuid4().hex[:12]}"
+    return f"q-{os.urandom(6).hex()}"
 
 
 @dataclass(eq=False, kw_only=True)
@@ -281,6 +280,8 @@ class Inbox:
                     self._closing = f"the conversation stopped: {type(exc).__name__}: {exc}"
                     self.cancel_queued(self._closing)
                     return
+                import traceback
+
                 traceback.print_exc(file=sys.stderr)  # one input never stops a server's worker
             finally:
                 self.running = None
