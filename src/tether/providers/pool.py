@@ -24,7 +24,7 @@ from contextlib import suppress
 from typing import Any
 
 IDLE_TIMEOUT_S = 90.0  # as Go's and reqwest's defaults; a server's Keep-Alive hint can lower it
-MAX_IDLE_PER_ORIGIN = 32  # enough for the App Server's concurrent conversations to keep theirs
+MAX_IDLE_PER_ORIGIN = 256  # one per conversation of a busy App Server (see `give`)
 # (scheme, host, port, proxy, SSL_CERT_FILE, SSL_CERT_DIR): connections and TLS sessions are
 # shared only where every one of these agrees.
 Origin = tuple[str, str, int, str, str, str]

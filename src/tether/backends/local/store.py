@@ -45,8 +45,8 @@ def conversation_key(agent_id: str, conversation_id: str) -> str:
 class LocalStore:
     def __init__(self, home: Path) -> None:
         self.home = Path(home)
-        # One Transcript per file so its in-memory view survives between sends.
-        self._transcripts: dict[Path, Transcript] = {}
+        # One Transcript per (agent, conversation) so its in-memory view survives between sends.
+        self._transcripts: dict[tuple[str, str], Transcript] = {}
 
     # --- agents -----------------------------------------------------------------------------
 
@@ -184,17 +184,20 @@ class LocalStore:
     ) -> Transcript:
         """That conversation's messages.jsonl, created (manifest + header) on first use.
 
-        `cwd` goes into a new file's session header (default: the process's cwd)."""
+        `cwd` goes into a new file's session header (default: the process's cwd). The record
+        is checked (NotFound, wrong agent) on the first call for a pair only: a conversation's
+        agent never changes and no conversation is deleted, and the backend asks on every
+        send (re-reading conversation.json each time was ~0.1 ms of every server turn)."""
+        cached = self._transcripts.get((agent_id, conversation_id))
+        if cached is not None:
+            return cached
         self.get_conversation(conversation_id, agent_id)  # NotFound / wrong agent
         directory = self.conversation_dir(agent_id, conversation_id)
         path = directory / "messages.jsonl"
-        cached = self._transcripts.get(path)
-        if cached is not None:
-            return cached
         self._check_manifest(directory, path)
         transcript = Transcript(path)
         transcript.ensure_created(cwd)
-        self._transcripts[path] = transcript
+        self._transcripts[(agent_id, conversation_id)] = transcript
         return transcript
 
     def _check_manifest(self, directory: Path, messages: Path) -> None:
