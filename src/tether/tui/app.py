@@ -1,10 +1,13 @@
 """`tether` with no prompt: the Textual app that drives turns on the same runtime as headless.
 
 `run_tui(flags)` draws the first frame, then resolves the session with `prepare` in a thread (an
-error there closes the screen, prints `Error: …` and exits 1); `TetherApp` then runs `run_turn`
-per prompt with a `TuiApprover`, rendering the same events the headless renderer consumes. Prompts typed during a turn wait in a queue; Esc interrupts (the
-engine kills the tool's process group and answers every call); Ctrl-C twice exits cleanly.
-The TUI-only hooks run here: SessionStart, UserPromptSubmit, Stop (and SessionEnd).
+error there closes the screen, prints `Error: …` and exits 1); `TetherApp` then submits each
+prompt to the conversation's inbox (`runtime/inbox.py`) and is its frontend: it renders the same
+events the headless renderer consumes and answers approvals with a `TuiApprover`. Prompts typed
+during a turn wait in the inbox and share the next turn; Esc interrupts (the engine kills the
+tool's process group and answers every call; waiting prompts go back into the input box);
+Ctrl-C twice exits cleanly. The TUI-only hooks run here: SessionStart, UserPromptSubmit, Stop
+(its feedback runs next, ahead of waiting prompts) and SessionEnd.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import io
 import os
 import sys
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +31,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tether.errors import TetherError
-from tether.protocol.chunks import UsageStatistics, now_ms
-from tether.protocol.messages import TextPart, UserMessage
+from tether.protocol.chunks import UsageStatistics
+from tether.protocol.messages import TextPart
 from tether.protocol.turns import LocalToolCall
 from tether.runtime.flags import RunFlags
 from tether.tui.approvals import ApprovalRequest, ApprovalScreen, Choice, TuiApprover
@@ -40,13 +43,14 @@ from tether.tui.widgets import PromptInput, StatusInfo, StatusLine, Transcript
 
 if TYPE_CHECKING:  # the runtime loads in a thread once the first frame is up
     from tether.core.turn import Event, TurnOutcome
-    from tether.runtime.conversation import Conversation
+    from tether.runtime.inbox import Inbox, Submission, TurnPlan
     from tether.runtime.prepared import Prepared
 
 MAX_STOP_CONTINUATIONS = 3  # a Stop hook that keeps blocking cannot loop forever
 DOUBLE_PRESS_S = 2.0
 MODE_CYCLE = ("standard", "acceptEdits", "strict")
 HISTORY_KEEP = 500
+STOP_HOOK = "stop_hook"  # the source of a Stop hook's continuation in the inbox
 
 
 def run_tui(flags: RunFlags, *, setup_done: bool = False) -> int:
@@ -95,12 +99,15 @@ class TetherApp(App[int]):
         if flags is None:
             raise ValueError("TetherApp needs a prepared session or the flags to prepare one")
         self._prepared = prepared
-        self._conversation: Conversation | None = None  # its turns; made for the ready session
+        self._inbox: Inbox | None = None  # the conversation's turns; made for the ready session
         self.flags = flags
         self.initial_prompt = initial_prompt
-        self.queue: list[str] = []
-        self.abort: asyncio.Event | None = None
-        self.turn_task: asyncio.Task[None] | None = None
+        self._early: list[str] = []  # prompts typed while the session was starting
+        self.queue = PromptQueue(self)
+        self._continuations = 0  # Stop hook continuations since the user's last prompt
+        self._turn_prompt = ""
+        self._turn_from_hook = False
+        self._turn_failed = False
         self.context_tokens = 0
         self.startup_error: str | None = None
         self.exit_signal: int | None = None  # SIGHUP/SIGTERM that ended the session
@@ -131,6 +138,15 @@ class TetherApp(App[int]):
         return self._prepared is not None
 
     @property
+    def inbox(self) -> Inbox:
+        """The conversation's inbox, this app its frontend; made once the session is ready."""
+        if self._inbox is None:
+            from tether.runtime.inbox import Inbox
+
+            self._inbox = Inbox(self.prepared, self, coalesce=True)  # waiting prompts share a turn
+        return self._inbox
+
+    @property
     def _history_file(self) -> Path:
         return self.prepared.store.home / "state" / "prompt-history.jsonl"
 
@@ -152,8 +168,9 @@ class TetherApp(App[int]):
 
     @property
     def busy(self) -> bool:
-        """A turn is running, or the session is still starting: prompts wait in the queue."""
-        return not self.ready or (self.turn_task is not None and not self.turn_task.done())
+        """A turn is running or waiting, or the session is still starting: prompts wait."""
+        inbox = self._inbox
+        return not self.ready or (inbox is not None and (inbox.busy or bool(inbox.queue)))
 
     def on_mount(self) -> None:
         self._on_terminal_signals()
@@ -252,6 +269,8 @@ class TetherApp(App[int]):
         for line in notes.getvalue().splitlines():
             self.notice(line, "dim")
         old, self._prepared = p, fresh
+        if self._inbox is not None:
+            self._inbox.rebind(fresh)
         self._answer_questions_here()
         await old.shutdown()
         self.notice(f"Trusted {p.cwd}: its project settings now apply.", "info")
@@ -333,15 +352,24 @@ class TetherApp(App[int]):
             self.notice(f"/{command[0]}: the session is still starting; try again in a moment", "dim")
         elif command is not None:
             self._spawn(run_command(self, *command))
-        elif self.busy:
-            self.queue.append(text)
-            self.refresh_status()
         else:
-            self.start_turn([text])
+            self.start_turn([text])  # runs now, or waits for the running turn
 
     def start_turn(self, prompts: list[str]) -> None:
-        self.turn_task = asyncio.ensure_future(self._turn_loop(prompts))
+        """Submit `prompts` (they share one turn); before the session is ready they wait here."""
+        if not self.ready:
+            self._early.extend(prompts)
+        else:
+            from tether.runtime.inbox import Submission
+
+            for text in prompts:
+                self.inbox.put(Submission(parts=(TextPart(text),), payload=text))
         self.refresh_status()
+
+    def waiting_prompts(self) -> list[str]:
+        inbox = self._inbox
+        waiting = [str(s.payload) for s in inbox.queue if s.source != STOP_HOOK] if inbox else []
+        return [*self._early, *waiting]
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(self._guard(coro))
@@ -358,81 +386,102 @@ class TetherApp(App[int]):
 
     # --- turns ---------------------------------------------------------------------------------
 
-    async def _turn_loop(self, prompts: list[str]) -> None:
+    async def begin(self, batch: Sequence[Submission], abort: asyncio.Event) -> TurnPlan | None:
+        """The inbox starts a turn: the user's prompts shown and put to the UserPromptSubmit
+        hook (or a Stop hook's feedback), the SessionStart context sent with the first."""
         try:
-            pending, from_hook, continuations = prompts, False, 0
-            while pending and not self._quitting:
-                outcome, feedback = await self._one_turn(pending, from_hook=from_hook)
-                pending, from_hook = [], False
-                if feedback is not None and continuations < MAX_STOP_CONTINUATIONS:
-                    continuations += 1
-                    pending, from_hook = [feedback], True
-                elif outcome is not None and outcome.interrupted:
-                    self._requeue_into_prompt()
-                elif self.queue and not self._quitting:
-                    pending, self.queue = self.queue, []
-                    continuations = 0
-                    self.refresh_status()
+            return await self._begin(batch)
         except Exception as exc:  # shown, and the session stays usable
-            self.crashed_turn = f"{type(exc).__name__}: {exc}"
-            self.notice(f"Internal error in the turn: {self.crashed_turn}", "error")
-        finally:
-            self.turn_task = None
-            self.refresh_status()
+            self._crashed(exc)
+            return None
 
-    def _requeue_into_prompt(self) -> None:
-        """After an interrupt queued prompts are not sent: they go back into the prompt box."""
-        if not self.queue:
-            return
-        box = self.prompt_box
-        box.load_text("\n\n".join([*self.queue, *([box.text] if box.text.strip() else [])]))
-        self.queue.clear()
-        self.notice("Queued prompts are back in the input box (not sent)", "dim")
+    async def _begin(self, batch: Sequence[Submission]) -> TurnPlan | None:
+        from tether.runtime.inbox import TurnPlan, user_message
 
-    async def _one_turn(self, texts: list[str], *, from_hook: bool) -> tuple[TurnOutcome | None, str | None]:
-        """One user turn; returns its outcome and a Stop hook's feedback when one blocked."""
-        from tether.runtime.conversation import Conversation
-
+        if self._quitting:
+            return None
         p = self.prepared
+        self.inbox.rebind(p)  # a session rebuilt since (trust)
+        texts = [str(s.payload) for s in batch]
+        from_hook = batch[0].source == STOP_HOOK
         prompt = "\n\n".join(texts)
         extra: list[TextPart] = []
         if from_hook:
             self.notice(f"Stop hook asked to continue: {prompt}", "dim")
         else:
+            self._continuations = 0
             for text in texts:
                 self.transcript.add_user(text)
             submitted = self._show(await SessionHooks(p.hooks).prompt_submit(prompt))
             if submitted.blocked is not None:
                 self.notice(f"Prompt blocked by a UserPromptSubmit hook: {submitted.blocked}", "error")
-                return None, None
+                return None
             extra = submitted.context
         parts = [TextPart(t) for t in texts] + self._session_context + extra
         self._session_context = []
-        abort = asyncio.Event()
-        self.abort = abort
         self._tool_calls = 0
-        user = UserMessage(f"ui-msg-{now_ms()}", tuple(parts), now_ms())
+        self._turn_prompt, self._turn_from_hook, self._turn_failed = prompt, from_hook, False
         self.refresh_status()
-        if self._conversation is None or self._conversation.p is not p:  # a rebuilt session
-            self._conversation = Conversation(p)
-        try:  # crash leftovers and task notifications first, under the turn lock
-            outcome = await self._conversation.turn(user, emit=self._emit, approver=self.approver,
-                                                    abort=abort)
-        except TetherError as exc:  # a busy conversation, a damaged transcript
+        return TurnPlan(user=user_message(parts), emit=self._emit, approver=self.approver)
+
+    def failed(self, batch: Sequence[Submission], exc: Exception) -> TurnOutcome:
+        from tether.core.turn import TurnOutcome
+
+        self._turn_failed = True
+        if isinstance(exc, TetherError):  # a busy conversation, a damaged transcript
             self.notice(str(exc), "error")
-            return None, None
+        else:
+            self._crashed(exc)
+        return TurnOutcome(stop_reason="error")
+
+    async def end(self, batch: Sequence[Submission], outcome: TurnOutcome) -> bool:
+        """After a turn: waiting prompts back into the box after an interrupt; after a good
+        one the memory review (in the background) and the Stop hook, whose feedback runs next."""
+        try:
+            await self._end(outcome)
+        except Exception as exc:
+            self._crashed(exc)
         finally:
-            self.abort = None
+            self.refresh_status()
+        return False  # the reflection is started in _end, its errors shown
+
+    async def _end(self, outcome: TurnOutcome) -> None:
+        from tether.runtime.inbox import Submission
+
+        if self._turn_failed:
+            return
+        if outcome.interrupted:
+            self._requeue_into_prompt()
+            return
         if outcome.stop_reason != "end_turn" or self._quitting:
-            return outcome, None
-        reflection = self._conversation.start_reflection()
+            return
+        reflection = self.inbox.conversation.start_reflection()
         if reflection is not None:  # memory review in the background; the prompt stays live
             self._spawn(reflection)
-        stopped = self._show(await SessionHooks(p.hooks).stop(
+        stopped = self._show(await SessionHooks(self.prepared.hooks).stop(
             stop_reason=outcome.stop_reason, tool_call_count=self._tool_calls,
-            assistant_message=outcome.last_text, user_message=prompt, active=from_hook,
+            assistant_message=outcome.last_text, user_message=self._turn_prompt,
+            active=self._turn_from_hook,
         ))
-        return outcome, stopped.blocked
+        feedback = stopped.blocked
+        if feedback is not None and self._continuations < MAX_STOP_CONTINUATIONS and not self._quitting:
+            self._continuations += 1
+            self.inbox.put(Submission(parts=(TextPart(feedback),), payload=feedback,
+                                      source=STOP_HOOK, coalesce=False), front=True)
+
+    def _crashed(self, exc: Exception) -> None:
+        self.crashed_turn = f"{type(exc).__name__}: {exc}"
+        self.notice(f"Internal error in the turn: {self.crashed_turn}", "error")
+
+    def _requeue_into_prompt(self) -> None:
+        """After an interrupt queued prompts are not sent: they go back into the prompt box."""
+        dropped = self.inbox.cancel_queued("the turn was interrupted: back in the input box")
+        texts = [str(s.payload) for s in dropped if s.source != STOP_HOOK]
+        if not texts:
+            return
+        box = self.prompt_box
+        box.load_text("\n\n".join([*texts, *([box.text] if box.text.strip() else [])]))
+        self.notice("Queued prompts are back in the input box (not sent)", "dim")
 
     def _emit(self, event: Event) -> None:
         if self._ui_alive:
@@ -456,7 +505,7 @@ class TetherApp(App[int]):
         self._session_context = started.context
         first = [self.initial_prompt] if self.initial_prompt else []
         self.initial_prompt = None
-        waiting, self.queue = [*first, *self.queue], []  # typed while the session was starting
+        waiting, self._early = [*first, *self._early], []  # typed while the session was starting
         if waiting and not self._quitting:
             self.start_turn(waiting)
 
@@ -506,8 +555,9 @@ class TetherApp(App[int]):
     # --- keys ----------------------------------------------------------------------------------
 
     def action_interrupt(self) -> None:
-        if self.busy and self.abort is not None and not self.abort.is_set():
-            self.abort.set()
+        inbox = self._inbox
+        if inbox is not None and inbox.turn_running and not inbox.aborting:
+            inbox.abort()
             self.approver.cancel()
             self._set_hint("interrupting…")
 
@@ -571,23 +621,55 @@ class TetherApp(App[int]):
         if self._wound_down:
             return
         self._wound_down = True
-        self.queue.clear()
+        self._early.clear()
         if self._preparing is not None and not self._preparing.done():
             with contextlib.suppress(Exception):  # a thread cannot be stopped: let it finish
                 await asyncio.wait_for(asyncio.shield(self._preparing), 30)
-        if self._prepared is None:
+        prepared = self._prepared
+        if prepared is None:
             return
-        task = self.turn_task
-        if task is not None and not task.done():
-            if self.abort is not None:
-                self.abort.set()
-            self.approver.cancel()
+
+        async def session_end() -> None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(task), 30)
+                await SessionHooks(prepared.hooks).session_end()
+
+        inbox = self._inbox
+        if inbox is None:  # no prompt was ever submitted
+            await session_end()
+            with contextlib.suppress(Exception):
+                await prepared.shutdown()
+            return
+        inbox.rebind(prepared)
+        if inbox.turn_running:
+            self.approver.cancel()
+        # The running turn is stopped (every call answered on disk), waiting prompts dropped.
         with contextlib.suppress(Exception):
-            await SessionHooks(self._prepared.hooks).session_end()
-        with contextlib.suppress(Exception):
-            await self._prepared.shutdown()
+            await inbox.close("the session ended", timeout=30, before_shutdown=session_end)
+
+
+class PromptQueue:
+    """The prompts waiting for a turn, as the status line lists them: typed while the session
+    was starting, or waiting in the inbox. `append` submits one as the prompt box does."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, app: TetherApp) -> None:
+        self.app = app
+
+    def append(self, text: str) -> None:
+        self.app.start_turn([text])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.app.waiting_prompts())
+
+    def __len__(self) -> int:
+        return len(self.app.waiting_prompts())
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == other if isinstance(other, list) else NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(list(self))
 
 
 def prepare_here(flags: RunFlags, notes: io.StringIO) -> Prepared:
