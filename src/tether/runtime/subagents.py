@@ -449,17 +449,15 @@ class Subagents:
         line type, so a client reading the parent's own `message` lines never mixes them up."""
         if self.progress is None:
             return
-        relayed: dict[str, Any] = {
-            "type": "stream_event",
-            "event": {k: v for k, v in event.items() if k not in _ENVELOPE_KEYS and k != "type"},
-            "subagent_id": task.id,
-            "subagent_type": task.type,
-            "subagent_agent_id": task.agent_id,
-        }
-        if task.tool_call_id is not None:
-            relayed["parent_tool_call_id"] = task.tool_call_id
+        from tether.protocol import wire
+        from tether.protocol.turns import SubagentProgress
+
+        line = wire.subagent_line(SubagentProgress(
+            {k: v for k, v in event.items() if k not in _ENVELOPE_KEYS and k != "type"},
+            task.id, task.type, task.agent_id, task.tool_call_id,
+        ))
         try:
-            self.progress(relayed)
+            self.progress(line)
         except Exception:  # a reader gone away must not fail the task
             self.progress = None
 

@@ -48,16 +48,15 @@ class RuntimeApprover:
         request = can_use_tool_request(item, ctx.cwd)
         previous = rt.status
         rt._set_status("WAITING_ON_APPROVAL")
-        frame = rt.stream.frame(
-            "control_request",
-            request_id=request_id,
-            request=request,
-            agent_id=rt.scope.agent_id,
-            conversation_id=rt.scope.conversation_id,
-        )
+        frame = rt.stream.control_request(request_id, request)
         pending = PendingApproval(request_id, frame)
         rt.approvals[request_id] = pending
         rt.broadcast(frame)
+        from tether.server.runtime import EventSubscriber  # here: runtime.py imports this module
+
+        for sub in list(rt.subscribers.values()):
+            if isinstance(sub, EventSubscriber):  # the OpenAI bridge: the approval, typed
+                sub.on_approval_request(request_id, call.name, item.decision.reason)
         abort = rt.abort_event
         waiters: set[asyncio.Future[Any]] = {pending.future}
         aborted = asyncio.ensure_future(abort.wait()) if abort is not None else None
