@@ -18,7 +18,7 @@ import io
 import os
 import sys
 import time
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,26 +31,22 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tether.errors import TetherError
-from tether.protocol.chunks import UsageStatistics
 from tether.protocol.messages import TextPart
-from tether.protocol.turns import LocalToolCall
 from tether.runtime.flags import RunFlags
 from tether.tui.approvals import ApprovalRequest, ApprovalScreen, Choice, TuiApprover
 from tether.tui.commands import PickerScreen, parse_command, run_command
 from tether.tui.session_hooks import HookOutcome, SessionHooks
 from tether.tui.styles import STYLESHEET
+from tether.tui.turns import PromptQueue, TuiTurns
 from tether.tui.widgets import PromptInput, StatusInfo, StatusLine, Transcript
 
 if TYPE_CHECKING:  # the runtime loads in a thread once the first frame is up
-    from tether.core.turn import Event, TurnOutcome
-    from tether.runtime.inbox import Inbox, Submission, TurnPlan
+    from tether.runtime.inbox import Inbox
     from tether.runtime.prepared import Prepared
 
-MAX_STOP_CONTINUATIONS = 3  # a Stop hook that keeps blocking cannot loop forever
 DOUBLE_PRESS_S = 2.0
 MODE_CYCLE = ("standard", "acceptEdits", "strict")
 HISTORY_KEEP = 500
-STOP_HOOK = "stop_hook"  # the source of a Stop hook's continuation in the inbox
 
 
 def run_tui(flags: RunFlags, *, setup_done: bool = False) -> int:
@@ -102,12 +98,9 @@ class TetherApp(App[int]):
         self._inbox: Inbox | None = None  # the conversation's turns; made for the ready session
         self.flags = flags
         self.initial_prompt = initial_prompt
-        self._early: list[str] = []  # prompts typed while the session was starting
+        self.early_prompts: list[str] = []  # typed while the session was starting
+        self.turns = TuiTurns(self)  # the inbox's frontend
         self.queue = PromptQueue(self)
-        self._continuations = 0  # Stop hook continuations since the user's last prompt
-        self._turn_prompt = ""
-        self._turn_from_hook = False
-        self._turn_failed = False
         self.context_tokens = 0
         self.startup_error: str | None = None
         self.exit_signal: int | None = None  # SIGHUP/SIGTERM that ended the session
@@ -119,7 +112,6 @@ class TetherApp(App[int]):
         self._quitting = False
         self._wound_down = False
         self._ui_alive = True  # False once the widgets are gone (late events are dropped)
-        self._tool_calls = 0
         self._session_context: list[TextPart] = []  # SessionStart output, sent with the first prompt
         self._tasks: set[asyncio.Task[Any]] = set()
         self.approver = TuiApprover(
@@ -143,8 +135,26 @@ class TetherApp(App[int]):
         if self._inbox is None:
             from tether.runtime.inbox import Inbox
 
-            self._inbox = Inbox(self.prepared, self, coalesce=True)  # waiting prompts share a turn
+            self._inbox = Inbox(self.prepared, self.turns, coalesce=True)  # waiting prompts share a turn
         return self._inbox
+
+    @property
+    def inbox_if_made(self) -> Inbox | None:
+        return self._inbox
+
+    @property
+    def quitting(self) -> bool:
+        return self._quitting
+
+    @property
+    def ui_alive(self) -> bool:
+        """False once the widgets are gone (late events are dropped)."""
+        return self._ui_alive
+
+    def take_session_context(self) -> list[TextPart]:
+        """SessionStart's output, sent once, with the first prompt."""
+        context, self._session_context = self._session_context, []
+        return context
 
     @property
     def _history_file(self) -> Path:
@@ -241,9 +251,9 @@ class TetherApp(App[int]):
         if messages:
             self.transcript.show_history(messages)
         self.refresh_status()
-        self._spawn(self._session_start(is_new=not messages))
+        self.spawn(self._session_start(is_new=not messages))
         if self.prepared.settings.ignored and not self.flags.trust:
-            self._spawn(self.offer_trust())
+            self.spawn(self.offer_trust())
 
     async def offer_trust(self) -> bool:
         """The interactive side of folder trust: the project's settings asked for more than an
@@ -351,14 +361,14 @@ class TetherApp(App[int]):
         if command is not None and not self.ready and command[0] not in ("exit", "quit", "q"):
             self.notice(f"/{command[0]}: the session is still starting; try again in a moment", "dim")
         elif command is not None:
-            self._spawn(run_command(self, *command))
+            self.spawn(run_command(self, *command))
         else:
             self.start_turn([text])  # runs now, or waits for the running turn
 
     def start_turn(self, prompts: list[str]) -> None:
         """Submit `prompts` (they share one turn); before the session is ready they wait here."""
         if not self.ready:
-            self._early.extend(prompts)
+            self.early_prompts.extend(prompts)
         else:
             from tether.runtime.inbox import Submission
 
@@ -366,12 +376,7 @@ class TetherApp(App[int]):
                 self.inbox.put(Submission(parts=(TextPart(text),), payload=text))
         self.refresh_status()
 
-    def waiting_prompts(self) -> list[str]:
-        inbox = self._inbox
-        waiting = [str(s.payload) for s in inbox.queue if s.source != STOP_HOOK] if inbox else []
-        return [*self._early, *waiting]
-
-    def _spawn(self, coro: Awaitable[Any]) -> None:
+    def spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(self._guard(coro))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -386,126 +391,20 @@ class TetherApp(App[int]):
 
     # --- turns ---------------------------------------------------------------------------------
 
-    async def begin(self, batch: Sequence[Submission], abort: asyncio.Event) -> TurnPlan | None:
-        """The inbox starts a turn: the user's prompts shown and put to the UserPromptSubmit
-        hook (or a Stop hook's feedback), the SessionStart context sent with the first."""
-        try:
-            return await self._begin(batch)
-        except Exception as exc:  # shown, and the session stays usable
-            self._crashed(exc)
-            return None
-
-    async def _begin(self, batch: Sequence[Submission]) -> TurnPlan | None:
-        from tether.runtime.inbox import TurnPlan, user_message
-
-        if self._quitting:
-            return None
-        p = self.prepared
-        self.inbox.rebind(p)  # a session rebuilt since (trust)
-        texts = [str(s.payload) for s in batch]
-        from_hook = batch[0].source == STOP_HOOK
-        prompt = "\n\n".join(texts)
-        extra: list[TextPart] = []
-        if from_hook:
-            self.notice(f"Stop hook asked to continue: {prompt}", "dim")
-        else:
-            self._continuations = 0
-            for text in texts:
-                self.transcript.add_user(text)
-            submitted = self._show(await SessionHooks(p.hooks).prompt_submit(prompt))
-            if submitted.blocked is not None:
-                self.notice(f"Prompt blocked by a UserPromptSubmit hook: {submitted.blocked}", "error")
-                return None
-            extra = submitted.context
-        parts = [TextPart(t) for t in texts] + self._session_context + extra
-        self._session_context = []
-        self._tool_calls = 0
-        self._turn_prompt, self._turn_from_hook, self._turn_failed = prompt, from_hook, False
-        self.refresh_status()
-        return TurnPlan(user=user_message(parts), emit=self._emit, approver=self.approver)
-
-    def failed(self, batch: Sequence[Submission], exc: Exception) -> TurnOutcome:
-        from tether.core.turn import TurnOutcome
-
-        self._turn_failed = True
-        if isinstance(exc, TetherError):  # a busy conversation, a damaged transcript
-            self.notice(str(exc), "error")
-        else:
-            self._crashed(exc)
-        return TurnOutcome(stop_reason="error")
-
-    async def end(self, batch: Sequence[Submission], outcome: TurnOutcome) -> bool:
-        """After a turn: waiting prompts back into the box after an interrupt; after a good
-        one the memory review (in the background) and the Stop hook, whose feedback runs next."""
-        try:
-            await self._end(outcome)
-        except Exception as exc:
-            self._crashed(exc)
-        finally:
-            self.refresh_status()
-        return False  # the reflection is started in _end, its errors shown
-
-    async def _end(self, outcome: TurnOutcome) -> None:
-        from tether.runtime.inbox import Submission
-
-        if self._turn_failed:
-            return
-        if outcome.interrupted:
-            self._requeue_into_prompt()
-            return
-        if outcome.stop_reason != "end_turn" or self._quitting:
-            return
-        reflection = self.inbox.conversation.start_reflection()
-        if reflection is not None:  # memory review in the background; the prompt stays live
-            self._spawn(reflection)
-        stopped = self._show(await SessionHooks(self.prepared.hooks).stop(
-            stop_reason=outcome.stop_reason, tool_call_count=self._tool_calls,
-            assistant_message=outcome.last_text, user_message=self._turn_prompt,
-            active=self._turn_from_hook,
-        ))
-        feedback = stopped.blocked
-        if feedback is not None and self._continuations < MAX_STOP_CONTINUATIONS and not self._quitting:
-            self._continuations += 1
-            self.inbox.put(Submission(parts=(TextPart(feedback),), payload=feedback,
-                                      source=STOP_HOOK, coalesce=False), front=True)
-
-    def _crashed(self, exc: Exception) -> None:
-        self.crashed_turn = f"{type(exc).__name__}: {exc}"
-        self.notice(f"Internal error in the turn: {self.crashed_turn}", "error")
-
-    def _requeue_into_prompt(self) -> None:
-        """After an interrupt queued prompts are not sent: they go back into the prompt box."""
-        dropped = self.inbox.cancel_queued("the turn was interrupted: back in the input box")
-        texts = [str(s.payload) for s in dropped if s.source != STOP_HOOK]
-        if not texts:
-            return
-        box = self.prompt_box
-        box.load_text("\n\n".join([*texts, *([box.text] if box.text.strip() else [])]))
-        self.notice("Queued prompts are back in the input box (not sent)", "dim")
-
-    def _emit(self, event: Event) -> None:
-        if self._ui_alive:
-            self.transcript.render_event(event)
-        if isinstance(event, UsageStatistics):
-            self.context_tokens = event.total_tokens
-            self.refresh_status()
-        elif isinstance(event, LocalToolCall):
-            self._tool_calls += 1
-
     # --- TUI-only hooks ------------------------------------------------------------------------
 
-    def _show(self, outcome: HookOutcome) -> HookOutcome:
+    def show(self, outcome: HookOutcome) -> HookOutcome:
         for text, kind in outcome.notices:
             self.notice(text, kind)
         return outcome
 
     async def _session_start(self, *, is_new: bool) -> None:
         hooks = SessionHooks(self.prepared.hooks)
-        started = self._show(await hooks.session_start(is_new=is_new, agent_name=self.prepared.session.agent.name))
+        started = self.show(await hooks.session_start(is_new=is_new, agent_name=self.prepared.session.agent.name))
         self._session_context = started.context
         first = [self.initial_prompt] if self.initial_prompt else []
         self.initial_prompt = None
-        waiting, self._early = [*first, *self._early], []  # typed while the session was starting
+        waiting, self.early_prompts = [*first, *self.early_prompts], []  # typed while the session was starting
         if waiting and not self._quitting:
             self.start_turn(waiting)
 
@@ -600,7 +499,7 @@ class TetherApp(App[int]):
 
         def stop(signum: int) -> None:
             self.exit_signal = signum
-            self._spawn(self._quit_on_signal(signum))
+            self.spawn(self._quit_on_signal(signum))
 
         for signum in (signal.SIGHUP, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -621,7 +520,7 @@ class TetherApp(App[int]):
         if self._wound_down:
             return
         self._wound_down = True
-        self._early.clear()
+        self.early_prompts.clear()
         if self._preparing is not None and not self._preparing.done():
             with contextlib.suppress(Exception):  # a thread cannot be stopped: let it finish
                 await asyncio.wait_for(asyncio.shield(self._preparing), 30)
@@ -645,31 +544,6 @@ class TetherApp(App[int]):
         # The running turn is stopped (every call answered on disk), waiting prompts dropped.
         with contextlib.suppress(Exception):
             await inbox.close("the session ended", timeout=30, before_shutdown=session_end)
-
-
-class PromptQueue:
-    """The prompts waiting for a turn, as the status line lists them: typed while the session
-    was starting, or waiting in the inbox. `append` submits one as the prompt box does."""
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __init__(self, app: TetherApp) -> None:
-        self.app = app
-
-    def append(self, text: str) -> None:
-        self.app.start_turn([text])
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.app.waiting_prompts())
-
-    def __len__(self) -> int:
-        return len(self.app.waiting_prompts())
-
-    def __eq__(self, other: object) -> bool:
-        return list(self) == other if isinstance(other, list) else NotImplemented
-
-    def __repr__(self) -> str:
-        return repr(list(self))
 
 
 def prepare_here(flags: RunFlags, notes: io.StringIO) -> Prepared:
