@@ -296,3 +296,34 @@ def test_an_error_the_frontend_raises_stops_the_worker_and_cancels_the_rest(tmp_
 
         asyncio.run(scenario())
         assert fake.requests == []
+
+
+def test_idle_is_told_and_a_front_submission_runs_next(tmp_path: Path) -> None:
+    script = [{"text": "slow", "delay_ms": 600}, {"text": "urgent answer"}, {"text": "later answer"}]
+    with FakeProvider(script) as fake:
+
+        async def scenario() -> None:
+            rec = Recorder()
+            idle: list[tuple[bool, int]] = []
+            inbox: Inbox | None = None
+
+            def on_idle() -> None:
+                assert inbox is not None
+                idle.append((inbox.busy, len(inbox.queue)))
+
+            inbox = Inbox(session(tmp_path, fake.url), rec, max_queue=1, on_idle=on_idle)
+            await asyncio.sleep(0.05)
+            assert idle == [(False, 0)]  # the worker started with nothing to do
+            first = inbox.submit(text("first"))
+            await until(lambda: inbox.busy, "the first turn")
+            later = inbox.submit(text("later"))
+            urgent = inbox.put(Submission(parts=text("urgent")), front=True)  # past the bound too
+            await inbox.drained()
+            assert rec.begun == [[first.id], [urgent.id], [later.id]]
+            await until(lambda: len(idle) >= 2, "the idle notice")
+            await asyncio.sleep(0.2)  # a reflection ending tells it again, only when idle too
+            assert set(idle) == {(False, 0)}
+            await inbox.close()
+
+        asyncio.run(scenario())
+        assert "urgent" in said(fake.requests[1]) and "later" in said(fake.requests[2])

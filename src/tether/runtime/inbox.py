@@ -115,6 +115,8 @@ class Inbox:
     waiting when a turn starts share it. With `keep_going` an error escaping the frontend is
     printed and the next submission runs (a long-lived server); without, the worker stops, what
     waits is cancelled and the error is kept in `failure` (a one-client session ends with it).
+    `on_idle` is told whenever nothing runs or waits: the worker found its queue empty, or a
+    reflection it started ended (a server may then release the conversation).
     """
 
     def __init__(
@@ -256,6 +258,11 @@ class Inbox:
                 batch.append(self.queue.popleft())
         return batch
 
+    def _tell_idle(self) -> None:
+        """`on_idle`, when nothing runs or waits (the worker found nothing, a reflection ended)."""
+        if self.on_idle is not None and self.running is None and not self.queue:
+            self.on_idle()
+
     def _note_settled(self) -> None:
         if self.running is None and not self.queue:
             self._settled.set()
@@ -265,8 +272,7 @@ class Inbox:
             batch = self._take()
             if batch is None:
                 self._settled.set()
-                if self.on_idle is not None:
-                    self.on_idle()
+                self._tell_idle()
                 self._wake.clear()
                 await self._wake.wait()
                 continue
@@ -333,8 +339,7 @@ class Inbox:
             return
         started = self.conversation.start_reflection()  # memory review, off the turn
         if started is not None and self.on_idle is not None:
-            on_idle = self.on_idle
-            started.add_done_callback(lambda _: on_idle())
+            started.add_done_callback(lambda _: self._tell_idle())
 
     # --- the end ------------------------------------------------------------------------------
 
