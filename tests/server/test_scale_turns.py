@@ -1,7 +1,8 @@
 """What a server of many conversations relies on per turn (issue 20 item 4), shown by behaviour,
 never by timing: every concurrent conversation keeps its provider connection between turns, a
-transcript append is durable before the send goes on yet its fsync runs off the event loop, and
-the store checks a conversation's record once, not on every send, without losing the check."""
+transcript append is durable before the send goes on yet its fsync runs off the event loop, the
+store checks a conversation's record once, not on every send, without losing the check, and a
+response body read without a timer for buffered bytes still times out where it must wait."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.providers.support import make_provider, request, text_of, user
+from tests.providers.test_transport import HEAD, read_request, serve
 from tether.backends.local.backend import LocalBackend
 from tether.backends.local.store import LocalStore
 from tether.backends.local.transcript import Transcript
@@ -21,6 +23,7 @@ from tether.errors import NotFound
 from tether.protocol.chunks import StopReason
 from tether.protocol.messages import AssistantMessage, UserMessage
 from tether.protocol.turns import ConversationRef, TurnInput
+from tether.providers.transport import TimedOut, stream_post
 from tether.testing.fake_provider import FakeProvider
 
 CONCURRENT = 48  # above the old idle cap of 32 per origin
@@ -128,3 +131,36 @@ def test_a_send_records_durably_with_its_fsyncs_off_the_event_loop(
     assert ids[0] == "u-1" and len(ids) == 2
     answer = Transcript(path).load()[1]
     assert isinstance(answer, AssistantMessage) and answer.stop_reason is not None
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        b"5\r\nhello\r\n1",  # a whole chunk, then half a size line: the line waits, armed
+        b"5\r\nhello\r\n5\r\nhel",  # a chunk cut inside its data: the rest waits, armed
+        b"5\r\nhello\r\n5\r\nhello",  # the data whole, its CRLF missing
+        b"5\r\nhello\r\n0\r\n",  # the last chunk without the blank line that ends the body
+    ],
+)
+def test_a_chunked_body_that_stalls_after_buffered_bytes_still_times_out(sent: bytes) -> None:
+    """Reads of bytes already buffered arm no deadline; the read that must wait always does."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + sent)
+        await writer.drain()
+        await asyncio.sleep(5)
+
+    got: list[bytes] = []
+
+    async def main() -> None:
+        async with (
+            serve(handler) as url,
+            stream_post(url + "/v1/x", {}, b"{}", timeout_s=0.3, env={}) as response,
+        ):
+            async for piece in response.iter_bytes():
+                got.append(piece)
+
+    with pytest.raises(TimedOut, match="reading the response"):
+        asyncio.run(main())
+    assert b"".join(got).startswith(b"hello")
