@@ -2,8 +2,9 @@
 crashed run left (effect recovery, task notifications), the turn engine, the checkpoints a turn
 left open settled, and the after-turn reflection trigger.
 
-Headless, stream-json, the TUI and the App Server each render events and answer approvals; none
-of them calls `run_turn` itself, so the paths cannot drift apart again (issue 15).
+Headless, stream-json, the TUI and the App Server each render events and answer approvals; they
+submit input to the conversation's inbox (`runtime/inbox.py`), whose one worker calls `turn`, so
+none of them runs a turn itself and the paths cannot drift apart again (issue 15).
 """
 
 from __future__ import annotations

@@ -79,6 +79,9 @@ class QueuedInput(Submission):
 
 
 class ConversationRuntime:
+    """One conversation as App Server clients see it: the inbox's frontend (begin / failed /
+    end around each turn) plus subscribers, v2 frames, approvals and device state."""
+
     def __init__(self, ctx: ServerContext, prepared: Prepared, stream: EventStream) -> None:
         self.ctx = ctx
         self.stream = stream
