@@ -27,26 +27,7 @@ OTHER_WIRES: dict[tuple[str, str], str] = {
 }
 
 # (module, frame type) -> why it still builds that frame itself, until the named request lands.
-PENDING: dict[tuple[str, str], str] = {
-    ("runtime/subagents.py", "stream_event"):
-        "relays a subagent's line; wire-to-lead-1 moves it to wire.subagent_line",
-    ("server/approvals.py", ".frame:control_request"):
-        "wire-to-lead-1: rt.stream.control_request(request_id, request)",
-    ("server/runtime.py", ".frame:update_device_status"):
-        "wire-to-inbox-1: self.stream.device_status(...)",
-    ("server/runtime.py", ".frame:update_loop_status"):
-        "wire-to-inbox-1: self.stream.loop_status(...)",
-    ("server/runtime.py", ".frame:update_queue"): "wire-to-inbox-1: self.stream.update_queue(...)",
-    ("server/runtime.py", ".frame:stream_delta"):
-        "wire-to-inbox-1: stream_delta / turn_failed / tool_lifecycle",
-    ("server/runtime.py", ".frame:turn_finished"):
-        "wire-to-inbox-1: self.stream.turn_finished(TurnFinished(...))",
-    ("cli/bidirectional.py", "control_response"):
-        "wire-to-inbox-1: wire.control_response(env, request_id, payload, error=...)",
-    ("cli/bidirectional.py", "control_request"):
-        "wire-to-inbox-1: wire.control_request(env, request_id, request)",
-    ("cli/bidirectional.py", "error"): "wire-to-inbox-1: wire.error_line(env, message)",
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 def _modules() -> Iterator[tuple[str, ast.Module]]:

@@ -54,6 +54,10 @@ if TYPE_CHECKING:
     from tether.server.runtime import ConversationRuntime
 
 _FINISH = {"max_tokens_exceeded": "length", "max_steps": "length"}
+_WITHDRAWN = {  # why a waiting input leaves the queue without a turn
+    "lost": "the OpenAI API client went away before its turn",
+    "closing": "the server is shutting down",
+}
 _USAGE_FIELDS = (
     ("prompt", "prompt_tokens"),
     ("completion", "completion_tokens"),
@@ -401,24 +405,7 @@ class TurnWatch:
         )
 
     def send_frame(self, frame: dict[str, Any]) -> None:
-        """Frames are for websocket clients; this watch takes the typed events below. Until the
-        runtime hands it approvals and turn ends typed, it reads those two frames."""
-        kind = frame.get("type")
-        if kind == "control_request":
-            request = frame.get("request") or {}
-            self.on_approval_request(
-                str(frame.get("request_id")),
-                str(request.get("tool_name")),
-                str(request.get("decision_reason") or ""),
-            )
-        elif kind == "turn_finished":
-            run_ids = tuple(frame.get("run_ids") or ())
-            self.on_turn_finished(
-                TurnFinished(
-                    str(frame.get("turn_id")), str(frame.get("stop_reason")), run_ids,
-                    frame.get("request_id"), frame.get("error"),
-                )
-            )
+        """Frames are for websocket clients: this watch takes the turn typed (the methods below)."""
 
     def on_turn_finished(self, finished: TurnFinished) -> None:
         if not self.started or self.done or finished.request_id != self.request_id:
@@ -466,11 +453,13 @@ class TurnWatch:
         self.gave_up = True
         from tether.server.runtime import QueuedInput
 
-        queued = [q for q in self.rt.queue if q.id == self.queue_item_id]
-        if queued:
-            self.rt.queue.remove(queued[0])
-            if isinstance(queued[0], QueuedInput) and queued[0].announced:
-                self.rt.broadcast(self.rt.queue_frame(removed=[queued[0].id]))
+        withdrawn = (
+            self.rt.inbox.withdraw(self.queue_item_id, _WITHDRAWN.get(why, why))
+            if self.queue_item_id is not None else None
+        )
+        if withdrawn is not None:
+            if isinstance(withdrawn, QueuedInput) and withdrawn.announced:
+                self.rt.broadcast(self.rt.queue_frame(removed=[withdrawn.id]))
         elif why == "lost" and self.started:
             self.rt.abort(None)
         self.events.put_nowait((why, None))
