@@ -2,7 +2,7 @@
 server/v2_frames.py shapes the protocol v2 frames the server sends; core/ shapes no wire dict.
 
 The frame types are read out of the two serialiser modules themselves (every `"type"` of a dict
-literal there, every kind given to `EventStream.frame`), so a new frame is covered the day it is
+literal there, every kind given to `EventStream._frame`), so a new frame is covered the day it is
 written. Every other module in src/tether is parsed: a dict literal (or `dict(type=...)`) whose
 `type` names one of those frames, or a `.frame("<kind>", ...)` call, is a second serialiser.
 What still does it is listed in PENDING with its reason; an entry that no longer occurs fails
@@ -50,11 +50,11 @@ def _type_values(tree: ast.AST) -> Iterator[tuple[str, int]]:
 
 
 def _frame_kinds(tree: ast.AST) -> Iterator[tuple[str, int]]:
-    """The constant kind of every `<something>.frame("<kind>", ...)` call."""
+    """The constant kind of every `<x>.frame("<kind>", ...)` / `<x>._frame(...)` call."""
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
-        if node.func.attr == "frame" and node.args and (kind := _text(node.args[0])):
+        if node.func.attr in ("frame", "_frame") and node.args and (kind := _text(node.args[0])):
             yield kind, node.lineno
 
 

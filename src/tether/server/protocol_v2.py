@@ -2,8 +2,7 @@
 
 Parsing is strict where bytes come in: a frame that is not JSON, has an unknown `type` or lacks a
 field becomes a `FrameError` naming the field; the connection stays up. What the server sends is
-built in `v2_frames.py` (its builders are re-exported here for the modules that import them
-from this one).
+built in `v2_frames.py`.
 """
 
 from __future__ import annotations
@@ -32,12 +31,6 @@ from tether.server.frame_reader import (
     FrameError,
     Reader,
 )
-
-# Built in v2_frames; re-exported for the modules that import them from here.
-from tether.server.v2_frames import PROTOCOL_VERSION as PROTOCOL_VERSION
-from tether.server.v2_frames import EventStream as EventStream
-from tether.server.v2_frames import app_server_info_response as app_server_info_response
-from tether.server.v2_frames import error_frame as error_frame
 
 LOOP_STATUSES = (
     "SENDING_API_REQUEST",

@@ -236,8 +236,8 @@ class EventStream:
         self._seq = itertools.count(seq + 1)
         self.last_seq = seq
 
-    def frame(self, kind: str, **fields: Any) -> dict[str, Any]:
-        """The envelope around a frame; the named builders below are what callers use."""
+    def _frame(self, kind: str, **fields: Any) -> dict[str, Any]:
+        """The envelope around one of the frames the builders below make."""
         self.last_seq = seq = next(self._seq)
         return {
             "type": kind,
@@ -261,7 +261,7 @@ class EventStream:
         pending_control_requests: Iterable[tuple[str, Mapping[str, Any]]],
     ) -> dict[str, Any]:
         """`update_device_status`; `permission_mode` is tether's name, sent as v2 names it."""
-        return self.frame(
+        return self._frame(
             "update_device_status",
             device_status={
                 "current_connection_id": None,
@@ -291,7 +291,7 @@ class EventStream:
     def loop_status(
         self, status: str, active_run_ids: Iterable[str], executing: Iterable[str]
     ) -> dict[str, Any]:
-        return self.frame(
+        return self._frame(
             "update_loop_status",
             loop_status={
                 "status": status,
@@ -303,7 +303,7 @@ class EventStream:
     def update_queue(
         self, waiting: Iterable[QueueEntry], removed: Sequence[str] | None = None
     ) -> dict[str, Any]:
-        return self.frame(
+        return self._frame(
             "update_queue", queue=[queue_item(q) for q in waiting], removed=list(removed or [])
         )
 
@@ -311,11 +311,11 @@ class EventStream:
 
     def input_accepted(self, request_id: str, answer: Mapping[str, Any]) -> dict[str, Any]:
         """`answer`: what the runtime's queue said (accepted, disposition, queue_item_id, ...)."""
-        return self.frame("input_accepted", request_id=request_id, **answer)
+        return self._frame("input_accepted", request_id=request_id, **answer)
 
     def control_request(self, request_id: str, request: Mapping[str, Any]) -> dict[str, Any]:
         """A question to the runtime's clients (`can_use_tool`), the stream-json request shape."""
-        return self.frame(
+        return self._frame(
             "control_request",
             request_id=request_id,
             request=request,
@@ -333,12 +333,12 @@ class EventStream:
         }
         if finished.error is not None:
             fields["error"] = finished.error
-        return self.frame("turn_finished", **fields)
+        return self._frame("turn_finished", **fields)
 
     def stream_delta(self, event: TurnEvent) -> dict[str, Any] | None:
         """A turn event as a `stream_delta` frame, or None for what headless drops too."""
         delta = self.delta(event)
-        return None if delta is None else self.frame("stream_delta", delta=delta)
+        return None if delta is None else self._frame("stream_delta", delta=delta)
 
     def turn_failed(self, turn_id: str, message: str) -> dict[str, Any]:
         """The `loop_error` of a turn that could not run at all (busy, damaged, a bug)."""
@@ -349,13 +349,13 @@ class EventStream:
             "stop_reason": "error",
             "is_terminal": True,
         }
-        return self.frame("stream_delta", delta=delta)
+        return self._frame("stream_delta", delta=delta)
 
     def tool_lifecycle(
         self, message_type: str, tool_call_id: str, run_id: str | None
     ) -> dict[str, Any]:
         """`client_tool_start` / `client_tool_end` of a tool the runtime executes."""
-        return self.frame("stream_delta", delta=self.lifecycle(message_type, tool_call_id, run_id))
+        return self._frame("stream_delta", delta=self._lifecycle(message_type, tool_call_id, run_id))
 
     # --- deltas ---------------------------------------------------------------------------------
 
@@ -398,7 +398,7 @@ class EventStream:
             return None  # approvals go out as control_request; errors as loop_error
         return wire.chunk_event(env, event, partial=False)
 
-    def lifecycle(
+    def _lifecycle(
         self, message_type: str, tool_call_id: str, run_id: str | None, **extra: Any
     ) -> dict[str, Any]:
         delta: dict[str, Any] = {
