@@ -55,7 +55,8 @@ class Submission:
     id: str = field(default_factory=new_id)
     payload: Any = None
     coalesce: bool = True  # may share a turn with the coalescing submissions queued after it
-    # An event the caller already holds (a signal handler's), used as its turn's abort.
+    # An event the caller already holds (a signal handler's), used as its turn's abort (the
+    # first submission's, when several share a turn).
     abort: asyncio.Event | None = None
     # The turn's outcome (None: the frontend let it go without a turn), or Cancelled / an error.
     done: asyncio.Future[TurnOutcome | None] | None = field(default=None, init=False)

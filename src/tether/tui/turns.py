@@ -50,6 +50,7 @@ class TuiTurns:
         app = self.app
         if app.quitting:
             return None
+        app.refresh_status()  # the batch left the queue: no longer listed as waiting
         p = app.prepared
         app.inbox.rebind(p)  # a session rebuilt since (trust)
         texts = [str(s.payload) for s in batch]
