@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import orjson
@@ -265,3 +267,48 @@ def test_messages_list_limit_prints_the_same_records_from_the_end(
         ["messages", "list", "--conversation", conv.id, "--limit", "0"], env=env, cwd=tmp_path
     )
     assert bad.code == 1 and "--limit must be at least 1, got 0" in bad.stderr
+
+
+def test_last_compaction_id_follows_other_writers(tmp_path: Path) -> None:
+    path = tmp_path / "messages.jsonl"
+    cached = long_conversation(path, 9)
+    assert cached.last_compaction_id() is None
+    other = Transcript(path)
+    first = other.append_compaction(user("s1"), summary="s", first_kept_message_id="u6",
+                                    tokens_before=9)
+    assert cached.last_compaction_id() == first  # read from what was appended since
+    other.append([user("later")])
+    second = other.append_compaction(user("s2"), summary="s", first_kept_message_id="later",
+                                     tokens_before=9)
+    assert cached.last_compaction_id() == second == Transcript(path).last_compaction_id()
+
+
+def test_a_transcript_shared_by_threads_never_shows_a_half_applied_append(tmp_path: Path) -> None:
+    """The backend appends in a worker thread while the loop's thread may read the same cached
+    Transcript (reflection, a mod): every read sees whole appends (five messages each)."""
+    t = Transcript(tmp_path / "messages.jsonl")
+    t.ensure_created("/")
+    failures: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            for i in range(300):
+                t.append([user(f"m{i}-{k}") for k in range(5)])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    seen: set[int] = set()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        writer = threading.Thread(target=write)
+        writer.start()
+        while writer.is_alive():
+            seen.add(len(t.load()))
+            t.tail(3)
+        writer.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not failures, failures
+    assert all(n % 5 == 0 for n in seen), sorted(n for n in seen if n % 5)
+    assert len(t.load()) == 1500 and len(seen) > 1

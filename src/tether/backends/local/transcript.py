@@ -32,29 +32,46 @@ the end) is damage too: those records were committed, and nothing is cut.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
-from collections.abc import Iterator, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar, cast
 
 import orjson
 
 from tether.backends.local import replacements, resume_index
 from tether.backends.local.damage import fused_records
+from tether.backends.local.durable import append_durably
 from tether.backends.local.entry_format import entry_bytes, entry_timestamp, session_header
-from tether.backends.local.locks import create_exclusive, write_all, writing
-from tether.backends.local.resume_index import Where
+from tether.backends.local.locks import create_exclusive
 from tether.backends.local.settlement import settle_orphaned_tool_calls
 from tether.backends.local.tail import read_tail
+from tether.backends.local.view import ActiveView
 from tether.errors import ProtocolError, TranscriptCorrupt
 from tether.protocol.messages import Message, message_from_dict, message_to_dict
 
 _StatKey = tuple[int, int, int]
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
-class Transcript:
-    """The messages.jsonl at `path`. Not thread-safe; one writer at a time (the turn lock).
+def _locked(method: _F) -> _F:
+    """Run under the transcript's lock: the backend appends in a worker thread, and a reader on
+    another thread (reflection, a mod) must never meet a write half applied."""
+
+    @functools.wraps(method)
+    def run(self: Transcript, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return cast(_F, run)
+
+
+class Transcript(ActiveView):
+    """The messages.jsonl at `path`. One writer at a time across processes (the turn lock);
+    within one, the public methods hold `_lock`.
 
     The parsed view stays in memory: `load()` and `append()` re-read only what another process
     added since (detected by inode, size and mtime), never the whole file again.
@@ -62,30 +79,19 @@ class Transcript:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
+        self._lock = threading.RLock()
         self._key: _StatKey | None = None
         self._collect: list[dict[str, Any]] | None = None
         self._reset()
 
     def _reset(self) -> None:
+        self._reset_view()
         self._header: dict[str, Any] | None = None
-        self._view: dict[str, Message] = {}
-        self._latest_entry: dict[str, str] = {}  # message id in view -> its latest entry id
-        self._entry_message: dict[str, str | None] = {}  # entry id -> message id it carried
-        self._last_entry_id: str | None = None
         self._good_size = 0  # bytes up to and including the last good LF
         self._good_lines = 0  # lines in those bytes, header included
         self._disk_size = 0  # bytes on disk when last read (more than good: a torn tail)
-        # Where each message in view has its latest entry, and the last compaction entry (with
-        # its line number): what the resume index records (`resume_index`).
-        self._at: dict[str, Where] = {}
-        # (entry, line number, the kept messages' latest entries as they were at it)
-        self._compaction: tuple[Where, int, list[tuple[str, Where]] | None] | None = None
         self._index_stale = False  # a compaction the index does not describe yet
-        # Offsets of the message entries from `_cover_from` on that replaced a message in view,
-        # and how far the replacement log is known to be written: what `replacements` records.
-        self._cover_from: int | None = None
-        self._replaced: list[int] = []
-        self._log_end: int | None = None
+        self._log_end: int | None = None  # how far the replacement log is known written
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -95,11 +101,13 @@ class Transcript:
         if not self.path.exists():
             create_exclusive(self.path, session_header(cwd))
 
+    @_locked
     def load(self) -> list[Message]:
         """The active view, in order. A missing file is an empty conversation."""
         self._sync()
         return list(self._view.values())
 
+    @_locked
     def tail(self, limit: int) -> list[Message]:
         """The last `limit` messages of the active view (`load()[-limit:]`), read back from the
         end of the file when this reader has not read it yet."""
@@ -111,9 +119,17 @@ class Transcript:
                 return found
         return self.load()[-limit:]
 
+    @_locked
     def header(self) -> dict[str, Any] | None:
         self._sync()
         return dict(self._header) if self._header is not None else None
+
+    @_locked
+    def last_compaction_id(self) -> str | None:
+        """The entry id of the latest compaction (None: never compacted), reading only what
+        was appended since the last read."""
+        self._sync()
+        return self._compaction[0][0] if self._compaction is not None else None
 
     def entries(self) -> list[dict[str, Any]]:
         """Every entry after the header, as stored (a fresh, validating read of the file)."""
@@ -294,60 +310,9 @@ class Transcript:
     def _corrupt(self, line: int, why: str) -> NoReturn:
         raise TranscriptCorrupt(str(self.path), line, why)
 
-    # --- the view ---------------------------------------------------------------------------
-
-    def _note_entry(self, eid: str, message_id: str | None) -> None:
-        self._entry_message[eid] = message_id
-        self._last_entry_id = eid
-
-    def _add_message(self, where: Where, message: Message) -> None:
-        eid = where[0]
-        if message.id in self._view:
-            self._replaced.append(where[1])
-        self._view[message.id] = message  # an existing key keeps its place: replaced in place
-        self._latest_entry[message.id] = eid
-        self._at[message.id] = where
-        self._note_entry(eid, message.id)
-
-    def _compact(self, where: Where, line: int, summary: Message, kept_from: str | None) -> None:
-        eid = where[0]
-        kept: list[str] = []
-        if kept_from is not None:
-            ids = list(self._view)
-            kept = ids[ids.index(kept_from) :]
-        view = {summary.id: summary}
-        latest = {summary.id: eid}
-        at: dict[str, Where] = {}
-        for mid in kept:
-            if mid != summary.id:
-                view[mid] = self._view[mid]
-                latest[mid] = self._latest_entry[mid]
-                if mid in self._at:
-                    at[mid] = self._at[mid]
-        # In place: the parse loop holds references to these dicts.
-        self._view.clear()
-        self._view.update(view)
-        self._latest_entry.clear()
-        self._latest_entry.update(latest)
-        self._at.clear()
-        self._at.update(at)
-        self._at[summary.id] = where  # its latest entry, should a later compaction keep it
-        snapshot = [(mid, at[mid]) for mid in view if mid != summary.id and mid in at]
-        complete = len(snapshot) == len(view) - 1 if summary.id in view else False
-        self._compaction = (where, line, snapshot if complete else None)
-        self._note_entry(eid, summary.id)
-        self._cover_from = where[1] + where[2] + 1  # before it, the resume index tells
-        self._replaced.clear()
-
-    def _roll_back(self, eid: str, message_id: str) -> None:
-        # A rollback of a message not in view (already compacted away) changes nothing.
-        self._view.pop(message_id, None)
-        self._latest_entry.pop(message_id, None)
-        self._at.pop(message_id, None)
-        self._note_entry(eid, None)
-
     # --- writing ----------------------------------------------------------------------------
 
+    @_locked
     def append(self, messages: Sequence[Message]) -> None:
         """One step boundary: an entry per message whose snapshot changed, one write, one fsync."""
         self._sync_for_write()
@@ -381,6 +346,7 @@ class Transcript:
         self._log_replacements(start, self._replaced[known:])
         self._write_index_if_stale()
 
+    @_locked
     def rollback(self, message_id: str) -> None:
         """Durably drop `message_id` from the active view (see the module docstring)."""
         self._sync()
@@ -393,6 +359,7 @@ class Transcript:
         self._log_replacements(start, [])
         self._write_index_if_stale()
 
+    @_locked
     def append_compaction(
         self,
         summary_message: Message,
@@ -466,25 +433,12 @@ class Transcript:
     def _write(self, lines: list[bytes]) -> int:
         """Append `lines` durably; returns the offset they start at."""
         payload = b"".join(lines)
-        with writing(self.path, "append to"):
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-            try:
-                if self._disk_size > self._good_size:
-                    os.ftruncate(fd, self._good_size)  # repair: cut the torn last line
-                try:
-                    write_all(fd, payload)
-                    os.fsync(fd)
-                except OSError:
-                    # A full disk or a failed fsync: nothing of this write counts, so none of
-                    # it may stay (a part could hold whole lines a later read would believe).
-                    # The fsync is never retried and assumed to have worked.
-                    with contextlib.suppress(OSError):
-                        os.ftruncate(fd, self._good_size)
-                    self._key = None
-                    raise
-                st = os.fstat(fd)
-            finally:
-                os.close(fd)
+        torn = self._disk_size > self._good_size
+        try:
+            st = append_durably(self.path, payload, self._good_size, torn=torn)
+        except OSError:
+            self._key = None  # what is on disk is unknown: the next read starts over
+            raise
         offset = self._good_size
         self._good_size += len(payload)
         self._good_lines += len(lines)
