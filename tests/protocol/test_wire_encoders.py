@@ -16,6 +16,7 @@ from tether.protocol.chunks import (
     UsageStatistics,
 )
 from tether.protocol.messages import Usage
+from tether.protocol.stream_json import NO_RESPONSE, StreamJsonEncoder
 from tether.protocol.turns import (
     ApprovalResult,
     LocalToolCall,
@@ -31,7 +32,7 @@ ENV = wire.Envelope("agent-1", "conv-1")
 
 
 def _lines(partial: bool, events: list) -> list[dict]:
-    encoder = wire.StreamJsonEncoder(ENV, partial=partial)
+    encoder = StreamJsonEncoder(ENV, partial=partial)
     out = [line for event in events for line in encoder.encode(event)]
     return out + encoder.flush()
 
@@ -110,7 +111,7 @@ def _outcome(**fields) -> TurnOutcome:
 def test_each_bidirectional_turn_ends_with_its_result_line(
     outcome: TurnOutcome, subtype: str, stop_reason: str | None
 ) -> None:
-    line = wire.StreamJsonEncoder(ENV, partial=False).turn_result(
+    line = StreamJsonEncoder(ENV, partial=False).turn_result(
         outcome, duration_ms=7, api_ms=3
     )
     assert line["type"] == "result" and line["subtype"] == subtype
@@ -122,13 +123,13 @@ def test_each_bidirectional_turn_ends_with_its_result_line(
 
 
 def test_a_one_shot_error_ends_on_its_error_line_unless_tether_itself_failed() -> None:
-    encoder = wire.StreamJsonEncoder(ENV, partial=False)
+    encoder = StreamJsonEncoder(ENV, partial=False)
     failed = _outcome(stop_reason="error", error=TurnError("disk full", "error"))
     assert encoder.run_result(failed, duration_ms=1, api_ms=0) is None
     line = encoder.run_result(failed, duration_ms=1, api_ms=0, result_on_error=True)
     assert line is not None and (line["subtype"], line["result"]) == ("error", "disk full")
     empty = encoder.run_result(_outcome(), duration_ms=1, api_ms=0)
-    assert empty is not None and empty["result"] == wire.NO_RESPONSE
+    assert empty is not None and empty["result"] == NO_RESPONSE
 
 
 def test_control_lines_and_subagent_lines_carry_the_envelope() -> None:
@@ -140,6 +141,18 @@ def test_control_lines_and_subagent_lines_carry_the_envelope() -> None:
     ask = wire.control_request(ENV, "perm-1", {"subtype": "can_use_tool"})
     assert (ask["type"], ask["request_id"], ask["session_id"]) == (
         "control_request", "perm-1", "agent-1")
+    # Key order too: the reference's clients see these exact objects.
+    asked = wire.can_use_tool(tool_name="Write", tool_call_id="c1", args={"file_path": "a"},
+                              decision_reason="no rule allows it", diffs=[{"path": "a"}])
+    assert list(asked.items()) == [
+        ("subtype", "can_use_tool"), ("tool_name", "Write"), ("input", {"file_path": "a"}),
+        ("tool_call_id", "c1"), ("permission_suggestions", []), ("blocked_path", None),
+        ("decision_reason", "no rule allows it"), ("diffs", [{"path": "a"}])]
+    question = wire.can_use_tool(tool_name="AskUserQuestion", tool_call_id="ask-1", args={})
+    assert "decision_reason" not in question and "diffs" not in question
+    assert list(wire.execute_external_tool("c2", "lookup", {"q": 1}).items()) == [
+        ("subtype", "execute_external_tool"), ("tool_call_id", "c2"), ("tool_name", "lookup"),
+        ("input", {"q": 1})]
     progress = SubagentProgress({"message_type": "assistant_message"}, "task-1", "explore", None,
                                 "call-7")
     line = ENV.wrap(wire.subagent_line(progress))

@@ -1,5 +1,5 @@
-"""Headless output: stream-json lines (shaped by protocol/wire.py) written to stdout, or the
-run's end as text or one json document.
+"""Headless output: stream-json lines (chosen by protocol/stream_json.py, shaped by
+protocol/wire.py) written to stdout, or the run's end as text or one json document.
 
 stdout is written and flushed line by line (real clients do not set PYTHONUNBUFFERED); a failed
 write (the reader went away) is reported on stderr and turns the exit code into 1.
@@ -16,6 +16,7 @@ import orjson
 from tether.core.turn import Event, TurnOutcome
 from tether.errors import TetherError
 from tether.protocol import wire
+from tether.protocol.stream_json import NO_RESPONSE, StreamJsonEncoder
 from tether.protocol.turns import LocalToolReturn, TurnError
 
 
@@ -97,7 +98,7 @@ class Renderer:
         self.fmt = fmt
         self.env = envelope
         self.partial = partial
-        self.encoder = wire.StreamJsonEncoder(envelope, partial=partial)
+        self.encoder = StreamJsonEncoder(envelope, partial=partial)
         self.errors: list[TurnError] = []
         self.last_tool_output = ""  # the turn's result when it ends on tool output and no text
 
@@ -143,7 +144,7 @@ class Renderer:
                 write_line(line)
         if outcome.error is not None:
             return 130 if outcome.interrupted else 1
-        text = outcome.result_text or wire.NO_RESPONSE
+        text = outcome.result_text or NO_RESPONSE
         if self.fmt == "json":
             write_line(
                 wire.json_result(
