@@ -238,6 +238,7 @@ def test_a_reader_that_already_holds_the_view_answers_from_it(tmp_path: Path) ->
     t = long_conversation(path, 30)
     log_path(path).unlink()
     assert t.tail(4) == full_read(path)[-4:]
+    assert t.tail(1000) == full_read(path)
     with pytest.raises(ValueError, match="at least 1"):
         t.tail(0)
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import itertools
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -117,7 +118,8 @@ class Transcript(ActiveView):
             found = read_tail(self.path, limit)
             if found is not None:
                 return found
-        return self.load()[-limit:]
+        self._sync()
+        return list(itertools.islice(reversed(self._view.values()), limit))[::-1]
 
     @_locked
     def header(self) -> dict[str, Any] | None:
