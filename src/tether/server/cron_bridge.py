@@ -21,7 +21,12 @@ from tether.runtime.cron.store import CronStore
 from tether.server.auth import FULL_GRANT, Grant
 from tether.server.protocol_v2 import CreateMessage, CronTrigger, NewMessage, RuntimeStart
 from tether.server.runtime_start import start_runtime
-from tether.server.v2_frames import cron_trigger_failed, cron_trigger_response, crons_updated
+from tether.server.v2_frames import (
+    InputAnswer,
+    cron_trigger_failed,
+    cron_trigger_response,
+    crons_updated,
+)
 
 if TYPE_CHECKING:
     from tether.server.app_server import AppServer
@@ -55,10 +60,10 @@ class RuntimeSubmitter:
             return SubmitResult("unavailable", error=str(exc))
         scope = resolved.scope
         message = NewMessage(f"cron-{uuid.uuid4().hex[:12]}", (TextPart(text),), text)
-        answer = rt.submit(CreateMessage(None, None, scope, (message,)), source="cron")
-        if not answer.get("accepted"):
-            return SubmitResult("queue_full", scope.conversation_id, error=answer.get("error"))
-        return SubmitResult("queued", scope.conversation_id, answer.get("queue_item_id"))
+        answer = InputAnswer.of(rt.submit(CreateMessage(None, None, scope, (message,)), source="cron"))
+        if not answer.accepted:
+            return SubmitResult("queue_full", scope.conversation_id, error=answer.error)
+        return SubmitResult("queued", scope.conversation_id, answer.queue_item_id)
 
 
 def _tag_scheduled(server: AppServer, agent_id: str, conversation_id: str) -> None:

@@ -39,6 +39,37 @@ class TurnFinished:
     error: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class InputAnswer:
+    """What a runtime's queue says to a create_message: the fields of `input_accepted`."""
+
+    accepted: bool
+    disposition: str | None = None  # "started" or "queued", when accepted
+    queue_item_id: str | None = None
+    error: str | None = None  # why not, when refused (a full queue, a closed runtime)
+    duplicate: bool = False  # the same idempotency key again: this is the first answer
+
+    @classmethod
+    def of(cls, answer: InputAnswer | Mapping[str, Any]) -> InputAnswer:
+        """Until the runtime returns an InputAnswer itself (wire-to-inbox-3): its dict."""
+        if isinstance(answer, InputAnswer):
+            return answer
+        return cls(bool(answer.get("accepted")), answer.get("disposition"),
+                   answer.get("queue_item_id"), answer.get("error"), bool(answer.get("duplicate")))
+
+    def fields(self) -> dict[str, Any]:
+        if not self.accepted:
+            return {"accepted": False, "error": self.error}
+        out: dict[str, Any] = {
+            "accepted": True,
+            "disposition": self.disposition,
+            "queue_item_id": self.queue_item_id,
+        }
+        if self.duplicate:
+            out["duplicate"] = True
+        return out
+
+
 class QueuedMessage(Protocol):
     client_message_id: str
     content: Any  # as the client sent it
@@ -309,9 +340,8 @@ class EventStream:
 
     # --- input and turns -------------------------------------------------------------------------
 
-    def input_accepted(self, request_id: str, answer: Mapping[str, Any]) -> dict[str, Any]:
-        """`answer`: what the runtime's queue said (accepted, disposition, queue_item_id, ...)."""
-        return self._frame("input_accepted", request_id=request_id, **answer)
+    def input_accepted(self, request_id: str, answer: InputAnswer) -> dict[str, Any]:
+        return self._frame("input_accepted", request_id=request_id, **answer.fields())
 
     def control_request(self, request_id: str, request: Mapping[str, Any]) -> dict[str, Any]:
         """A question to the runtime's clients (`can_use_tool`), the stream-json request shape."""
