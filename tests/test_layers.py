@@ -49,6 +49,8 @@ ALLOWED: dict[tuple[str, str], str] = {
         "the memory repo takes the same cross-process lock primitive as the store",
     ("tether.tools.memory", "tether.memory.blocks"): "the memory tool edits memory blocks",
     ("tether.tools.memory", "tether.memory.memfs"): "the memory tool edits the memory repo",
+    ("tether.tools.memory_patch", "tether.memory.blocks"): "memory_apply_patch edits memory blocks",
+    ("tether.tools.memory_patch", "tether.memory.memfs"): "memory_apply_patch edits the memory repo",
     ("tether.tools.process_group", "tether.sandbox.policy"):
         "the shell tool runs its commands through the kernel sandbox",
     ("tether.tools.process_group", "tether.sandbox.probe"):

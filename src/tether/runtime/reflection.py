@@ -217,21 +217,13 @@ class ReflectionTrigger:
         if p.env.get("TETHER_AGENT_ROLE") == "subagent":
             return None  # children (reflection's own included) never reflect
         home, agent = p.store.home, p.session.agent
+        conv = p.session.conversation_id
         try:
-            with updating_state(home, agent.id) as state:
-                if self.trigger_flag is not None:
-                    state.trigger = self.trigger_flag
-                if self.step_flag is not None:
-                    state.step_count = self.step_flag
-                state.steps_since_success += 1
-                if state.trigger == "compaction-event":
-                    conv = p.session.conversation_id
-                    entries = p.store.transcript(agent.id, conv).entries()
-                    latest = last_compaction_id(entries)
-                    if latest is not None and state.compactions_seen.get(conv) != latest:
-                        state.compactions_seen[conv] = latest
-                        state.pending = True
-                due = pass_due(state, time.time())
+            # The last compaction from the cached transcript (only what was appended since it
+            # was last read), on the loop; the state's flock, read and fsynced write in a worker
+            # thread: on the loop they stalled every conversation of an App Server.
+            latest = p.store.transcript(agent.id, conv).last_compaction_id()
+            due = await asyncio.to_thread(self._count_turn, conv, latest)
             if not due:
                 return None
             from tether.runtime.reflection_pass import run_pass
@@ -255,6 +247,21 @@ class ReflectionTrigger:
         if not result.ok:
             self.warn(f"reflection {result.result}: {result.message} (will retry later)")
         return result
+
+    def _count_turn(self, conv: str, latest: str | None) -> bool:
+        """Count the finished turn and note a new compaction; whether a pass is due now."""
+        p = self.prepared
+        with updating_state(p.store.home, p.session.agent.id) as state:
+            if self.trigger_flag is not None:
+                state.trigger = self.trigger_flag
+            if self.step_flag is not None:
+                state.step_count = self.step_flag
+            state.steps_since_success += 1
+            if (state.trigger == "compaction-event" and latest is not None
+                    and state.compactions_seen.get(conv) != latest):
+                state.compactions_seen[conv] = latest
+                state.pending = True
+            return pass_due(state, time.time())
 
 
 def attach_reflection(prepared: Prepared) -> None:
