@@ -164,3 +164,59 @@ def test_a_chunked_body_that_stalls_after_buffered_bytes_still_times_out(sent: b
     with pytest.raises(TimedOut, match="reading the response"):
         asyncio.run(main())
     assert b"".join(got).startswith(b"hello")
+
+
+def test_calls_left_open_are_settled_on_every_later_send_of_one_backend(
+    store: LocalStore, tmp_path: Path
+) -> None:
+    """A backend remembers the history prefix it found settled and walks only what follows:
+    a call left open after that mark (a turn that stopped before running it) is still
+    answered on the next send, as one left open before any mark is."""
+    agent = store.create_agent(model="anthropic/m", system="s")
+    conversation = store.create_conversation(agent.id)
+    path = store.conversation_dir(agent.id, conversation.id) / "messages.jsonl"
+    script = [
+        {"tool_calls": [{"name": "Bash", "arguments": {"command": "ls"}, "id": "call-1"}]},
+        {"tool_calls": [{"name": "Bash", "arguments": {"command": "pwd"}, "id": "call-2"}]},
+        {"text": "done"},
+    ]
+    with FakeProvider(script, keep_alive=True) as fake:
+        backend = LocalBackend(
+            store,
+            make_provider("anthropic", fake),
+            provider_name="anthropic",
+            model_id="m",
+            system="s",
+            cwd=tmp_path,
+            platform="linux",
+            today="2026-12-03",
+        )
+        ref = ConversationRef(agent.id, conversation.id)
+        ctx = ToolContext("ctx-1", {}, tmp_path, "standard")
+
+        async def main() -> None:
+            for n in range(3):  # each send a new user message: nobody answered the calls
+                question = UserMessage(f"u-{n}", request().messages[0].content, n)
+                async for _ in backend.send(ref, TurnInput(user=question), ctx):
+                    pass
+
+        asyncio.run(main())
+        last_request = fake.requests[-1]["body"]["messages"]
+    results = [
+        (m.tool_call_id, m.is_error, m.text)
+        for m in Transcript(path).load()
+        if m.role == "toolResult"
+    ]
+    assert results == [
+        ("call-1", True, "Turn did not complete"),
+        ("call-2", True, "Turn did not complete"),
+    ]
+    answered = [
+        block["tool_use_id"]
+        for message in last_request
+        if isinstance(message["content"], list)
+        for block in message["content"]
+        if block.get("type") == "tool_result"
+    ]
+    assert answered == ["call-1", "call-2"]
+    assert fake.violations == []

@@ -98,6 +98,8 @@ class LocalBackend:
         # Whether a tool-call id was already used in this conversation beyond the loaded
         # history (the runtime asks the effect checkpoints); a reused one gets a fresh id.
         self.call_id_taken: Callable[[str], bool] | None = None
+        # Per conversation: (length, last message id) of a history prefix known settled.
+        self._settled: dict[tuple[str, str], tuple[int, str]] = {}
 
     async def compact(
         self, conversation: ConversationRef, *, trigger: plan.Trigger = "manual", tools_json: str = ""
@@ -136,6 +138,26 @@ class LocalBackend:
         yield CompactionNotice(trigger, done.stats, run_id)
         yield SummaryMessage(done.summary, done.summary_message.id, run_id)
 
+    def _settle(
+        self, conversation: ConversationRef, transcript: Transcript, history: list[Message]
+    ) -> list[Message]:
+        """`settle` over only what was added since the history was last found settled: a
+        settled prefix stays settled (results only ever follow their calls, and a compaction
+        keeps call/result pairs together), so each send no longer walks the whole history.
+        The mark is the prefix's length and its last message id; any other view (a rollback,
+        a compaction) fails the check and is walked in full."""
+        key = (conversation.agent_id, conversation.conversation_id)
+        start = 0
+        mark = self._settled.get(key)
+        if mark is not None:
+            n, last_id = mark
+            if 0 < n <= len(history) and history[n - 1].id == last_id:
+                start = n
+        history = settle(transcript, history, start)
+        if history:
+            self._settled[key] = (len(history), history[-1].id)
+        return history
+
     def _transcript(self, conversation: ConversationRef) -> Transcript:
         return self.store.transcript(conversation.agent_id, conversation.conversation_id)
 
@@ -150,7 +172,7 @@ class LocalBackend:
         transcript = self._transcript(conversation)
         history = transcript.load()
         if not turn_input.approvals:
-            history = settle(transcript, history)
+            history = self._settle(conversation, transcript, history)
         new = input_messages(turn_input)
         await append_durably(transcript, new)
         history = [*history, *new]
@@ -266,14 +288,16 @@ def _tools_json(tools: Sequence[ToolSpec]) -> str:
     return orjson.dumps([[t.name, t.description, t.parameters] for t in tools]).decode()
 
 
-def settle(transcript: Transcript, history: list[Message]) -> list[Message]:
-    """§4.4 step 1: close what an earlier, interrupted turn left open, durably."""
-    kept, appended = settle_orphaned_tool_calls(history)
-    if len(kept) < len(history):  # only ever the never-finished trailing assistant message
+def settle(transcript: Transcript, history: list[Message], start: int = 0) -> list[Message]:
+    """§4.4 step 1: close what an earlier, interrupted turn left open, durably. Calls before
+    `start` are known answered (`history[:start]` was settled), so only the rest is walked."""
+    tail = history[start:] if start else history
+    kept, appended = settle_orphaned_tool_calls(tail)
+    if len(kept) < len(tail):  # only ever the never-finished trailing assistant message
         transcript.rollback(history[-1].id)
     if appended:
         transcript.append(appended)
-    return [*kept, *appended]
+    return [*history[:start], *kept, *appended]
 
 
 def input_messages(turn_input: TurnInput) -> list[Message]:
@@ -302,21 +326,30 @@ class _CallIds:
 
     def __init__(self, history: Sequence[Message], taken: Callable[[str], bool] | None) -> None:
         self._taken = taken  # ids the conversation used before what `history` holds (checkpoints)
-        self._used = {
-            part.id
-            for m in history
-            if isinstance(m, AssistantMessage)
-            for part in m.content
-            if isinstance(part, ToolCallPart)
-        }
-        self._used.update(m.tool_call_id for m in history if isinstance(m, ToolResultMessage))
+        self._history = history
+        # Built on the first tool call: a text-only send never walks the whole history for it.
+        self._used: set[str] | None = None
+
+    def _seen(self) -> set[str]:
+        if self._used is None:
+            history = self._history
+            self._used = {
+                part.id
+                for m in history
+                if isinstance(m, AssistantMessage)
+                for part in m.content
+                if isinstance(part, ToolCallPart)
+            }
+            self._used.update(m.tool_call_id for m in history if isinstance(m, ToolResultMessage))
+        return self._used
 
     def own(self, call_id: str) -> str:
+        used = self._seen()
         fresh, n = call_id, 1
-        while fresh in self._used or not fresh or (self._taken is not None and self._taken(fresh)):
+        while fresh in used or not fresh or (self._taken is not None and self._taken(fresh)):
             n += 1
             fresh = f"{call_id or 'call'}_t{n}"
-        self._used.add(fresh)
+        used.add(fresh)
         return fresh
 
 
