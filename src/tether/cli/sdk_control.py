@@ -13,6 +13,7 @@ from tether.core.approvals import Classified
 from tether.core.tools import Effect, ToolContext, ToolResult, ToolRunContext
 from tether.core.turn import ApprovalAnswer
 from tether.errors import TetherError
+from tether.protocol import wire
 from tether.protocol.messages import ImagePart, TextPart, UserPart, message_to_dict
 
 if TYPE_CHECKING:
@@ -147,15 +148,25 @@ class ControlRequests:
         return [message_to_dict(m) for m in transcript.load()]
 
     def list_messages(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        messages = self._messages()
         limit = request.get("limit", 50)
         if not isinstance(limit, int) or limit <= 0:
             raise TetherError("list_messages: 'limit' must be a positive integer")
         order = request.get("order", "desc")
         if order not in ("asc", "desc"):
             raise TetherError("list_messages: 'order' must be 'asc' or 'desc'")
-        ids = [m["id"] for m in messages]
         before, after = request.get("before"), request.get("after")
+        if order == "desc" and not isinstance(before, str) and not isinstance(after, str):
+            # The newest page (what bootstrap asks for): read back from the end of the file.
+            transcript = self.p.store.transcript(self.p.session.agent.id, self.p.session.conversation_id)
+            newest = transcript.tail(limit + 1)
+            newest_first = [message_to_dict(m) for m in newest[-limit:][::-1]]
+            more = len(newest) > limit
+            answer: dict[str, Any] = {"messages": newest_first, "has_more": more}
+            if more and newest_first:
+                answer["next_before"] = newest_first[-1]["id"]
+            return answer
+        messages = self._messages()
+        ids = [m["id"] for m in messages]
         lo, hi = 0, len(messages)
         if isinstance(before, str) and before in ids:
             hi = ids.index(before)
@@ -262,8 +273,7 @@ class ExternalTool:
         return []
 
     async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
-        request = {"subtype": "execute_external_tool", "tool_call_id": ctx.tool_call_id,
-                   "tool_name": self.name, "input": dict(args)}
+        request = wire.execute_external_tool(ctx.tool_call_id, self.name, args)
         try:
             response = await self.session.ask_client(f"ext-{ctx.tool_call_id}", request)
         except EOFError:

@@ -12,6 +12,7 @@ each turn, tool calls a crashed run left open are answered from their effect che
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 import traceback
 import uuid
@@ -38,7 +39,7 @@ from tether.server.runtime_start import (
     check_scoped_folder,
     check_workspace,
 )
-from tether.server.v2_frames import EventStream, TurnFinished, error_frame
+from tether.server.v2_frames import EventStream, InputAnswer, TurnFinished, error_frame
 
 _SEEN_KEYS = 1024
 
@@ -87,11 +88,14 @@ class ConversationRuntime:
         self.stream = stream
         self.scope = stream.scope
         self.subscribers: dict[str, Subscriber] = {}
+        # Those that take typed events too, decided once (a runtime-checkable isinstance walks
+        # the protocol's members, and would run for every event).
+        self._event_subscribers: dict[str, EventSubscriber] = {}
         self.status = "WAITING_ON_INPUT"
         self.active_run_ids: list[str] = []
         self.executing: list[str] = []
         self.approvals: dict[str, PendingApproval] = {}
-        self.seen: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.seen: OrderedDict[str, InputAnswer] = OrderedDict()
         self.turns_finished = 0
         self._pending_state: tuple[str | None, Path | None] | None = None
         self._turn: _Turn | None = None  # the running turn's id, input and error
@@ -134,12 +138,15 @@ class ConversationRuntime:
 
     def subscribe(self, sub: Subscriber) -> None:
         self.subscribers[sub.id] = sub
+        if isinstance(sub, EventSubscriber):
+            self._event_subscribers[sub.id] = sub
         if self._release_timer is not None:
             self._release_timer.cancel()
             self._release_timer = None
 
     def unsubscribe(self, sub: Subscriber) -> None:
         self.subscribers.pop(sub.id, None)
+        self._event_subscribers.pop(sub.id, None)
         self.release_when_idle()
 
     # --- release when idle (issue 22 item 5) ------------------------------------------------
@@ -212,11 +219,11 @@ class ConversationRuntime:
 
     # --- commands from clients ---------------------------------------------------------------
 
-    def submit(self, command: CreateMessage, source: str = "user") -> dict[str, Any]:
-        """Queue a create_message; returns the input_accepted fields (a repeat is not re-run)."""
+    def submit(self, command: CreateMessage, source: str = "user") -> InputAnswer:
+        """Queue a create_message; returns what input_accepted says (a repeat is not re-run)."""
         key = command.idempotency_key
         if key is not None and key in self.seen:
-            return {**self.seen[key], "duplicate": True}
+            return dataclasses.replace(self.seen[key], duplicate=True)
         from tether.protocol.chunks import iso_now
 
         item = QueuedInput(
@@ -228,18 +235,11 @@ class ConversationRuntime:
         try:
             self.inbox.put(item)
         except QueueFull:
-            return {
-                "accepted": False,
-                "error": f"the input queue of {self.scope.conversation_id} is full "
-                f"({self.ctx.max_queue} inputs waiting); retry after a turn finishes",
-            }
+            return InputAnswer(False, error=f"the input queue of {self.scope.conversation_id} is "
+                               f"full ({self.ctx.max_queue} inputs waiting); retry after a turn finishes")
         except InboxClosed as exc:
-            return {"accepted": False, "error": f"{self.scope.conversation_id}: {exc}"}
-        answer: dict[str, Any] = {
-            "accepted": True,
-            "disposition": "started" if started else "queued",
-            "queue_item_id": item.id,
-        }
+            return InputAnswer(False, error=f"{self.scope.conversation_id}: {exc}")
+        answer = InputAnswer(True, "started" if started else "queued", item.id)
         if key is not None:
             self.seen[key] = answer
             while len(self.seen) > _SEEN_KEYS:
@@ -429,9 +429,8 @@ class ConversationRuntime:
         self.active_run_ids = []
         self._set_status("WAITING_ON_INPUT")
         self.broadcast(self.stream.turn_finished(finished))
-        for sub in list(self.subscribers.values()):
-            if isinstance(sub, EventSubscriber):
-                sub.on_turn_finished(finished)
+        for sub in list(self._event_subscribers.values()):
+            sub.on_turn_finished(finished)
         if error is None and outcome.stop_reason == "end_turn":
             self.inbox.start_reflection()  # memory review, off the turn, before a rebuild
         try:
@@ -455,9 +454,8 @@ class ConversationRuntime:
         if new_run or status != self.status:
             self.status = status
             self.broadcast(self.loop_status_frame())
-        for sub in list(self.subscribers.values()):
-            if isinstance(sub, EventSubscriber):
-                sub.on_event(event)
+        for sub in list(self._event_subscribers.values()):
+            sub.on_event(event)
         frame = self.stream.stream_delta(event)
         if frame is not None:
             self.broadcast(frame)
