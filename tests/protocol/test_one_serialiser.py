@@ -37,8 +37,6 @@ PENDING: dict[tuple[str, str], str] = {
     ("runtime/diffs.py", "subtype:can_use_tool"):
         "wire-to-lead-2: can_use_tool_request returns wire.can_use_tool(...)",
     ("tools/ask_user.py", "subtype:can_use_tool"): "wire-to-lead-2: wire.can_use_tool(...)",
-    ("cli/sdk_control.py", "subtype:execute_external_tool"):
-        "wire-to-inbox-2: wire.execute_external_tool(...)",
 }
 
 

@@ -341,9 +341,7 @@ class AppServer:
                 )
             answer = rt.submit(frame)
             if frame.request_id is not None:
-                conn.send_frame(
-                    rt.stream.input_accepted(frame.request_id, v2_frames.InputAnswer.of(answer))
-                )
+                conn.send_frame(rt.stream.input_accepted(frame.request_id, answer))
         elif isinstance(frame, ApprovalResponse):
             problem = rt.answer_approval(frame)
             if problem is not None:

@@ -22,7 +22,6 @@ from tether.server.auth import FULL_GRANT, Grant
 from tether.server.protocol_v2 import CreateMessage, CronTrigger, NewMessage, RuntimeStart
 from tether.server.runtime_start import start_runtime
 from tether.server.v2_frames import (
-    InputAnswer,
     cron_trigger_failed,
     cron_trigger_response,
     crons_updated,
@@ -60,7 +59,7 @@ class RuntimeSubmitter:
             return SubmitResult("unavailable", error=str(exc))
         scope = resolved.scope
         message = NewMessage(f"cron-{uuid.uuid4().hex[:12]}", (TextPart(text),), text)
-        answer = InputAnswer.of(rt.submit(CreateMessage(None, None, scope, (message,)), source="cron"))
+        answer = rt.submit(CreateMessage(None, None, scope, (message,)), source="cron")
         if not answer.accepted:
             return SubmitResult("queue_full", scope.conversation_id, error=answer.error)
         return SubmitResult("queued", scope.conversation_id, answer.queue_item_id)

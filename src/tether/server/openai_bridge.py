@@ -46,7 +46,7 @@ from tether.server.protocol_v2 import (
     NewMessage,
     RuntimeScope,
 )
-from tether.server.v2_frames import EventStream, InputAnswer, TurnFinished
+from tether.server.v2_frames import EventStream, TurnFinished
 
 if TYPE_CHECKING:
     from tether.core.turn import Event
@@ -372,7 +372,7 @@ class OpenAIBridge:
         watch = TurnWatch(rt, f"openai-{next(self._ids)}")
         rt.subscribe(watch)
         message = NewMessage(f"cm-{uuid.uuid4().hex[:12]}", parts, content)
-        answer = InputAnswer.of(rt.submit(CreateMessage(watch.request_id, None, rt.scope, (message,))))
+        answer = rt.submit(CreateMessage(watch.request_id, None, rt.scope, (message,)))
         if not answer.accepted:
             rt.unsubscribe(watch)
             raise ApiError(429, str(answer.error), None, "conversation_queue_full")

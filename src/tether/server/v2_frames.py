@@ -49,14 +49,6 @@ class InputAnswer:
     error: str | None = None  # why not, when refused (a full queue, a closed runtime)
     duplicate: bool = False  # the same idempotency key again: this is the first answer
 
-    @classmethod
-    def of(cls, answer: InputAnswer | Mapping[str, Any]) -> InputAnswer:
-        """Until the runtime returns an InputAnswer itself (wire-to-inbox-3): its dict."""
-        if isinstance(answer, InputAnswer):
-            return answer
-        return cls(bool(answer.get("accepted")), answer.get("disposition"),
-                   answer.get("queue_item_id"), answer.get("error"), bool(answer.get("duplicate")))
-
     def fields(self) -> dict[str, Any]:
         if not self.accepted:
             return {"accepted": False, "error": self.error}
