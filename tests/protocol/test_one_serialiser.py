@@ -33,11 +33,7 @@ OTHER_WIRES: dict[tuple[str, str], str] = {
 }
 
 # (module, frame type) -> why it still builds that frame itself, until the named request lands.
-PENDING: dict[tuple[str, str], str] = {
-    ("runtime/diffs.py", "subtype:can_use_tool"):
-        "wire-to-lead-2: can_use_tool_request returns wire.can_use_tool(...)",
-    ("tools/ask_user.py", "subtype:can_use_tool"): "wire-to-lead-2: wire.can_use_tool(...)",
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 def _modules() -> Iterator[tuple[str, ast.Module]]:

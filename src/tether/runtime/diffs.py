@@ -91,17 +91,13 @@ def hunks(old: str, new: str) -> list[dict[str, Any]]:
 def can_use_tool_request(item: Classified, cwd: Path) -> dict[str, Any]:
     """The `can_use_tool` control request for a call that needs a human (reference §3.4), as
     stream-json and the App Server send it: the call, why it asks, and a diff for edits."""
+    from tether.protocol import wire
+
     call = item.call
-    request: dict[str, Any] = {
-        "subtype": "can_use_tool",
-        "tool_name": call.name,
-        "input": item.args,
-        "tool_call_id": call.tool_call_id,
-        "permission_suggestions": [],
-        "blocked_path": None,
-        "decision_reason": item.decision.reason,
-    }
-    diffs = preview_diffs(call.name, item.args, cwd)
-    if diffs is not None:
-        request["diffs"] = diffs
-    return request
+    return wire.can_use_tool(
+        tool_name=call.name,
+        tool_call_id=call.tool_call_id,
+        args=item.args,
+        decision_reason=item.decision.reason,
+        diffs=preview_diffs(call.name, item.args, cwd),
+    )

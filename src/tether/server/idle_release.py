@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from tether.server.protocol_v2 import RuntimeScope
     from tether.server.runtime import ConversationRuntime
     from tether.server.runtime_start import ServerContext
+    from tether.server.v2_frames import InputAnswer
 
 # How many released conversations' small state the server remembers (oldest forgotten first).
 KEPT_RUNTIMES = 4096
@@ -26,7 +27,7 @@ class Kept:
     answer "duplicate", and the mode, folder and session allow rules a client chose hold."""
 
     last_seq: int
-    seen: tuple[tuple[str, dict[str, Any]], ...]
+    seen: tuple[tuple[str, InputAnswer], ...]
     mode: str
     cwd: Path
     session_allow: tuple[Any, ...]

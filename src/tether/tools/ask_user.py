@@ -117,10 +117,11 @@ def ask_through_client(ask_client: AskClient) -> Callable[[list[dict[str, Any]]]
 
     async def ask(questions: list[dict[str, Any]]) -> Any:
         request_id = f"ask-{next(counter)}"
-        request: dict[str, Any] = {
-            "subtype": "can_use_tool", "tool_name": "AskUserQuestion", "tool_call_id": request_id,
-            "input": {"questions": questions}, "permission_suggestions": [], "blocked_path": None,
-        }  # fmt: skip
+        from tether.protocol import wire
+
+        request = wire.can_use_tool(
+            tool_name="AskUserQuestion", tool_call_id=request_id, args={"questions": questions}
+        )
         try:
             response = await ask_client(request_id, request)
         except EOFError:
