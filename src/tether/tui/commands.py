@@ -322,10 +322,7 @@ async def _mcp_prompt(app: TetherApp, name: str, arg: str) -> bool:
     except Exception as exc:
         app.notice(f"/{name}: {exc}", "error")
         return True
-    if app.busy:
-        app.queue.append(text)
-    else:
-        app.start_turn([text])
+    app.start_turn([text])  # runs now, or waits in the inbox for the running turn
     return True
 
 
