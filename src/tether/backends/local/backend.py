@@ -12,6 +12,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -280,8 +281,20 @@ async def append_durably(transcript: Transcript, messages: Sequence[Message]) ->
     """`transcript.append` (written and fsynced before this returns, as before) in a worker
     thread: an fsync blocks for 0.3-2 ms, and on the event loop it stalled every other
     conversation of an App Server with it (half the loop's time at 200 conversations). The
-    caller holds the turn lock and awaits, so this transcript still has one writer at a time."""
-    await asyncio.to_thread(transcript.append, messages)
+    caller holds the turn lock and awaits, so this transcript still has one writer at a time.
+    The threads are the transcripts' own: in asyncio's shared pool, work queued behind slow
+    jobs (a state file's lock, a prompt compile) delayed every turn's appends."""
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(_transcript_writers(), transcript.append, messages)
+
+
+_WRITERS: list[ThreadPoolExecutor] = []  # created on the first append, one per process
+
+
+def _transcript_writers() -> ThreadPoolExecutor:
+    if not _WRITERS:
+        _WRITERS.append(ThreadPoolExecutor(8, thread_name_prefix="tether-transcript"))
+    return _WRITERS[0]
 
 
 def _tools_json(tools: Sequence[ToolSpec]) -> str:
