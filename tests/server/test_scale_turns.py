@@ -220,3 +220,19 @@ def test_calls_left_open_are_settled_on_every_later_send_of_one_backend(
     ]
     assert answered == ["call-1", "call-2"]
     assert fake.violations == []
+
+
+def test_lock_and_state_files_still_make_their_missing_folders(tmp_path: Path) -> None:
+    """The per-turn lock and state writes open first and make folders only when the open says
+    they are missing: a fresh home still works, and an existing one is used as it is."""
+    from tether.backends.local.locks import exclusive_flock, write_json_atomic
+
+    lock = tmp_path / "a" / "b" / "turn.lock"
+    for _ in range(2):  # first in a folder that does not exist yet, then in the one made
+        with exclusive_flock(lock, wait=0, busy=lambda: RuntimeError("busy")):
+            assert lock.is_file()
+    state = tmp_path / "c" / "d" / "state.json"
+    write_json_atomic(state, {"n": 1})
+    write_json_atomic(state, {"n": 2})
+    assert state.read_text() == '{\n  "n": 2\n}\n'
+    assert sorted(p.name for p in state.parent.iterdir()) == ["state.json"]  # no temp left

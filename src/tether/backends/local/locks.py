@@ -102,8 +102,7 @@ def exclusive_flock(path: Path, *, wait: float, busy: Callable[[], Exception]) -
     If someone else holds it, poll for up to `wait` seconds, then raise `busy()`.
     """
     with writing(path, "open the lock file"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = _open_creating_parents(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
     try:
         deadline = time.monotonic() + max(0.0, wait)
         pause = _FIRST_POLL_S
@@ -123,6 +122,17 @@ def exclusive_flock(path: Path, *, wait: float, busy: Callable[[], Exception]) -
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def _open_creating_parents(path: Path, flags: int) -> int:
+    """`os.open(path, flags, 0o600)`, making the missing parent folders first only when the
+    open says they are missing: a lock or state file is opened every turn, and a mkdir and a
+    stat of its (nearly always existing) folder each time were as many syscalls as the open."""
+    try:
+        return os.open(path, flags, 0o600)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, flags, 0o600)
 
 
 def fsync_dir(directory: Path) -> None:
@@ -145,9 +155,8 @@ def _write_tmp(path: Path, data: bytes) -> Path:
 
 
 def _write_tmp_unchecked(path: Path, data: bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_path(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    fd = _open_creating_parents(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC)
     try:
         write_all(fd, data)
         os.fsync(fd)
@@ -162,8 +171,6 @@ def _write_tmp_unchecked(path: Path, data: bytes) -> Path:
 
 def write_json_atomic(path: Path, obj: Any) -> None:
     """`obj` as indented JSON in place of `path` (`write_atomic`), its directory made if needed."""
-    with writing(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
 
 
