@@ -8,7 +8,9 @@ The fake provider (`python -m tether.testing.fake_provider --keep-alive`, its ow
 200 handler threads do not share the bench client's GIL) answers every request after `--delay`
 ms, standing in for a model's own time; `--delay 0` answers at once. All runtimes are started
 first (runtime_start builds a session synchronously, like a headless run's bootstrap), then
-every conversation runs its turns back to back. For that phase it prints:
+every conversation runs its turns back to back, the i-th starting i/N of the delay after the
+first, so turns arrive spread out as independent users' do (`--burst`: all at one instant,
+after which they stay in lockstep, each second's 200 answers landing together). It prints:
 
 - the provider's time and the overhead of each turn, input → turn_finished minus the delay
   (p50 / p99 / max; it includes the loopback HTTP and the fake's own work, so it is an upper
@@ -157,6 +159,8 @@ async def conversation(
     latencies: list[float],
     starts: list[float],
     tally: Tally | None = None,
+    later: list[float] | None = None,
+    offset_s: float = 0.0,
 ) -> str | None:
     """Start a runtime and run `turns` turns; returns the agent id, or None when the server
     refused the connection or stopped answering (counted in `tally`)."""
@@ -179,6 +183,7 @@ async def conversation(
                 tally.arrive()
                 arrived = True
                 await tally.go.wait()
+            await asyncio.sleep(offset_s)  # spread over the provider's time, as real users are
             for n in range(turns):
                 rid = f"t{n}"
                 t1 = time.perf_counter()
@@ -190,6 +195,8 @@ async def conversation(
                 finished = await recv_until(ws, "turn_finished", request_id=rid)
                 assert finished["stop_reason"] == "end_turn", finished
                 latencies.append(time.perf_counter() - t1)
+                if n and later is not None:  # the first turn also pays the prompt's compile
+                    later.append(latencies[-1])
             return runtime["agent_id"]
     except Refused as exc:
         if tally is None:
@@ -242,6 +249,7 @@ class Phase:
     def __init__(self, pids: dict[str, int]) -> None:
         self.pids = pids
         self.latencies: list[float] = []
+        self.later: list[float] = []  # every turn but each conversation's first
         self.starts: list[float] = []
         self.wall = 0.0
         self.cpu: dict[str, float] = {}
@@ -259,17 +267,30 @@ class Phase:
             await asyncio.sleep(RSS_EVERY_S)
 
 
-async def drive(url: str, cwd: str, n: int, turns: int, pids: dict[str, int]) -> Phase:
-    """Start n runtimes, then run every conversation's turns at once; measured as a Phase."""
+async def drive(
+    url: str, cwd: str, n: int, turns: int, pids: dict[str, int], spread_s: float = 0.0
+) -> Phase:
+    """Start n runtimes, then run every conversation's turns, the i-th starting after
+    i/n of `spread_s`; measured as a Phase."""
     phase = Phase(pids)
     agent = await conversation(url, cwd, None, 1, [], [])  # warm-up: creates the shared agent
     before_start = cpu_s(pids["server"])
     phase.tally = tally = Tally(n)
     tasks = [
         asyncio.ensure_future(
-            conversation(url, cwd, agent, turns, phase.latencies, phase.starts, tally)
+            conversation(
+                url,
+                cwd,
+                agent,
+                turns,
+                phase.latencies,
+                phase.starts,
+                tally,
+                phase.later,
+                offset_s=i * spread_s / n,
+            )
         )
-        for _ in range(n)
+        for i in range(n)
     ]
     await tally.all_arrived.wait()  # each one arrives: started, refused or failed
     cpu0 = phase.cpu_now()
@@ -290,7 +311,7 @@ async def drive(url: str, cwd: str, n: int, turns: int, pids: dict[str, int]) ->
 
 
 async def under_slowloris(
-    url: str, cwd: str, n: int, turns: int, sockets: int, pids: dict[str, int]
+    url: str, cwd: str, n: int, turns: int, sockets: int, pids: dict[str, int], spread_s: float
 ) -> tuple[Phase, list[float], list[int]]:
     host, port = url.removeprefix("ws://").split("/")[0].rsplit(":", 1)
     closed: list[float] = []
@@ -299,7 +320,7 @@ async def under_slowloris(
         asyncio.ensure_future(slow_client(host, int(port), closed, refused)) for _ in range(sockets)
     ]
     await asyncio.sleep(1.0)  # every socket is open and has sent its first byte
-    phase = await drive(url, cwd, n, turns, pids)
+    phase = await drive(url, cwd, n, turns, pids, spread_s)
     await asyncio.gather(*attack)
     return phase, closed, refused
 
@@ -360,6 +381,11 @@ def main() -> None:
         metavar="MS",
         help="the provider's own time per response (a model stand-in); 0: at once",
     )
+    parser.add_argument(
+        "--burst",
+        action="store_true",
+        help="start every conversation's turns at the same instant (default: spread over --delay)",
+    )
     parser.add_argument("--slowloris", type=int, default=0, metavar="K")
     parser.add_argument(
         "--soak",
@@ -412,11 +438,12 @@ def main() -> None:
         try:
             assert proc.stdout is not None
             url = proc.stdout.readline().strip()
-            phase = asyncio.run(drive(url, tmp, n, turns, pids))
+            spread_s = 0.0 if args.burst else args.delay / 1000
+            phase = asyncio.run(drive(url, tmp, n, turns, pids, spread_s))
             if profile:
                 pids.pop("profile")
             attacked = (
-                asyncio.run(under_slowloris(url, tmp, n, turns, args.slowloris, pids))
+                asyncio.run(under_slowloris(url, tmp, n, turns, args.slowloris, pids, spread_s))
                 if args.slowloris
                 else None
             )
@@ -484,6 +511,12 @@ def report(phase: Phase, n: int, turns: int, delay_ms: int) -> None:
         f"overhead over provider   p50 {pct(over, 0.5):7.1f} ms   p99 {pct(over, 0.99):7.1f} ms"
         f"   max {max(over) * 1000:.1f} ms"
     )
+    if phase.later:
+        later = [x - delay_ms / 1000 for x in phase.later]
+        print(
+            f"  after the first turn   p50 {pct(later, 0.5):7.1f} ms   p99 {pct(later, 0.99):7.1f} ms"
+            f"   max {max(later) * 1000:.1f} ms   (each conversation's first turn left out)"
+        )
     print(
         f"runtime_start            p50 {pct(phase.starts, 0.5):7.1f} ms   p99 "
         f"{pct(phase.starts, 0.99):7.1f} ms   server CPU {phase.start_cpu / max(n, 1) * 1000:.1f} ms each"
