@@ -288,14 +288,19 @@ def test_shutdown_answers_every_waiting_request(fake: FakeProvider, tmp_path: Pa
     agent = api.agent()
     streamed: list[str] = []
     queued: list[httpx.Response] = []
+    failures: list[BaseException] = []  # a thread's exception, so a failure says what happened
 
     def stream() -> None:
         request = chat(agent, "hang", stream=True)
-        with (
-            httpx.Client(base_url=api.base, timeout=30) as client,
-            client.stream("POST", "/v1/chat/completions", json=request) as response,
-        ):
-            streamed.extend(sse_data(response))
+        try:
+            with (
+                httpx.Client(base_url=api.base, timeout=30) as client,
+                client.stream("POST", "/v1/chat/completions", json=request) as response,
+            ):
+                for data in sse_data(response):
+                    streamed.append(data)
+        except BaseException as exc:
+            failures.append(exc)
 
     def wait() -> None:
         with httpx.Client(base_url=api.base, timeout=30) as client:
@@ -312,6 +317,7 @@ def test_shutdown_answers_every_waiting_request(fake: FakeProvider, tmp_path: Pa
     api.close()  # SIGTERM: exits 0
     running.join(10)
     waiting.join(10)
+    assert not failures and streamed, (failures, streamed)
     assert streamed[-1] == "[DONE]"
     assert json.loads(streamed[-2])["error"]["code"] == "turn_cancelled"
     (response,) = queued
