@@ -304,3 +304,34 @@ def test_memory_dir_layout(tether_home) -> None:
         r.state_path(tether_home, AGENT)
         == memory_dir(tether_home, AGENT).parent / "reflection.json"
     )
+
+
+def _trigger(home: Path, trigger: str | None = None, steps: int | None = None) -> r.ReflectionTrigger:
+    from types import SimpleNamespace
+
+    prepared = SimpleNamespace(
+        flags=SimpleNamespace(reflection_trigger=trigger, reflection_step_count=steps),
+        store=SimpleNamespace(home=home), session=SimpleNamespace(agent=SimpleNamespace(id=AGENT)),
+    )
+    return r.ReflectionTrigger(prepared, lambda m: None)
+
+
+def test_a_turn_that_changes_only_an_unread_counter_writes_nothing(tether_home) -> None:
+    # compaction-event (the default) never reads the turn counter: no fsynced write per turn
+    path = r.state_path(tether_home, AGENT)
+    t = _trigger(tether_home)
+    assert [t._count_turn("conv-1", None) for _ in range(3)] == [False, False, False]
+    assert not path.exists() and t.unsaved_steps == 3
+    assert t._count_turn("conv-1", "c1") is True  # a compaction: written, with every turn counted
+    saved = r.load_state(tether_home, AGENT)
+    assert saved.steps_since_success == 4 and saved.pending and saved.compactions_seen == {"conv-1": "c1"}
+    assert t.unsaved_steps == 0
+    # step-count reads the counter: every turn is written
+    s = _trigger(tether_home, "step-count", 3)
+    assert s._count_turn("conv-1", "c1") is True  # 5 >= 3
+    assert r.load_state(tether_home, AGENT).steps_since_success == 5
+    assert r.load_state(tether_home, AGENT).trigger == "step-count"
+    # the saved trigger is step-count now: a run without flags writes every turn too
+    plain = _trigger(tether_home)
+    plain._count_turn("conv-1", "c1")
+    assert r.load_state(tether_home, AGENT).steps_since_success == 6 and plain.unsaved_steps == 0

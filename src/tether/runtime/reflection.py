@@ -211,6 +211,8 @@ class ReflectionTrigger:
         flags = prepared.flags
         self.trigger_flag: str | None = getattr(flags, "reflection_trigger", None)
         self.step_flag: int | None = getattr(flags, "reflection_step_count", None)
+        # Turns counted but not yet written (see _count_turn); added at the next write.
+        self.unsaved_steps = 0
 
     async def after_turn(self, abort: asyncio.Event | None = None) -> PassResult | None:
         p = self.prepared
@@ -249,19 +251,41 @@ class ReflectionTrigger:
         return result
 
     def _count_turn(self, conv: str, latest: str | None) -> bool:
-        """Count the finished turn and note a new compaction; whether a pass is due now."""
+        """Count the finished turn and note a new compaction; whether a pass is due now.
+
+        The turn counter is read only by the `step-count` trigger. Under any other trigger a
+        turn that changes nothing else is counted in memory and written with the next change:
+        rewriting the state (two fsyncs under the agent's lock) after every turn capped an
+        agent's turns per second across all its conversations in the App Server. A crash loses
+        at most those uncounted turns of a counter that trigger never reads."""
         p = self.prepared
-        with updating_state(p.store.home, p.session.agent.id) as state:
+        home, agent_id = p.store.home, p.session.agent.id
+        if self._unchanged(load_state(home, agent_id), conv, latest):  # replaced atomically
+            self.unsaved_steps += 1
+            return False
+        with updating_state(home, agent_id) as state:
             if self.trigger_flag is not None:
                 state.trigger = self.trigger_flag
             if self.step_flag is not None:
                 state.step_count = self.step_flag
-            state.steps_since_success += 1
+            state.steps_since_success += 1 + self.unsaved_steps
+            self.unsaved_steps = 0
             if (state.trigger == "compaction-event" and latest is not None
                     and state.compactions_seen.get(conv) != latest):
                 state.compactions_seen[conv] = latest
                 state.pending = True
             return pass_due(state, time.time())
+
+    def _unchanged(self, state: ReflectionState, conv: str, latest: str | None) -> bool:
+        """Whether this turn changes nothing but the turn counter, under a trigger that never
+        reads it, with no pass due."""
+        if self.trigger_flag not in (None, state.trigger) or self.step_flag not in (None, state.step_count):
+            return False
+        if state.trigger == "step-count":
+            return False
+        if state.trigger == "compaction-event" and latest is not None and state.compactions_seen.get(conv) != latest:
+            return False
+        return not pass_due(state, time.time())
 
 
 def attach_reflection(prepared: Prepared) -> None:
