@@ -28,10 +28,11 @@ Conversations the server refuses (its per-address connection cap answers 429 pas
 `--max-connections-per-ip`) or that stop answering (no frame for `FRAME_TIMEOUT_S`) are counted
 and reported; the others still run. Nothing waits forever.
 
-With `--soak N` it then opens N conversations one after another (`SOAK_PARALLEL` at a time), runs
-one turn in each and closes it, sampling RSS: the slope over the second half (KiB per
-conversation) says whether memory is bounded by the active conversations (≈ 0) or grows with
-every conversation ever opened.
+With `--soak N` it then serves N more turns (the provider now answering at once) in
+conversations of `--soak-turns` turns, `SOAK_PARALLEL` open at a time, each closed when done and
+released by the server at once (`--idle-release-after 0`), sampling RSS against turns served:
+the slope over the second half (KiB per 1,000 turns) says whether memory is bounded by the open
+conversations (≈ 0) or grows with every turn and conversation ever served.
 
 With `--slowloris K` (security case e10) the turn phase runs a second time while K sockets from
 the same address dribble a websocket handshake at one byte per 10 s: it prints the p50/p99 shift
@@ -59,8 +60,8 @@ from websockets.asyncio.client import connect
 TETHER = str(Path(sys.executable).with_name("tether"))
 MODEL = "anthropic/bench"
 FRAME_TIMEOUT_S = 120.0  # a conversation with no frame for this long is counted as stuck
-SOAK_PARALLEL = 8
-SOAK_SAMPLES = 20
+SOAK_PARALLEL = 50
+SOAK_SAMPLES = 40
 RSS_EVERY_S = 0.5
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -325,22 +326,26 @@ async def under_slowloris(
     return phase, closed, refused
 
 
-async def soak(url: str, cwd: str, total: int, pid: int) -> tuple[list[tuple[float, float]], Tally]:
-    """Open, use once and close `total` conversations, SOAK_PARALLEL at a time; RSS samples."""
+async def soak(
+    url: str, cwd: str, total: int, per: int, pid: int
+) -> tuple[list[tuple[float, float]], Tally]:
+    """`total` turns as conversations of `per` turns each, SOAK_PARALLEL conversations at a
+    time, each closed (and released by the server) when done; RSS against turns served."""
     agent = await conversation(url, cwd, None, 1, [], [])
-    tally = Tally(total)
-    tally.go.set()  # no gate: each conversation runs its turn as soon as it has started
+    conversations = -(-total // per)
+    tally = Tally(conversations)
+    tally.go.set()  # no gate: each conversation runs its turns as soon as it has started
     samples: list[tuple[float, float]] = [(0, rss_kib(pid))]
-    every = max(total // SOAK_SAMPLES, 1)
+    every = max(conversations // SOAK_SAMPLES, 1)
     done = 0
-    while done < total:
-        batch = min(SOAK_PARALLEL, total - done)
+    while done < conversations:
+        batch = min(SOAK_PARALLEL, conversations - done)
         await asyncio.gather(
-            *(conversation(url, cwd, agent, 1, [], [], tally) for _ in range(batch))
+            *(conversation(url, cwd, agent, per, [], [], tally) for _ in range(batch))
         )
         before, done = done, done + batch
-        if done // every != before // every or done == total:
-            samples.append((done, rss_kib(pid)))
+        if done // every != before // every or done == conversations:
+            samples.append((done * per, rss_kib(pid)))
     return samples, tally
 
 
@@ -356,13 +361,17 @@ def start_fake(delay_ms: int, rtt_ms: int, replies: int) -> tuple[subprocess.Pop
     )  # fmt: skip
     assert proc.stdout is not None
     url = proc.stdout.readline().strip()
-    script = [{"text": "pong", **({"delay_ms": delay_ms} if delay_ms else {})}] * replies
+    post_script(url, [{"text": "pong", **({"delay_ms": delay_ms} if delay_ms else {})}] * replies)
+    return proc, url
+
+
+def post_script(url: str, script: list[dict]) -> None:
+    """Give the fake provider a new script, from its first turn (POST /_script)."""
     post = urllib.request.Request(
         f"{url}/_script", data=orjson.dumps(script), headers={"content-type": "application/json"}
     )
     with urllib.request.urlopen(post, timeout=30) as answer:
         assert orjson.loads(answer.read())["ok"]
-    return proc, url
 
 
 def fake_get(url: str, what: str) -> object:
@@ -392,7 +401,10 @@ def main() -> None:
         type=int,
         default=0,
         metavar="N",
-        help="then open, use once and close N conversations; print the RSS slope",
+        help="then N more turns in conversations opened and closed as they go; the RSS slope",
+    )
+    parser.add_argument(
+        "--soak-turns", type=int, default=10, metavar="T", help="turns per soak conversation"
     )
     parser.add_argument(
         "--rtt-ms",
@@ -404,11 +416,13 @@ def main() -> None:
         "--profile", metavar="FILE", help="cProfile the server during the turn phase; stats to FILE"
     )
     args = parser.parse_args()
-    if min(args.conversations, args.turns) < 1 or min(args.delay, args.rtt_ms, args.soak) < 0:
-        parser.error("--conversations and --turns must be >= 1; --delay, --rtt-ms, --soak >= 0")
+    if min(args.conversations, args.turns, args.soak_turns) < 1:
+        parser.error("--conversations, --turns and --soak-turns must be >= 1")
+    if min(args.delay, args.rtt_ms, args.soak) < 0:
+        parser.error("--delay, --rtt-ms and --soak must be >= 0")
     n, turns = args.conversations, args.turns
     rounds = 2 if args.slowloris else 1
-    replies = (n * turns + 1) * rounds + (args.soak + 1 if args.soak else 0)
+    replies = (n * turns + 1) * rounds
     load = os.getloadavg()
     fake, fake_url = start_fake(args.delay, args.rtt_ms, replies)
     profile = str(Path(args.profile).resolve()) if args.profile else None
@@ -447,14 +461,25 @@ def main() -> None:
                 if args.slowloris
                 else None
             )
-            soaked = asyncio.run(soak(url, tmp, args.soak, proc.pid)) if args.soak else None
+            soaked = None
+            if args.soak:  # memory, not latency: the provider answers at once from here on
+                post_script(fake_url, [{"text": "pong"}] * (args.soak + args.soak_turns + 1))
+                soaked = asyncio.run(soak(url, tmp, args.soak, args.soak_turns, proc.pid))
             peak = rss_kib(proc.pid, "VmHWM:") / 1024
         finally:
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=60)
-            stats, violations = fake_get(fake_url, "stats"), fake_get(fake_url, "violations")
-            fake.send_signal(signal.SIGTERM)
-            fake.wait(timeout=30)
+            try:
+                proc.send_signal(signal.SIGTERM)
+                code = proc.wait(timeout=60)
+                stats, violations = fake_get(fake_url, "stats"), fake_get(fake_url, "violations")
+            finally:  # whatever failed above, neither process outlives the bench
+                for child in (proc, fake):
+                    if child.poll() is None:
+                        child.terminate()
+                        try:
+                            child.wait(timeout=10)
+                        except subprocess.TimeoutExpired:
+                            child.kill()
+                            child.wait(timeout=10)
     print(f"machine                  {os.cpu_count()} cores; load average {load[0]:.1f} before, "
           f"{os.getloadavg()[0]:.1f} after")  # fmt: skip
     report(phase, n, turns, args.delay)
@@ -477,13 +502,13 @@ def main() -> None:
         samples, soak_tally = soaked
         half = samples[len(samples) // 2 :]
         print(
-            f"soak                     {args.soak} conversations opened, used once, closed "
-            f"({SOAK_PARALLEL} at a time): RSS {samples[0][1] / 1024:.1f} -> "
-            f"{samples[-1][1] / 1024:.1f} MiB"
+            f"soak                     {samples[-1][0]:.0f} turns in conversations of "
+            f"{args.soak_turns}, {SOAK_PARALLEL} at a time, each closed and released after: "
+            f"RSS {samples[0][1] / 1024:.1f} -> {samples[-1][1] / 1024:.1f} MiB"
         )
         print(
-            f"soak RSS slope           {slope(half):7.2f} KiB per conversation over the second half "
-            f"({slope(samples):.2f} overall)"
+            f"soak RSS slope           {slope(half) * 1000:7.1f} KiB per 1,000 turns over the "
+            f"second half ({slope(samples) * 1000:.1f} overall, {len(samples)} samples)"
         )
         report_tally("soak ", soak_tally)
     print(f"server peak RSS          {peak:7.1f} MiB   (exit {code} on SIGTERM)")
