@@ -69,10 +69,9 @@ MEMORY_PARAMETERS: dict[str, Any] = {
 }
 
 
-class MemoryTool:
-    name = "memory"
-    description = MEMORY_DESCRIPTION
-    parameters = MEMORY_PARAMETERS
+class MemoryRepoTool:
+    """A tool that writes the agent's memory repository (`memory`, `memory_apply_patch`)."""
+
     effect = Effect.WRITE
 
     def __init__(self, memfs: MemFS) -> None:
@@ -81,6 +80,12 @@ class MemoryTool:
     def paths(self, args: Mapping[str, Any], cwd: Path) -> list[Path]:
         # The whole repo: memory writes in one batch serialise (they share git's index).
         return [self.memfs.root]
+
+
+class MemoryTool(MemoryRepoTool):
+    name = "memory"
+    description = MEMORY_DESCRIPTION
+    parameters = MEMORY_PARAMETERS
 
     async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
         try:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from tether.core.tools import Effect, ToolResult, ToolRunContext
+from tether.core.tools import ToolResult, ToolRunContext
 from tether.errors import ToolFailure
 from tether.memory import blocks
 from tether.memory.memfs import MemFS, MemFSError, normalize_path
+from tether.tools.memory import MemoryRepoTool
 from tether.tools.output import error_result
 
 PATCH_MAX_CHARS = 500_000  # memory files are small; a larger "patch" is a mistake
@@ -54,18 +54,10 @@ PARAMETERS: dict[str, Any] = {
 }
 
 
-class MemoryPatchTool:
+class MemoryPatchTool(MemoryRepoTool):
     name = "memory_apply_patch"
     description = DESCRIPTION
     parameters = PARAMETERS
-    effect = Effect.WRITE
-
-    def __init__(self, memfs: MemFS) -> None:
-        self.memfs = memfs
-
-    def paths(self, args: Mapping[str, Any], cwd: Path) -> list[Path]:
-        # The whole repo, as the memory tool: memory writes in one batch serialise.
-        return [self.memfs.root]
 
     async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
         text = args.get("input")
