@@ -63,12 +63,17 @@ FRAME_TIMEOUT_S = 120.0  # a conversation with no frame for this long is counted
 SOAK_PARALLEL = 50
 SOAK_SAMPLES = 40
 RSS_EVERY_S = 0.5
+# With --slowest K: (finish time, latency) of every turn, to see when the slowest ones ended.
+FINISHED: list[tuple[float, float]] | None = None
 TICK = os.sysconf("SC_CLK_TCK")
 
 # socketserver's listen backlog is 5: with 200 conversations calling at once the fake provider
 # (not the App Server) would drop SYNs and add 1 s / 3 s TCP retransmits to the tail.
+# Its collector is off: the fake keeps every request body it was sent (~250 MB at 10,000
+# turns), and a full collection over them froze all its answers at once for ~0.4 s, a stall of
+# the stand-in that is not the server's (its own garbage is acyclic and freed as it goes).
 FAKE = (
-    "import sys\nfrom tether.testing import fake_provider as f\n"
+    "import gc, sys\nfrom tether.testing import fake_provider as f\ngc.disable()\n"
     "f._Server.request_queue_size = 1024\nsys.exit(f.main(sys.argv[1:]))\n"
 )
 # The server under cProfile, on for the turn phase only (SIGUSR1 on, SIGUSR2 off and dump),
@@ -196,6 +201,8 @@ async def conversation(
                 finished = await recv_until(ws, "turn_finished", request_id=rid)
                 assert finished["stop_reason"] == "end_turn", finished
                 latencies.append(time.perf_counter() - t1)
+                if FINISHED is not None:
+                    FINISHED.append((time.perf_counter(), latencies[-1]))
                 if n and later is not None:  # the first turn also pays the prompt's compile
                     later.append(latencies[-1])
             return runtime["agent_id"]
@@ -395,6 +402,13 @@ def main() -> None:
         action="store_true",
         help="start every conversation's turns at the same instant (default: spread over --delay)",
     )
+    parser.add_argument(
+        "--slowest",
+        type=int,
+        default=0,
+        metavar="K",
+        help="print when the K slowest turns finished (seconds into the turn phase): stalls",
+    )
     parser.add_argument("--slowloris", type=int, default=0, metavar="K")
     parser.add_argument(
         "--soak",
@@ -421,6 +435,8 @@ def main() -> None:
     if min(args.delay, args.rtt_ms, args.soak) < 0:
         parser.error("--delay, --rtt-ms and --soak must be >= 0")
     n, turns = args.conversations, args.turns
+    global FINISHED
+    FINISHED = [] if args.slowest else None
     rounds = 2 if args.slowloris else 1
     replies = (n * turns + 1) * rounds
     load = os.getloadavg()
@@ -483,6 +499,11 @@ def main() -> None:
     print(f"machine                  {os.cpu_count()} cores; load average {load[0]:.1f} before, "
           f"{os.getloadavg()[0]:.1f} after")  # fmt: skip
     report(phase, n, turns, args.delay)
+    if FINISHED:
+        start = min(t - x for t, x in FINISHED)
+        worst = sorted(FINISHED, key=lambda f: f[1], reverse=True)[: args.slowest]
+        ends = ", ".join(f"{t - start:.1f} s ({x * 1000:.0f} ms)" for t, x in sorted(worst))
+        print(f"slowest turns ended at   {ends}")
     if attacked is not None:
         hit, closed, refused = attacked
         base = phase.latencies
