@@ -59,6 +59,11 @@ def store(tether_home: Path) -> LocalStore:
     return LocalStore(tether_home)
 
 
+def local_backend(store: LocalStore, fake: FakeProvider, cwd: Path) -> LocalBackend:
+    return LocalBackend(store, make_provider("anthropic", fake), provider_name="anthropic",
+                        model_id="m", system="s", cwd=cwd, platform="linux", today="2026-12-03")
+
+
 def test_the_record_check_is_made_once_yet_a_wrong_agent_is_still_refused(
     store: LocalStore,
 ) -> None:
@@ -96,16 +101,7 @@ def test_a_send_records_durably_with_its_fsyncs_off_the_event_loop(
         real_fsync(fd)
 
     with FakeProvider([{"text": "pong"}], keep_alive=True) as fake:
-        backend = LocalBackend(
-            store,
-            make_provider("anthropic", fake),
-            provider_name="anthropic",
-            model_id="m",
-            system="s",
-            cwd=tmp_path,
-            platform="linux",
-            today="2026-12-03",
-        )
+        backend = local_backend(store, fake, tmp_path)
         ref = ConversationRef(agent.id, conversation.id)
         question = UserMessage("u-1", request().messages[0].content, 1)
         seen_after_send: list[list[str]] = []
@@ -181,16 +177,7 @@ def test_calls_left_open_are_settled_on_every_later_send_of_one_backend(
         {"text": "done"},
     ]
     with FakeProvider(script, keep_alive=True) as fake:
-        backend = LocalBackend(
-            store,
-            make_provider("anthropic", fake),
-            provider_name="anthropic",
-            model_id="m",
-            system="s",
-            cwd=tmp_path,
-            platform="linux",
-            today="2026-12-03",
-        )
+        backend = local_backend(store, fake, tmp_path)
         ref = ConversationRef(agent.id, conversation.id)
         ctx = ToolContext("ctx-1", {}, tmp_path, "standard")
 
