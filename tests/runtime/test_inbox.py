@@ -327,3 +327,66 @@ def test_idle_is_told_and_a_front_submission_runs_next(tmp_path: Path) -> None:
 
         asyncio.run(scenario())
         assert "urgent" in said(fake.requests[1]) and "later" in said(fake.requests[2])
+
+
+class Human:
+    """An approver that waits for the test to answer, or for the turn's abort."""
+
+    def __init__(self, abort: asyncio.Event) -> None:
+        self.abort = abort
+        self.answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+    async def ask(self, item: Classified, ctx: ToolContext) -> ApprovalAnswer:
+        aborted = asyncio.ensure_future(self.abort.wait())
+        try:
+            await asyncio.wait({self.answer, aborted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            aborted.cancel()
+        if not self.answer.done():
+            return ApprovalAnswer(False, "interrupted", interrupt=True)
+        return ApprovalAnswer(self.answer.result(), "answered by the test")
+
+
+class Asking(Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.humans: list[Human] = []
+
+    async def begin(self, batch: Sequence[Submission], abort: asyncio.Event) -> TurnPlan | None:
+        plan = await super().begin(batch, abort)
+        assert plan is not None
+        self.humans.append(Human(abort))
+        plan.approver = self.humans[-1]
+        return plan
+
+
+def test_the_inbox_knows_which_calls_wait_for_an_answer(tmp_path: Path) -> None:
+    write = {"name": "Write", "arguments": {"file_path": "a.txt", "content": "x"}, "id": "call-w1"}
+    again = {**write, "id": "call-w2"}
+    script = [{"tool_calls": [write]}, {"text": "denied, fine"}, {"tool_calls": [again]}]
+    with FakeProvider(script) as fake:
+
+        async def scenario() -> None:
+            rec = Asking()
+            inbox = Inbox(session(tmp_path, fake.url), rec)
+            assert inbox.pending_approvals == ()
+            first = inbox.submit(text("write a.txt"))
+            await until(lambda: inbox.pending_approvals, "the approval question")
+            (pending,) = inbox.pending_approvals
+            assert (pending.tool_call_id, pending.tool_name) == ("call-w1", "Write")
+            assert pending.reason and pending.asked_at_ms > 0
+            rec.humans[0].answer.set_result(False)
+            assert first.done is not None and (await first.done) is not None
+            assert inbox.pending_approvals == ()
+            second = inbox.submit(text("write it again"))
+            await until(lambda: inbox.pending_approvals, "the second question")
+            assert [p.tool_call_id for p in inbox.pending_approvals] == ["call-w2"]
+            assert inbox.abort() is True  # an abort leaves no question open
+            assert second.done is not None
+            outcome = await second.done
+            assert outcome is not None and outcome.interrupted
+            assert inbox.pending_approvals == ()
+            await inbox.close()
+
+        asyncio.run(scenario())
+    assert not (tmp_path / "project" / "a.txt").exists()

@@ -26,6 +26,9 @@ from tether.protocol.messages import UserMessage, UserPart
 from tether.runtime.conversation import Conversation
 
 if TYPE_CHECKING:
+    from tether.core.approvals import Classified
+    from tether.core.tools import ToolContext
+    from tether.core.turn import ApprovalAnswer
     from tether.runtime.prepared import Prepared
 
 
@@ -69,6 +72,34 @@ class Submission:
             self.done.exception()  # nobody may be waiting: never "exception was never retrieved"
         else:
             self.done.set_result(outcome)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingApproval:
+    """A call of the running turn waiting for its approver's answer."""
+
+    tool_call_id: str
+    tool_name: str
+    reason: str  # why the decision asks
+    asked_at_ms: int
+
+
+class _TrackedApprover:
+    """The frontend's approver, with each open question kept in the inbox while it waits."""
+
+    def __init__(self, inner: Approver, pending: dict[str, PendingApproval]) -> None:
+        self.inner = inner
+        self.pending = pending
+
+    async def ask(self, item: Classified, ctx: ToolContext) -> ApprovalAnswer:
+        call = item.call
+        self.pending[call.tool_call_id] = PendingApproval(
+            call.tool_call_id, call.name, item.decision.reason, now_ms()
+        )
+        try:
+            return await self.inner.ask(item, ctx)
+        finally:
+            self.pending.pop(call.tool_call_id, None)
 
 
 @dataclass(kw_only=True)
@@ -141,6 +172,7 @@ class Inbox:
         self.run_ids: list[str] = []  # the running turn's runs, as its events named them
         self.failure: BaseException | None = None
         self._abort: asyncio.Event | None = None  # set while the conversation's turn runs
+        self._pending: dict[str, PendingApproval] = {}  # the running turn's open questions
         self._closing: str | None = None  # why the inbox takes nothing more
         self._shut = False  # close() was called
         self._wake = asyncio.Event()
@@ -170,6 +202,11 @@ class Inbox:
     @property
     def turn_running(self) -> bool:
         return self._abort is not None
+
+    @property
+    def pending_approvals(self) -> tuple[PendingApproval, ...]:
+        """The running turn's calls waiting for an answer, oldest first (none between turns)."""
+        return tuple(self._pending.values())
 
     @property
     def abort_event(self) -> asyncio.Event | None:
@@ -307,7 +344,8 @@ class Inbox:
                 conversation = self.conversation  # begin may have rebound the session
                 try:
                     outcome = await conversation.turn(
-                        plan.user, emit=self._noting_runs(plan.emit), approver=plan.approver,
+                        plan.user, emit=self._noting_runs(plan.emit),
+                        approver=_TrackedApprover(plan.approver, self._pending),
                         abort=abort, max_turns=plan.max_turns, emit_recovered=plan.emit_recovered,
                         take_notifications=plan.take_notifications,
                         on_tool_start=plan.on_tool_start, on_tool_end=plan.on_tool_end,
@@ -317,6 +355,7 @@ class Inbox:
                     outcome = self.frontend.failed(batch, exc)
         finally:
             self._abort = None
+            self._pending.clear()
         if outcome is not None and await self.frontend.end(batch, outcome):
             self.start_reflection()
         for item in batch:
