@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -18,6 +18,9 @@ from tether.errors import TetherError
 from tether.protocol import wire
 from tether.protocol.stream_json import NO_RESPONSE, StreamJsonEncoder
 from tether.protocol.turns import LocalToolReturn, TurnError
+
+if TYPE_CHECKING:
+    from tether.runtime.prepared import Prepared
 
 
 class StdoutGone(Exception):
@@ -55,7 +58,7 @@ def abandon_stdout() -> None:
         pass
 
 
-def init_fields(prepared: Any) -> dict[str, Any]:
+def init_fields(prepared: Prepared) -> dict[str, Any]:
     """The `system/init` event's fields as this run really is: memory, skill sources, the
     reflection trigger the agent will use, MCP servers (not the wire's defaults)."""
     from tether.runtime.skills import SOURCES

@@ -205,7 +205,7 @@ class ReflectionTrigger:
     """Checked after each successful turn of a run: counts the turn, notices compactions, runs
     a pass when the agent's trigger says so."""
 
-    def __init__(self, prepared: Any, warn: Callable[[str], None]) -> None:
+    def __init__(self, prepared: Prepared, warn: Callable[[str], None]) -> None:
         self.prepared = prepared
         self.warn = warn
         flags = prepared.flags

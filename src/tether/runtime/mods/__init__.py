@@ -39,6 +39,7 @@ from tether.runtime.mods.load_record import record_load
 if TYPE_CHECKING:
     from tether.core.approvals import DecideFn
     from tether.core.turn import TurnDeps, TurnOutcome
+    from tether.runtime.prepared import Prepared
 
 __all__ = ["ModEngine", "ModHost", "ModSession", "combine_decision", "load_mods"]
 
@@ -310,7 +311,7 @@ def print_diagnostic(diagnostic: Diagnostic) -> None:
     print(diagnostic.line(), file=sys.stderr, flush=True)
 
 
-def load_mods(prepared: Any) -> ModSession | None:
+def load_mods(prepared: Prepared) -> ModSession | None:
     """Discover and activate the session's mods (None when mods are off for this run)."""
     env = prepared.env
     if getattr(prepared.flags, "no_mods", False) or mods_disabled(env):
