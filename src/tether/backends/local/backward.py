@@ -5,8 +5,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
+
+import orjson
 
 _FIRST_BLOCK = 1 << 16
+
+
+def first_line_json(fd: int, limit: int) -> tuple[Any, int] | None:
+    """The JSON document on `fd`'s first line (read within its first `limit` bytes) and the
+    offset just past that line; None when there is no whole first line or it is not JSON."""
+    head = os.pread(fd, limit, 0)
+    newline = head.find(b"\n")
+    if newline < 0:
+        return None
+    try:
+        return orjson.loads(head[:newline]), newline + 1
+    except orjson.JSONDecodeError:
+        return None
 
 
 class ShortRead(Exception):

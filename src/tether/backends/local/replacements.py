@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from tether.backends.local.backward import ShortRead, backward_lines
+from tether.backends.local.backward import ShortRead, backward_lines, first_line_json
 from tether.backends.local.locks import write_all, write_atomic
 
 VERSION = 1
@@ -39,18 +39,15 @@ def log_path(transcript: Path) -> Path:
     return transcript.with_name(transcript.name + ".replaced")
 
 
-def _header(fd: int) -> dict[str, Any] | None:
-    head = os.pread(fd, _HEAD_MAX, 0)
-    newline = head.find(b"\n")
-    if newline < 0:
+def _header(fd: int) -> tuple[dict[str, Any], int] | None:
+    """The log's header and where its records start, or None when it is not this version's."""
+    found = first_line_json(fd, _HEAD_MAX)
+    if found is None:
         return None
-    try:
-        doc = orjson.loads(head[:newline])
-    except orjson.JSONDecodeError:
-        return None
+    doc, end = found
     if type(doc) is not dict or doc.get("v") != VERSION or type(doc.get("from")) is not int:
         return None
-    return doc
+    return doc, end
 
 
 def _record(line: bytes) -> tuple[int, int, str, list[int]] | None:
@@ -91,10 +88,10 @@ class Coverage:
             return None
         try:
             size = os.fstat(fd).st_size
-            doc = _header(fd)
-            if doc is None or doc.get("inode") != inode:
+            header = _header(fd)
+            if header is None or header[0].get("inode") != inode:
                 raise ValueError
-            lo = os.pread(fd, _HEAD_MAX, 0).find(b"\n") + 1
+            doc, lo = header
             if size <= lo or os.pread(fd, 1, size - 1) != b"\n":
                 raise ValueError  # no record, or a torn one: the writer stopped mid-line
             coverage = cls(fd, lo, size, doc["from"])
@@ -140,8 +137,8 @@ def _last_end(path: Path, inode: int) -> int | None:
         return None
     try:
         size = os.fstat(fd).st_size
-        doc = _header(fd)
-        if doc is None or doc.get("inode") != inode or size == 0:
+        header = _header(fd)
+        if header is None or header[0].get("inode") != inode or size == 0:
             return None
         tail = os.pread(fd, min(size, _HEAD_MAX), max(0, size - _HEAD_MAX))
         if not tail.endswith(b"\n"):

@@ -24,7 +24,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from tether.backends.local import resume_index
-from tether.backends.local.backward import ShortRead, backward_lines
+from tether.backends.local.backward import ShortRead, backward_lines, first_line_json
 from tether.backends.local.damage import fused_records
 from tether.backends.local.replacements import Coverage
 from tether.errors import ProtocolError
@@ -121,17 +121,10 @@ def _walk(path: Path, f: BinaryIO, limit: int) -> list[Message]:
 
 
 def _header_end(fd: int, size: int) -> int:
-    head = os.pread(fd, min(_HEADER_MAX, size), 0)
-    newline = head.find(b"\n")
-    if newline < 0:
+    found = first_line_json(fd, min(_HEADER_MAX, size))
+    if found is None or type(found[0]) is not dict or found[0].get("type") != "session":
         raise _Unproven
-    try:
-        header = orjson.loads(head[:newline])
-    except orjson.JSONDecodeError:
-        raise _Unproven from None
-    if type(header) is not dict or header.get("type") != "session":
-        raise _Unproven
-    return newline + 1
+    return found[1]
 
 
 def _good_end(fd: int, lo: int, size: int) -> tuple[int, bool]:
