@@ -96,29 +96,19 @@ class StreamJsonEncoder:
         """A one-shot run's `result` line. An error ends with its `error` line only, as in the
         reference, unless `result_on_error` (tether's own state failed): then a `result` with
         subtype `error` too."""
-        if outcome.error is not None:
-            if not result_on_error:
-                return None
-            return result_event(
-                self.env,
-                subtype="error",
-                duration_ms=duration_ms,
-                duration_api_ms=api_ms,
-                num_turns=outcome.steps,
-                result=outcome.error.message,
-                run_ids=outcome.run_ids,
-                usage=None,
-                stop_reason=outcome.error.stop_reason,
-            )
+        error = outcome.error
+        if error is not None and not result_on_error:
+            return None
         return result_event(
             self.env,
-            subtype="success",
+            subtype="success" if error is None else "error",
             duration_ms=duration_ms,
             duration_api_ms=api_ms,
             num_turns=outcome.steps,
-            result=outcome.result_text or NO_RESPONSE,
+            result=outcome.result_text or NO_RESPONSE if error is None else error.message,
             run_ids=outcome.run_ids,
-            usage=usage_dict(outcome.usage, outcome.steps),
+            usage=usage_dict(outcome.usage, outcome.steps) if error is None else None,
+            stop_reason=None if error is None else error.stop_reason,
         )
 
     def turn_result(
