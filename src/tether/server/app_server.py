@@ -538,7 +538,7 @@ def run_server_command(argv: Sequence[str]) -> int:
         auth.check_listen(parse_listen_url(options.listen)[0], options.policy)
         from tether.runtime import gc_policy
 
-        gc_policy.startup_done()  # a long-lived process: collect normally from here
+        gc_policy.serving()  # a long-lived process: collections walk only what is new
         return asyncio.run(serve_until_signalled(options))
     except TetherError as exc:
         sys.stderr.write(f"Error: {exc}\n")

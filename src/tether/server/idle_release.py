@@ -5,9 +5,12 @@ opened."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from tether.runtime import gc_policy
 
 if TYPE_CHECKING:
     from tether.server.protocol_v2 import RuntimeScope
@@ -75,7 +78,7 @@ def register_runtime(
     ctx: ServerContext, runtimes: dict[RuntimeScope, ConversationRuntime], rt: ConversationRuntime
 ) -> None:
     """Put a new runtime into the server's table, with what its release does: forget it there,
-    keep its `Kept` state (bounded), and give it back to a rebuilt one."""
+    keep its `Kept` state (bounded) to give back to a rebuilt one, and close it."""
     scope = rt.scope
     kept = ctx.released.pop(scope, None)
     if kept is not None:
@@ -88,5 +91,9 @@ def register_runtime(
         ctx.released[scope] = kept_of(gone)
         while len(ctx.released) > KEPT_RUNTIMES:
             ctx.released.popitem(last=False)
+        closing = asyncio.ensure_future(gone.close())
+        # Counted once closed, when nothing runs on its behalf: the deep collection this may
+        # trigger then finds the runtime unreachable and frees its cycles.
+        closing.add_done_callback(lambda _: gc_policy.released(len(runtimes)))
 
     rt.on_release = release

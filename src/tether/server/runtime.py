@@ -170,8 +170,7 @@ class ConversationRuntime:
         if release is None or not self.idle():
             self.on_release = release
             return
-        release(self)
-        asyncio.ensure_future(self.close())
+        release(self)  # which also closes it
 
     def broadcast(self, frame: dict[str, Any]) -> None:
         for sub in list(self.subscribers.values()):
