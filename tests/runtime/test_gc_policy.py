@@ -85,14 +85,18 @@ def test_serving_freezes_what_any_collection_leaves(restore_gc: None) -> None:
     assert node.me is node
 
 
+def _frozen_garbage_cycle() -> weakref.ref[_Node]:
+    """In a serving process: a cycle that survived a collection (frozen), then became garbage."""
+    gc_policy.serving()
+    node = _Node()
+    gc.collect(0)  # survives, frozen
+    return weakref.ref(node)
+
+
 def test_a_frozen_cycle_waits_for_the_deep_collection_released_runtimes_trigger(
     restore_gc: None,
 ) -> None:
-    gc_policy.serving()
-    node = _Node()
-    gone = weakref.ref(node)
-    gc.collect(1)  # survives, frozen
-    del node
+    gone = _frozen_garbage_cycle()
     gc.collect()
     assert gone() is not None  # garbage, but frozen: a full collection leaves it
     for _ in range(gc_policy.DEEP_AFTER_RELEASES - 1):
@@ -109,11 +113,7 @@ def test_a_frozen_cycle_waits_for_the_deep_collection_released_runtimes_trigger(
 def test_the_deep_collection_waits_for_as_many_releases_as_live_conversations(
     restore_gc: None,
 ) -> None:
-    gc_policy.serving()
-    node = _Node()
-    gone = weakref.ref(node)
-    gc.collect(1)
-    del node
+    gone = _frozen_garbage_cycle()
     for _ in range(199):
         gc_policy.released(live=200)  # its pause grows with the 200 live ones: not yet
     assert gone() is not None
@@ -124,11 +124,7 @@ def test_the_deep_collection_waits_for_as_many_releases_as_live_conversations(
 def test_a_deep_collection_is_due_by_time_at_the_next_full_collection(
     restore_gc: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    gc_policy.serving()
-    node = _Node()
-    gone = weakref.ref(node)
-    gc.collect(1)
-    del node
+    gone = _frozen_garbage_cycle()
     gc.collect()
     assert gone() is not None
     monkeypatch.setattr(gc_policy, "DEEP_EVERY_S", 0.0)
@@ -164,7 +160,9 @@ def test_a_server_frees_the_runtimes_it_released(
     monkeypatch.setattr(gc_policy, "DEEP_AFTER_RELEASES", 1)
     gc_policy.serving()
 
-    async def scenario() -> weakref.ref[object]:
+    from tether.server.runtime import ConversationRuntime
+
+    async def scenario() -> weakref.ref[ConversationRuntime]:
         async with InProcess(project, idle_release_after=0) as srv:
             assert srv.server is not None
             async with srv.connect() as ws:
@@ -173,7 +171,7 @@ def test_a_server_frees_the_runtimes_it_released(
                 await c.say(runtime, "hi")
                 await c.of_type("turn_finished")
                 gone = weakref.ref(next(iter(srv.server.runtimes.values())))
-                gc.collect(1)
+                gc.collect(0)
                 assert not _young(gone())  # frozen while it serves
             for _ in range(200):
                 if not srv.server.runtimes:
