@@ -48,9 +48,9 @@ class _Serving:
         """A gc callback: when a collection ended, freeze its survivors, so that no later
         collection walks them again; or, when a deep collection is due by time, unfreeze
         everything instead (the next full collection is then the deep one)."""
-        generation = info.get("generation")
         if phase != "stop":
             return
+        generation = info.get("generation")
         if self.deep_pending:
             if generation != 2:
                 return  # wait for the full collection, which walks what was unfrozen
