@@ -3,6 +3,7 @@ in a server full collections that walk only what is new, with deep ones for rele
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import weakref
 from collections.abc import Iterator
@@ -10,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.server.support import Client, InProcess, point_at, released
 from tether.runtime import gc_policy
+from tether.server.runtime import ConversationRuntime
+from tether.testing.fake_provider import FakeProvider
 
 
 @pytest.fixture
@@ -150,17 +154,10 @@ def test_a_server_frees_the_runtimes_it_released(
 ) -> None:
     """The whole chain in a real (in-process) App Server: a conversation is released, that
     triggers the deep collection, and the runtime, frozen while it served, is gone."""
-    import asyncio
-
-    from tests.server.support import Client, InProcess, point_at
-    from tether.testing.fake_provider import FakeProvider
-
     project = tmp_path / "project"
     project.mkdir()
     monkeypatch.setattr(gc_policy, "DEEP_AFTER_RELEASES", 1)
     gc_policy.serving()
-
-    from tether.server.runtime import ConversationRuntime
 
     async def scenario() -> weakref.ref[ConversationRuntime]:
         async with InProcess(project, idle_release_after=0) as srv:
@@ -173,10 +170,7 @@ def test_a_server_frees_the_runtimes_it_released(
                 gone = weakref.ref(next(iter(srv.server.runtimes.values())))
                 gc.collect(0)
                 assert not _young(gone())  # frozen while it serves
-            for _ in range(200):
-                if not srv.server.runtimes:
-                    break
-                await asyncio.sleep(0.01)
+            await released(srv, (runtime["agent_id"], runtime["conversation_id"]))
             assert srv.server.runtimes == {}
             return gone
 

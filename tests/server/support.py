@@ -209,3 +209,13 @@ def server_env(url: str, home: Path, tmp: Path) -> dict[str, str]:
     env["HOME"] = str(tmp / "home")
     env.pop("PYTHONUNBUFFERED", None)  # the URL line must be flushed anyway
     return env
+
+
+async def released(srv: InProcess, scope_key: tuple[str, str]) -> None:
+    """Wait until the server's table no longer holds the runtime (grace 0: the next turns)."""
+    assert srv.server is not None
+    for _ in range(200):
+        if all((s.agent_id, s.conversation_id) != scope_key for s in srv.server.runtimes):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"runtime {scope_key} was not released: {list(srv.server.runtimes)}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.support import Client, InProcess, point_at
+from tests.server.support import Client, InProcess, point_at, released
 from tether.errors import UsageError
 from tether.server.app_server import options_from_argv
 from tether.testing.fake_provider import FakeProvider
@@ -21,16 +21,6 @@ def project(tmp_path: Path) -> Path:
     d = tmp_path / "project"
     d.mkdir()
     return d
-
-
-async def released(srv: InProcess, scope_key: tuple[str, str]) -> None:
-    """Wait until the server's table no longer holds the runtime (grace 0: the next turns)."""
-    assert srv.server is not None
-    for _ in range(200):
-        if all((s.agent_id, s.conversation_id) != scope_key for s in srv.server.runtimes):
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"runtime {scope_key} was not released: {list(srv.server.runtimes)}")
 
 
 def test_a_released_runtime_is_rebuilt_with_what_must_survive(

@@ -25,8 +25,7 @@ conversations were released as remain live (at least `DEEP_AFTER_RELEASES`), and
 from __future__ import annotations
 
 import gc
-import time
-from typing import Any
+import time  # builtin; `typing` stays out: `tether --version` would be the first to import it
 
 _DEFAULT_THRESHOLDS = gc.get_threshold()
 _STARTUP_THRESHOLDS = (100_000, 50, 100)  # a young collection per 100k net allocations
@@ -44,7 +43,7 @@ class _Serving:
         self.deep_pending = False  # unfrozen: the next full collection walks everything
         self.deep_collections = 0
 
-    def after_collection(self, phase: str, info: dict[str, Any]) -> None:
+    def after_collection(self, phase: str, info: dict[str, int]) -> None:
         """A gc callback: when a collection ended, freeze its survivors, so that no later
         collection walks them again; or, when a deep collection is due by time, unfreeze
         everything instead (the next full collection is then the deep one)."""
