@@ -94,6 +94,14 @@ class OneShotTurn:
         return False  # reflected above, not in the background
 
 
+def report_failed_servers(servers: Sequence[dict[str, object]]) -> None:
+    """Each MCP server that did not start, on stderr: text and json runs print no init event,
+    and a run without the server's tools should not look like a run with them."""
+    for server in servers:
+        if server.get("status") == "failed":
+            say(f"tether: MCP server {server.get('name')!r} failed to start: {server.get('error') or 'no reason given'}")
+
+
 def check_for_updates(prepared: Prepared) -> Prepared:
     """The daily update check: a stat and a small read on most runs; the network and any
     install happen in a detached child, and the next start prints what it did."""
@@ -142,7 +150,9 @@ def run_headless(flags: RunFlags) -> int:
         turn = OneShotTurn(flags, renderer, stop, started)
         inbox = turn.inbox = Inbox(prepared, turn)
         try:
-            await prepared.start_tool_sources()  # MCP servers: connected or failed, each bounded
+            servers = await prepared.start_tool_sources()  # connected or failed, each bounded
+            if flags.output_format != "stream-json":  # no init event to read it from
+                report_failed_servers(servers)
             renderer.emit_init(**init_fields(prepared))
             submitted = inbox.submit((TextPart(prompt),), abort=abort)  # a signal aborts it
             assert submitted.done is not None

@@ -52,12 +52,14 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], str, bool, str], ...] = (
 )
 
 # Subcommands of the reference (Letta Code) that tether does not have: named, they are refused
-# with "unknown command" rather than sent to the model as a prompt.
+# with "unknown command" rather than sent to the model as a prompt, and near misses of them
+# ("skils") are refused like near misses of tether's own.
 REFERENCE_ONLY = (
     "environments", "envs", "teleport", "setup", "install", "skills", "shared-memory",
     "local-backend", "trajectories", "remote", "app-server",
 )
 NOT_AVAILABLE = 2  # exit code: unknown command, or one this build does not ship
+NO_TERMINAL = 2  # exit code: the interactive app was asked for with no terminal to draw on
 # Kept for callers that imported the old constant.
 SUBCOMMANDS = ("version", "agents", "messages", "connect", "models", "sandbox")
 
@@ -102,6 +104,8 @@ def main(argv: list[str] | tuple[str, ...]) -> int:
         from tether.cli.headless import run_headless
 
         return run_headless(flags)
+    if not _have_terminal():
+        return _refuse_without_terminal(flags.prompt)
     from tether.tui.app import run_tui
 
     return run_tui(flags)
@@ -141,8 +145,30 @@ def _dispatch(command: tuple[str, tuple[str, ...], str, bool, str], rest: list[s
     return int(handler(name, rest) if passes_name else handler(rest))
 
 
+def _have_terminal() -> bool:
+    """The full-screen app reads keys from stdin and draws on stdout: both must be terminals."""
+    return all(stream is not None and stream.isatty() for stream in (sys.stdin, sys.stdout))
+
+
+def _refuse_without_terminal(words: str | None) -> int:
+    """Never draw the full-screen app into a pipe, nor send its words anywhere: say what to do."""
+    example = f"tether -p {_shell_quote(words)}" if words else 'tether -p "…"'
+    sys.stderr.write(
+        f"tether: no terminal; use `{example}` or pipe a prompt on stdin "
+        "(`echo \"…\" | tether`)\n"
+    )
+    return NO_TERMINAL
+
+
+def _shell_quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text if len(text) <= 60 else text[:57] + "...")
+
+
 def _refuse_near_miss(word: str) -> int | None:
-    """Exit 2 for a subcommand of the reference that tether lacks, or a near miss of one it has."""
+    """Exit 2 for a subcommand of the reference that tether lacks, or a near miss of a command
+    either has (`skils`: the reference's `skills`)."""
     lowered = word.lower()
     if lowered in REFERENCE_ONLY:
         sys.stderr.write(
@@ -157,15 +183,15 @@ def _refuse_near_miss(word: str) -> int | None:
     limit = 2 if len(lowered) > 4 else 1
     scored = sorted(
         (d, name)
-        for name in command_names()
+        for name in (*command_names(), *REFERENCE_ONLY)
         if (d := _edit_distance(lowered, name)) <= limit
     )
     if not scored:
         return None
     best = scored[0][0]
-    guesses = [name for d, name in scored if d == best]
+    guesses = " or ".join(repr(name) for d, name in scored if d == best)
     sys.stderr.write(
-        f"tether: unknown command {word!r}. Did you mean: {', '.join(guesses)}?\n"
+        f"tether: unknown command {word!r}; did you mean {guesses}?\n"
         "Run `tether --help` for the commands; `tether -- WORDS` sends WORDS as a prompt.\n"
     )
     return NOT_AVAILABLE

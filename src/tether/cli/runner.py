@@ -53,8 +53,11 @@ def read_prompt(flags: RunFlags) -> str:
     if flags.prompt is not None:
         return flags.prompt
     if sys.stdin is None or sys.stdin.isatty():
-        raise TetherError("no prompt given: pass it after -p or pipe it on stdin")
+        raise TetherError('no prompt given: pass it after -p (`tether -p "…"`) or pipe it on stdin')
     text = sys.stdin.read().strip()
     if not text:
-        raise TetherError("the prompt on stdin was empty")
+        raise TetherError(
+            'no terminal and the prompt on stdin was empty: use `tether -p "…"` or pipe a prompt '
+            'on stdin (`echo "…" | tether`)'
+        )
     return text

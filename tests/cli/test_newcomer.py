@@ -1,0 +1,92 @@
+"""What a newcomer meets on the command line, through the real `tether` script: a mistyped
+command, words with no terminal, a piped prompt, an MCP server that does not start."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from tests.e2e.support import TETHER, run_tether, tether_env
+from tether.testing.fake_provider import FakeProvider
+
+MODEL = "anthropic/claude-test"
+
+
+def test_a_near_miss_of_a_reference_command_is_refused(workdir: Path, tether_home: Path) -> None:
+    with FakeProvider([{"text": "never"}]) as fake:
+        run = run_tether(["skils", "list", "--model", MODEL], env=tether_env(fake.url, MODEL), cwd=workdir)
+        assert fake.requests == []
+    assert run.code == 2
+    assert "unknown command 'skils'; did you mean 'skills'?" in run.stderr
+    assert run.stdout == "" and not tether_home.exists()
+
+
+def test_words_without_a_terminal_never_reach_the_model(workdir: Path, tether_home: Path) -> None:
+    """`tether foo bar </dev/null | cat`: no full-screen app into a pipe, and no turn."""
+    with FakeProvider([{"text": "never"}]) as fake:
+        proc = subprocess.run([TETHER, "foo", "bar", "--model", MODEL], stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, env=tether_env(fake.url, MODEL),
+                              cwd=workdir, timeout=60)
+        assert fake.requests == []
+    assert proc.returncode == 2
+    assert "tether: no terminal; use `tether -p 'foo bar'` or pipe a prompt on stdin" in proc.stderr
+    assert proc.stdout == "" and not tether_home.exists()
+
+
+def test_a_terminal_for_keys_but_a_pipe_for_output_is_no_terminal(workdir: Path, tether_home: Path) -> None:
+    """`tether | cat` from a shell: stdin is the terminal, stdout is not; nothing is drawn."""
+    master, slave = os.openpty()
+    try:
+        with FakeProvider([{"text": "never"}]) as fake:
+            proc = subprocess.run([TETHER, "--model", MODEL], stdin=slave, capture_output=True,
+                                  text=True, env=tether_env(fake.url, MODEL), cwd=workdir, timeout=60)
+            assert fake.requests == []
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert proc.returncode == 2
+    assert "tether: no terminal; use `tether -p \"…\"`" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_a_piped_prompt_is_still_a_headless_prompt(workdir: Path, tether_home: Path) -> None:
+    """README: `echo "summarise README.md" | tether`."""
+    with FakeProvider([{"text": "a summary"}]) as fake:
+        run = run_tether(["--model", MODEL], env=tether_env(fake.url, MODEL), cwd=workdir,
+                         stdin="summarise README.md\n")
+        sent = json.dumps(fake.requests[0]["body"])
+    assert run.code == 0, run.stderr
+    assert run.stdout == "a summary\n"
+    assert "summarise README.md" in sent
+
+
+def test_an_empty_stdin_and_no_terminal_says_what_to_do(workdir: Path, tether_home: Path) -> None:
+    with FakeProvider([{"text": "never"}]) as fake:
+        run = run_tether(["--model", MODEL], env=tether_env(fake.url, MODEL), cwd=workdir, stdin="")
+        assert fake.requests == []
+    assert run.code == 1
+    assert "no terminal" in run.stderr and "tether -p" in run.stderr
+
+
+BROKEN = {"mcpServers": {"broken": {"command": "/nonexistent/mcp-server-binary", "args": []}}}
+
+
+def test_an_mcp_server_that_fails_is_reported_on_stderr_in_text_mode(workdir: Path, tether_home: Path) -> None:
+    with FakeProvider([{"text": "answered without it"}]) as fake:
+        run = run_tether(["-p", "hi", "--model", MODEL, "--mcp-config", json.dumps(BROKEN)],
+                         env=tether_env(fake.url, MODEL), cwd=workdir)
+    assert run.code == 0, run.stderr
+    assert run.stdout == "answered without it\n"
+    assert "tether: MCP server 'broken' failed to start:" in run.stderr
+
+
+def test_stream_json_keeps_the_failed_server_in_its_init_event(workdir: Path, tether_home: Path) -> None:
+    with FakeProvider([{"text": "answered without it"}]) as fake:
+        run = run_tether(["-p", "hi", "--model", MODEL, "--mcp-config", json.dumps(BROKEN),
+                          "--output-format", "stream-json"], env=tether_env(fake.url, MODEL), cwd=workdir)
+    assert run.code == 0, run.stderr
+    init = run.events[0]
+    assert [s["name"] for s in init["mcp_servers"] if s["status"] == "failed"] == ["broken"]
+    assert "failed to start" not in run.stderr
