@@ -90,3 +90,28 @@ def test_stream_json_keeps_the_failed_server_in_its_init_event(workdir: Path, te
     init = run.events[0]
     assert [s["name"] for s in init["mcp_servers"] if s["status"] == "failed"] == ["broken"]
     assert "failed to start" not in run.stderr
+
+
+def test_continue_picks_up_this_folders_last_conversation(
+    workdir: Path, tether_home: Path, tmp_path: Path
+) -> None:
+    with FakeProvider([{"text": "the first answer"}, {"text": "the second answer"}]) as fake:
+        env = tether_env(fake.url, MODEL)
+        first = run_tether(["-p", "remember the word pelican", "--model", MODEL,
+                            "--output-format", "stream-json"], env=env, cwd=workdir)
+        other = tmp_path / "elsewhere"
+        other.mkdir()
+        elsewhere = run_tether(["-c", "-p", "what word?", "--model", MODEL], env=env, cwd=other)
+        second = run_tether(["--continue", "-p", "what word?", "--model", MODEL,
+                             "--output-format", "stream-json"], env=env, cwd=workdir)
+        resent = json.dumps(fake.requests[1]["body"])
+    assert first.code == 0 and second.code == 0, second.stderr
+    assert elsewhere.code == 1 and "no conversation to continue in" in elsewhere.stderr
+    assert second.events[-1]["conversation_id"] == first.events[-1]["conversation_id"]
+    assert "remember the word pelican" in resent and "the first answer" in resent
+    assert len(list(tether_home.glob("conversations/*/messages.jsonl"))) == 1
+
+
+def test_continue_conflicts_with_naming_a_conversation(workdir: Path) -> None:
+    run = run_tether(["-c", "--new", "-p", "x"], env=dict(os.environ), cwd=workdir)
+    assert run.code == 1 and "-c/--continue cannot be combined" in run.stderr

@@ -39,6 +39,7 @@ def _parser() -> _Parser:
     p.add_argument("-C", "--conversation", "--conv", dest="conversation")
     p.add_argument("--new", action="store_true", dest="new_conversation")
     p.add_argument("-r", "--resume", action="store_true")
+    p.add_argument("-c", "--continue", action="store_true", dest="continue_last")
     p.add_argument("--max-turns")
     p.add_argument("--output-format", default="text")
     p.add_argument("--input-format")
@@ -111,6 +112,7 @@ def parse_run_flags(argv: Sequence[str], *, stdin_is_tty: bool | None = None) ->
         flags.agent, flags.conversation = None, ns.agent
     flags.new_conversation = ns.new_conversation
     flags.resume = ns.resume
+    flags.continue_last = ns.continue_last
     flags.max_turns = _positive_int("--max-turns", ns.max_turns)
     flags.output_format = _choice("--output-format", ns.output_format, OUTPUT_FORMATS)
     if ns.input_format is not None:
@@ -224,6 +226,9 @@ def _check_conflicts(f: RunFlags) -> None:
         raise UsageError("--resume is interactive only; headless runs take --conversation <id>")
     if f.resume and (f.new_conversation or f.new_agent or (conv is not None and conv != "default")):
         raise UsageError("--resume cannot be combined with --new, --new-agent or --conversation <id>")
+    if f.continue_last and (f.resume or f.new_conversation or f.new_agent or f.agent or conv):
+        raise UsageError("-c/--continue cannot be combined with --resume, --new, --new-agent, "
+                         "--agent or --conversation")
     if f.agent and f.new_agent:
         raise UsageError("--agent cannot be combined with --new-agent")
 

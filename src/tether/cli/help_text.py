@@ -20,8 +20,9 @@ this folder; with -p (or input piped in) it runs one headless turn loop and exit
 # (`--conversation`, `--conv`, `-C`) share one text.
 OPTION_HELP: dict[str, tuple[str, str]] = {
     "help": ("general", "show this help and exit"),
-    "prompt_words": ("general", "the prompt; words are joined by spaces (use `--` before words "
-                     "that look like options or a command)"),
+    "prompt_words": ("general", "the first prompt of the interactive view (which needs a "
+                     "terminal; -p runs it headless); words are joined by spaces (use `--` "
+                     "before words that look like options or a command)"),
     "prompt": ("general", "run headless: one turn loop on PROMPT (or stdin), print, exit"),
     "model": ("model and agent", "model handle PROVIDER/MODEL, e.g. anthropic/claude-opus-4-8, "
               "openai/gpt-5.5, ollama/qwen3 (`tether models` lists them); default: the agent's "
@@ -34,6 +35,8 @@ OPTION_HELP: dict[str, tuple[str, str]] = {
                      "conversation"),
     "new_conversation": ("model and agent", "start a new conversation with the agent"),
     "resume": ("model and agent", "interactive only: reopen this agent's latest conversation"),
+    "continue_last": ("model and agent", "continue the most recent conversation in this folder "
+                      "(headless or interactive); an error when there is none"),
     "system": ("model and agent", "system prompt preset for a new agent: default (tether's own), "
                "blank, or a model family's (claude, codex, gemini; letta-claude, letta-codex, "
                "letta-gemini add persistent memory)"),

@@ -93,19 +93,27 @@ def main(argv: list[str] | tuple[str, ...]) -> int:
             return refused
 
     from tether.cli.flags import parse_run_flags
-    from tether.errors import UsageError
+    from tether.errors import TetherError, UsageError
 
     try:
         flags = parse_run_flags(argv)
     except UsageError as exc:
         sys.stderr.write(f"Error: {exc}\n")
         return 1
+    if not flags.headless and not _have_terminal():
+        return _refuse_without_terminal(flags.prompt)
+    if flags.continue_last:
+        from tether.cli.runner import apply_continue
+
+        try:
+            apply_continue(flags)
+        except (TetherError, OSError) as exc:
+            sys.stderr.write(f"Error: {exc}\n")
+            return 1
     if flags.headless:
         from tether.cli.headless import run_headless
 
         return run_headless(flags)
-    if not _have_terminal():
-        return _refuse_without_terminal(flags.prompt)
     from tether.tui.app import run_tui
 
     return run_tui(flags)

@@ -18,7 +18,7 @@ from tether.runtime.prepared import Prepared
 if TYPE_CHECKING:
     from tether.runtime.assembly import RunSpec
 
-__all__ = ["prepare", "process_spec", "read_prompt"]
+__all__ = ["apply_continue", "prepare", "process_spec", "read_prompt"]
 
 
 def process_spec() -> RunSpec:
@@ -42,6 +42,31 @@ def prepare(flags: RunFlags) -> Prepared:
         print_warnings(spec.warnings)
     gc_policy.startup_done()
     return prepared
+
+
+def apply_continue(flags: RunFlags) -> None:
+    """`-c/--continue`: point the flags at the most recent conversation of this folder that has
+    messages (an opened-and-left one is skipped); none is a `UsageError` saying so."""
+    from tether.backends.local.store import LocalStore
+    from tether.errors import NotFound, UsageError
+    from tether.runtime.session import recent_conversations, tether_home
+
+    store = LocalStore(tether_home(os.environ))
+    cwd = Path.cwd()
+    for agent_id, conversation_id in recent_conversations(store, cwd):
+        path = store.conversation_dir(agent_id, conversation_id) / "messages.jsonl"
+        try:
+            if not path.exists() or not store.transcript(agent_id, conversation_id).load():
+                continue
+        except NotFound:
+            continue
+        if conversation_id == "default":
+            flags.agent, flags.conversation = agent_id, "default"
+        else:
+            flags.conversation = conversation_id
+        return
+    raise UsageError(f"-c/--continue: no conversation to continue in {cwd}; start one with "
+                     '`tether -p "…"` or `tether`')
 
 
 def print_warnings(warnings: list[str]) -> None:

@@ -39,6 +39,7 @@ class RunFlags:
     no_skills: bool = False
     no_bundled_skills: bool = False
     resume: bool = False  # -r/--resume (interactive): reopen this agent's latest conversation
+    continue_last: bool = False  # -c/--continue: this folder's most recent conversation
     reflection_trigger: str | None = None  # None: the agent's saved choice (runtime/reflection)
     reflection_step_count: int | None = None
     mcp_config: list[str] = field(default_factory=list)  # --mcp-config FILE|JSON, repeatable

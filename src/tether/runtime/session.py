@@ -85,7 +85,7 @@ def resolve_session(
     if handle is None:
         raise UsageError(NO_MODEL)
     if not subagent:  # a child agent must never become the project's "last agent"
-        _remember_agent(store, cwd, agent.id)
+        _remember_agent(store, cwd, agent.id, conversation_id)
     return Session(agent, conversation_id, handle, created)
 
 
@@ -122,13 +122,30 @@ def _last_agent(store: LocalStore, cwd: Path) -> AgentRecord | None:
     return None
 
 
-def _remember_agent(store: LocalStore, cwd: Path, agent_id: str) -> None:
+RECENT_PER_FOLDER = 10  # conversations `-c/--continue` looks through (one opened and left empty)
+
+
+def recent_conversations(store: LocalStore, cwd: Path) -> list[tuple[str, str]]:
+    """(agent id, conversation id) of the runs in this folder, most recent first."""
+    recent = _read_state(store).get("recent")
+    entries = recent.get(str(cwd)) if isinstance(recent, dict) else None
+    return [(str(e[0]), str(e[1])) for e in entries or () if isinstance(e, list) and len(e) == 2]
+
+
+def _remember_agent(
+    store: LocalStore, cwd: Path, agent_id: str, conversation_id: str | None = None
+) -> None:
     """The LRU lives under TETHER_HOME, not in the project folder (headless runs leave no trace there)."""
     state = _read_state(store)
     projects = state.get("projects")
     projects = projects if isinstance(projects, dict) else {}
     projects[str(cwd)] = agent_id
-    state = {"global": agent_id, "projects": projects}
+    recent = state.get("recent")
+    recent = recent if isinstance(recent, dict) else {}
+    if conversation_id is not None:
+        entries = [e for e in recent.get(str(cwd)) or () if e != [agent_id, conversation_id]]
+        recent[str(cwd)] = [[agent_id, conversation_id], *entries][:RECENT_PER_FOLDER]
+    state = {"global": agent_id, "projects": projects, "recent": recent}
     path = _state_file(store)
     with writing(path):
         path.parent.mkdir(parents=True, exist_ok=True)
