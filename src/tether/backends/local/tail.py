@@ -67,6 +67,7 @@ def _walk(path: Path, f: BinaryIO, limit: int) -> list[Message]:
         placed: list[Message] = []  # view order, last first
         pending: dict[str, Message] = {}  # in view, latest snapshot known, place not yet found
         done: set[str] = set()  # placed, or not in the view
+        seen: set[str] = set()  # entry ids walked
         checked = False
         for offset, line in backward_lines(fd, lo, good):
             try:
@@ -79,6 +80,9 @@ def _walk(path: Path, f: BinaryIO, limit: int) -> list[Message]:
                 continue
             if type(entry) is not dict or type(entry.get("id")) is not str:
                 raise _Unproven
+            if entry["id"] in seen:
+                raise _Unproven  # a record written twice, or colliding ids: the full read judges
+            seen.add(entry["id"])
             if not checked:
                 # The log must end exactly at the last good entry, and name it.
                 if log.end != good or log.last_entry_id != entry["id"]:

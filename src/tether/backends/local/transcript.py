@@ -25,8 +25,12 @@ any unknown type), so the extension can never be half-understood.
 Durability: an entry counts once its LF is on disk and fsynced. A torn last line (no LF, or
 not JSON) is left out of the view and cut off before the next append; damage anywhere else
 raises `TranscriptCorrupt` with the 1-based line number. A torn write is a prefix of one entry,
-so a line holding a whole entry plus more bytes (two records fused by a lost newline, even at
-the end) is damage too: those records were committed, and nothing is cut.
+perhaps followed by NUL bytes (blocks a crash left zero-filled, even where its newline should
+be), so a line holding a whole entry plus more bytes (two records fused by a lost newline, even
+at the end) is damage too: those records were committed, and nothing is cut. So are NUL bytes
+inside a committed line, and an entry repeating an earlier entry's id and parentId (the same
+record twice; entry ids are unique, parentId and firstKeptEntryId name them). A message entry
+for a message already in view is no duplicate: it replaces that snapshot (see above).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from typing import Any, NoReturn, TypeVar, cast
 import orjson
 
 from tether.backends.local import replacements, resume_index
-from tether.backends.local.damage import fused_records
+from tether.backends.local.damage import duplicated_record, fused_records, nul_run
 from tether.backends.local.durable import append_durably
 from tether.backends.local.entry_format import entry_bytes, entry_timestamp, session_header
 from tether.backends.local.locks import create_exclusive
@@ -225,13 +229,14 @@ class Transcript(ActiveView):
             except orjson.JSONDecodeError as exc:
                 fused = fused_records(lines[i])
                 if fused:
-                    self._corrupt(base + i + 1, fused)
+                    self._corrupt(base + i + 1, nul_run(lines[i]) or fused)
                 if i == last and not torn_tail:
                     # An unparsable final line is a write the crash cut short: drop it.
                     good = end - len(lines[i]) - 1
                     lines.pop()
                     break
-                raise TranscriptCorrupt(str(self.path), base + i + 1, f"not JSON: {exc}") from None
+                why = nul_run(lines[i]) or f"not JSON: {exc}"
+                raise TranscriptCorrupt(str(self.path), base + i + 1, why) from None
             # The common entry, inlined (this loop runs once per line of the file); anything
             # else, or anything wrong, takes the general path, which also reports errors.
             if fast and type(entry) is dict and entry.get("type") == "message":
@@ -241,6 +246,8 @@ class Transcript(ActiveView):
                         message = from_dict(entry.get("message"), "message entry")
                     except ProtocolError as exc:
                         self._corrupt(base + i + 1, str(exc))
+                    if eid in carried:
+                        self._repeated(entry, base + i + 1, line_at)
                     mid = message.id
                     if mid in view:
                         replaced.append(line_at)
@@ -282,6 +289,8 @@ class Transcript(ActiveView):
         eid = entry.get("id")
         if not isinstance(eid, str):
             self._corrupt(line, f"{kind} entry lacks a string id")
+        if eid in self._entry_message:
+            self._repeated(entry, line, offset)
         if kind == "message":
             self._add_message((eid, offset, length), self._message(entry, "message", line))
         elif kind == "compaction":
@@ -308,6 +317,12 @@ class Transcript(ActiveView):
             return message_from_dict(entry.get("message"), f"{kind} entry")
         except ProtocolError as exc:
             self._corrupt(line, str(exc))
+
+    def _repeated(self, entry: dict[str, Any], line: int, offset: int) -> None:
+        """An entry whose id an earlier one has: damage if it is the same record again."""
+        why = duplicated_record(self.path, entry, offset)
+        if why is not None:
+            self._corrupt(line, why)
 
     def _corrupt(self, line: int, why: str) -> NoReturn:
         raise TranscriptCorrupt(str(self.path), line, why)
