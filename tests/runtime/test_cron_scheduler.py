@@ -32,21 +32,41 @@ class Clock:
 
 @dataclass
 class Inbox:
-    """The seam's other side: a bounded queue per conversation, like the App Server's."""
+    """The seam's other side: a bounded queue per conversation, like the App Server's, with
+    its idempotency keys, its transcript (the prompts whose turn began) and new conversations."""
 
     capacity: int = 100
     received: list[tuple[str, str, str]] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    transcript: list[tuple[str, str, str]] = field(default_factory=list)
+    finished: dict[str, Any] = field(default_factory=dict)
+    opened: int = 0
     fail: str | None = None
 
-    async def submit(self, agent_id: str, conversation: str, text: str) -> SubmitResult:
+    async def open_conversation(self, agent_id: str, conversation: str) -> str:
+        if conversation != "new":
+            return conversation
+        self.opened += 1
+        return f"conv-new-{self.opened}"
+
+    async def submit(
+        self, agent_id: str, conversation: str, text: str, key: str, on_finished: Any = None
+    ) -> SubmitResult:
         if self.fail == "raise":
             raise RuntimeError("runtime exploded")
+        if key in self.keys:
+            return SubmitResult("queued", conversation, "q-dup", duplicate=True)
         if len(self.received) >= self.capacity:
             return SubmitResult("queue_full", conversation_id=conversation, error="queue is full")
         self.received.append((agent_id, conversation, text))
+        self.keys.append(key)
+        self.finished[key] = on_finished
         return SubmitResult(
             "queued", conversation_id=conversation, queue_item_id=f"q-{len(self.received)}"
         )
+
+    def landed(self, agent_id: str, conversation: str, text: str) -> bool:
+        return (agent_id, conversation, text) in self.transcript
 
 
 def add(store: CronStore, now: int = T0, **kw: Any) -> dict[str, Any]:
@@ -170,13 +190,15 @@ def test_delete_waits_for_a_fire_in_progress(store: CronStore) -> None:
     order: list[str] = []
 
     class SlowInbox(Inbox):
-        async def submit(self, agent_id: str, conversation: str, text: str) -> SubmitResult:
+        async def submit(
+            self, agent_id: str, conversation: str, text: str, key: str, on_finished: Any = None
+        ) -> SubmitResult:
             other = sqlite3.connect(store.path, timeout=0.05)
             with pytest.raises(sqlite3.OperationalError, match="locked"):
                 other.execute("BEGIN IMMEDIATE")  # what `cron delete` would wait on
             other.close()
             order.append("submitted")
-            return await super().submit(agent_id, conversation, text)
+            return await super().submit(agent_id, conversation, text, key, on_finished)
 
     tick(Scheduler(store, SlowInbox(), clock))
     CronStore(store.path.parent).delete(task["id"])
@@ -354,3 +376,173 @@ def test_a_store_that_cannot_open_is_reported_once_and_retried(
         err.count("scheduler pass failed (retrying)") == 1
         and "cannot open the schedule store" in err
     )
+
+
+# --- exactly once across the death of the scheduler that fired ----------------------------------
+
+TAKEOVER = 91_000  # past the dead holder's lease and presence
+
+
+class Crash(BaseException):
+    """The process dies inside the submit: nothing after it runs, the transaction never commits."""
+
+
+@dataclass
+class DyingInbox(Inbox):
+    async def submit(
+        self, agent_id: str, conversation: str, text: str, key: str, on_finished: Any = None
+    ) -> SubmitResult:
+        raise Crash
+
+
+def crash_tick(s: Scheduler) -> None:
+    with pytest.raises(Crash):
+        tick(s)
+
+
+def open_fires(home: Path) -> list[tuple[str, str]]:
+    return [(f.state, f.owner) for f in CronStore(home).open_fires()]
+
+
+def test_a_fire_claimed_by_a_holder_that_died_is_delivered_once_by_the_next(
+    tmp_path: Path,
+) -> None:
+    clock, home = Clock(), tmp_path / "home"
+    task = add(CronStore(home), every="1h")
+    clock.now = T0 + 61 * MIN  # 15:07 and its jitter (under a minute) passed
+    crash_tick(Scheduler(CronStore(home), DyingInbox(), clock, owner="a"))
+    assert open_fires(home) == [("claimed", "a")]
+    after = Inbox()
+    b = Scheduler(CronStore(home), after, clock, owner="b")
+    assert tick(b) == []  # a's lease and presence still hold
+    clock.now += TAKEOVER
+    [record] = tick(b)
+    assert record["outcome"] == "queued" and record["scheduledFor"].endswith("15:07:00+00:00")
+    assert len(after.received) == 1 and after.keys == [
+        f"cron:{task['id']}:{T0 + 59 * MIN + 30_000}"
+    ]
+    assert open_fires(home) == [("queued", "b")]
+    for _ in range(3):
+        clock.now += MIN
+        tick(b)
+    assert len(after.received) == 1
+    assert [r["outcome"] for r in CronStore(home).runs(task["id"])] == ["queued"]
+    assert CronStore(home).get(task["id"])["fire_count"] == 1
+
+
+def test_a_queued_fire_lost_with_its_holder_is_submitted_again_with_the_same_key_and_text(
+    tmp_path: Path,
+) -> None:
+    clock, home = Clock(), tmp_path / "home"
+    task = add(CronStore(home), every="1h")
+    clock.now = T0 + 61 * MIN
+    before = Inbox()  # the dead server's in-memory queue
+    [record] = tick(Scheduler(CronStore(home), before, clock, owner="a"))
+    assert record["outcome"] == "queued" and open_fires(home) == [("queued", "a")]
+    after = Inbox()  # the restarted server: the prompt never reached the transcript
+    clock.now += TAKEOVER
+    assert tick(Scheduler(CronStore(home), after, clock, owner="b")) == []  # no second record
+    assert after.received == before.received and after.keys == before.keys
+    assert open_fires(home) == [("queued", "b")]
+    assert [r["outcome"] for r in CronStore(home).runs(task["id"])] == ["queued"]
+    assert CronStore(home).get(task["id"])["fire_count"] == 1
+
+
+@pytest.mark.parametrize("where", ["transcript", "durable queue"])
+def test_a_fire_that_reached_its_conversation_is_not_fired_again(
+    tmp_path: Path, where: str
+) -> None:
+    clock, home = Clock(), tmp_path / "home"
+    add(CronStore(home), every="1h")
+    clock.now = T0 + 61 * MIN
+    before = Inbox()
+    tick(Scheduler(CronStore(home), before, clock, owner="a"))
+    after = Inbox()
+    if where == "transcript":
+        after.transcript = list(before.received)
+    else:
+        after.keys = list(before.keys)  # the server kept the input and its key across the kill
+    clock.now += TAKEOVER
+    b = Scheduler(CronStore(home), after, clock, owner="b")
+    tick(b)
+    assert after.received == [] and CronStore(home).open_fires() == []
+    assert CronStore(home).fire(before.keys[0]).state == "started"  # type: ignore[union-attr]
+
+
+def test_a_fire_claimed_then_found_in_the_conversation_is_recorded_once(tmp_path: Path) -> None:
+    """The holder died after its submit but before its record committed (a durable queue)."""
+    clock, home = Clock(), tmp_path / "home"
+    task = add(CronStore(home), every="1h")
+    clock.now = T0 + 61 * MIN
+    crash_tick(Scheduler(CronStore(home), DyingInbox(), clock, owner="a"))
+    [claim] = CronStore(home).open_fires()
+    after = Inbox(keys=[claim.key])
+    clock.now += TAKEOVER
+    [record] = tick(Scheduler(CronStore(home), after, clock, owner="b"))
+    assert record["outcome"] == "queued" and after.received == []
+    assert CronStore(home).get(task["id"])["fire_count"] == 1
+
+
+def test_a_new_conversation_fire_goes_again_to_the_conversation_it_was_given(
+    tmp_path: Path,
+) -> None:
+    clock, home = Clock(), tmp_path / "home"
+    add(CronStore(home), every="1h", conversation_id="new")
+    clock.now = T0 + 61 * MIN
+    dying = DyingInbox()
+    crash_tick(Scheduler(CronStore(home), dying, clock, owner="a"))
+    assert dying.opened == 1
+    after = Inbox(opened=10)
+    clock.now += TAKEOVER
+    [record] = tick(Scheduler(CronStore(home), after, clock, owner="b"))
+    assert record["conversationId"] == "conv-new-1" and after.opened == 10
+    assert [c for _, c, _ in after.received] == ["conv-new-1"]
+
+
+def test_a_live_schedulers_open_fires_are_left_to_it(tmp_path: Path) -> None:
+    clock, home = Clock(), tmp_path / "home"
+    task = add(CronStore(home), cron="0 3 * * *")
+    holder_inbox, other_inbox = Inbox(), Inbox()
+    holder = Scheduler(CronStore(home), holder_inbox, clock, owner="a")
+    other = Scheduler(CronStore(home), other_inbox, clock, owner="b")
+    assert tick(holder) == [] and tick(other) == []  # both present, "a" holds the lease
+    record = asyncio.run(other.trigger_now(task["id"]))  # a client's cron_trigger on "b"
+    assert record is not None and open_fires(home) == [("queued", "b")]
+    for _ in range(5):
+        clock.now += 20_000
+        tick(holder)
+        tick(other)  # alive: renews its presence
+    assert holder_inbox.received == [] and len(other_inbox.received) == 1
+    for _ in range(5):  # "b" is gone
+        clock.now += 20_000
+        tick(holder)
+    assert len(holder_inbox.received) == 1 and open_fires(home) == [("queued", "a")]
+
+
+def test_a_task_deleted_before_its_fire_was_submitted_is_cancelled(tmp_path: Path) -> None:
+    clock, home = Clock(), tmp_path / "home"
+    task = add(CronStore(home), every="1h")
+    clock.now = T0 + 61 * MIN
+    crash_tick(Scheduler(CronStore(home), DyingInbox(), clock, owner="a"))
+    CronStore(home).delete(task["id"])
+    after = Inbox()
+    clock.now += TAKEOVER
+    assert tick(Scheduler(CronStore(home), after, clock, owner="b")) == []
+    assert after.received == [] and CronStore(home).open_fires() == []
+
+
+def test_the_end_of_a_fires_turn_settles_it(store: CronStore) -> None:
+    clock, inbox = Clock(), Inbox()
+    add(store, every="1m")
+    s = Scheduler(store, inbox, clock)
+    clock.now += 2 * MIN
+    tick(s)
+    clock.now += MIN
+    tick(s)
+    first, second = inbox.keys
+    inbox.finished[first](first, True)
+    inbox.finished[second](second, False)
+    tick(s)
+    assert store.fire(first).state == "done"  # type: ignore[union-attr]
+    assert store.fire(second).state == "failed"  # type: ignore[union-attr]
+    assert store.open_fires() == []

@@ -1,6 +1,7 @@
 """Schedules inside the App Server: the scheduler's `Submitter` that puts a fired prompt into the
-target conversation's runtime queue (starting the runtime when no client has), and the v2
-`cron_trigger` request.
+target conversation's runtime queue (starting the runtime when no client has; the fire's key as
+the input's idempotency key), tells the scheduler when that prompt's turn ended, and answers
+whether a transcript already holds a prompt (a takeover's check); and the v2 `cron_trigger`.
 
 A schedule is one more principal submitting input: its prompt waits in the same bounded queue
 as a client's and runs as an ordinary turn; a full queue is refused, never grown.
@@ -15,13 +16,15 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import NotFound, TetherError
-from tether.protocol.messages import TextPart
-from tether.runtime.cron.scheduler import Scheduler, SubmitResult, clock_from_env
+from tether.protocol.messages import TextPart, UserMessage
+from tether.runtime.cron.delivery import FireFinished
+from tether.runtime.cron.scheduler import Scheduler, SubmitResult, clock_from_env, hold_from_env
 from tether.runtime.cron.store import CronStore
 from tether.server.auth import FULL_GRANT, Grant
 from tether.server.protocol_v2 import CreateMessage, CronTrigger, NewMessage, RuntimeStart
 from tether.server.runtime_start import start_runtime
 from tether.server.v2_frames import (
+    TurnFinished,
     cron_trigger_failed,
     cron_trigger_response,
     crons_updated,
@@ -29,15 +32,20 @@ from tether.server.v2_frames import (
 
 if TYPE_CHECKING:
     from tether.server.app_server import AppServer
+    from tether.server.runtime import ConversationRuntime
 
 SCHEDULE_TAG = "origin:schedule"
 
 
 class RuntimeSubmitter:
+    """The scheduler's `Submitter`: a fire's prompt into its conversation's runtime queue, with
+    the fire's key as the input's idempotency key and request id (so its `turn_finished` says
+    which fire ended)."""
+
     def __init__(self, server: AppServer) -> None:
         self.server = server
 
-    async def submit(self, agent_id: str, conversation: str, text: str) -> SubmitResult:
+    def _start(self, agent_id: str, conversation: str) -> tuple[ConversationRuntime, Any]:
         server = self.server
         new = conversation == "new"
         frame = RuntimeStart(
@@ -49,20 +57,69 @@ class RuntimeSubmitter:
             cwd=None,
             mode=None,
         )
+        return start_runtime(server.ctx, server.runtimes, server.instance, FULL_GRANT, frame)
+
+    async def open_conversation(self, agent_id: str, conversation: str) -> str:
+        if conversation != "new":
+            return conversation
+        _, resolved = self._start(agent_id, "new")
+        scope = resolved.scope
+        _tag_scheduled(self.server, scope.agent_id, scope.conversation_id)
+        return str(scope.conversation_id)
+
+    async def submit(
+        self, agent_id: str, conversation_id: str, text: str, key: str, on_finished: FireFinished
+    ) -> SubmitResult:
         try:
-            rt, resolved = start_runtime(
-                server.ctx, server.runtimes, server.instance, FULL_GRANT, frame
-            )
-            if new:
-                _tag_scheduled(server, resolved.scope.agent_id, resolved.scope.conversation_id)
+            rt, resolved = self._start(agent_id, conversation_id)
         except (TetherError, OSError) as exc:
             return SubmitResult("unavailable", error=str(exc))
         scope = resolved.scope
-        message = NewMessage(f"cron-{uuid.uuid4().hex[:12]}", (TextPart(text),), text)
-        answer = rt.submit(CreateMessage(None, None, scope, (message,)), source="cron")
+        message = NewMessage(key, (TextPart(text),), text)
+        watch = _FireWatch(rt, key, on_finished)
+        rt.subscribe(watch)  # before the submit: the turn may start and end at once
+        answer = rt.submit(CreateMessage(key, key, scope, (message,)), source="cron")
+        if not answer.accepted or answer.duplicate:
+            rt.unsubscribe(watch)  # no turn of ours is coming (or it came before)
         if not answer.accepted:
             return SubmitResult("queue_full", scope.conversation_id, error=answer.error)
-        return SubmitResult("queued", scope.conversation_id, answer.queue_item_id)
+        return SubmitResult(
+            "queued", scope.conversation_id, answer.queue_item_id, duplicate=answer.duplicate
+        )
+
+    def landed(self, agent_id: str, conversation_id: str, text: str) -> bool:
+        transcript = self.server.ctx.store.transcript(agent_id, conversation_id)
+        for message in transcript.load():
+            if (
+                isinstance(message, UserMessage)
+                and "".join(part.text for part in message.content if isinstance(part, TextPart))
+                == text
+            ):
+                return True
+        return False
+
+
+class _FireWatch:
+    """Hears the runtime's turns until the one that ran a fire's prompt ends."""
+
+    def __init__(self, rt: ConversationRuntime, key: str, on_finished: FireFinished) -> None:
+        self.id = f"cron-watch-{key}"
+        self.rt, self.key, self.on_finished = rt, key, on_finished
+
+    def send_frame(self, frame: dict[str, Any]) -> None:
+        pass  # the frames are for clients; the typed end of the turn is below
+
+    def on_event(self, event: Any) -> None:
+        pass
+
+    def on_turn_finished(self, finished: TurnFinished) -> None:
+        if finished.request_id != self.key:
+            return
+        self.rt.unsubscribe(self)
+        self.on_finished(self.key, finished.error is None and finished.stop_reason == "end_turn")
+
+    def on_approval_request(self, request_id: str, tool_name: str, reason: str) -> None:
+        pass
 
 
 def _tag_scheduled(server: AppServer, agent_id: str, conversation_id: str) -> None:
@@ -84,6 +141,7 @@ class CronService:
             clock_from_env(server.ctx.env),
             poll_s=float(server.ctx.env.get("TETHER_CRON_POLL_S") or 1.0),
             on_change=self._announce,
+            hold=hold_from_env(server.ctx.env),
         )
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None

@@ -1,5 +1,6 @@
-"""The scheduler: one loop (inside `tether server`) that holds the store's lease, fires due tasks
-and manual triggers into conversation queues through a `Submitter`, and logs each outcome.
+"""The scheduler: one loop (inside `tether server`) that holds the store's lease, claims due
+slots and manual triggers, has `delivery.Deliveries` carry each into its conversation through a
+`Submitter` (and finish the fires a dead scheduler left open), and logs each outcome.
 
 A schedule is one more principal submitting input: it never runs a turn itself. `queued` in
 the run log means the prompt entered the conversation's queue, not that the turn finished.
@@ -14,14 +15,16 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from tether.errors import TetherError
 from tether.runtime.cron import schedule
-from tether.runtime.cron.store import CronStore, Fire
+from tether.runtime.cron.delivery import Deliveries, SubmitResult, Submitter, note_run, run_record
+from tether.runtime.cron.store import CronStore, Fire, FireClaim
+
+__all__ = ["Clock", "FileClock", "Scheduler", "SubmitResult", "Submitter", "SystemClock"]
 
 LEASE_TTL_MS = 90_000
 LEASE_RENEW_MS = 30_000  # renew when less than TTL - this remains
@@ -60,21 +63,6 @@ def clock_from_env(env: Mapping[str, str]) -> Clock:
     return FileClock(Path(path)) if path else SystemClock()
 
 
-@dataclass(frozen=True, slots=True)
-class SubmitResult:
-    outcome: str  # "queued" | "queue_full" | "unavailable"
-    conversation_id: str | None = None
-    queue_item_id: str | None = None
-    error: str | None = None
-
-
-class Submitter(Protocol):
-    """Where fired prompts go: the conversation's bounded input queue. `conversation` is `new`
-    (a fresh conversation tagged origin:schedule), `default` or an id."""
-
-    async def submit(self, agent_id: str, conversation: str, text: str) -> SubmitResult: ...
-
-
 class Scheduler:
     def __init__(
         self,
@@ -85,6 +73,7 @@ class Scheduler:
         owner: str | None = None,
         poll_s: float = 1.0,
         on_change: Callable[[], None] | None = None,
+        hold: tuple[str, Path] | None = None,
     ) -> None:
         self.store = store
         self.submitter = submitter
@@ -92,7 +81,10 @@ class Scheduler:
         self.owner = owner or f"scheduler-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.poll_s = poll_s
         self.on_change = on_change
+        self.deliveries = Deliveries(store, submitter, self.owner)
+        self.hold = hold  # tests: stop at a point (claimed, queued) after touching a file
         self._lease_until = 0
+        self._present_until = 0
         self._last_gc = 0
         # One store connection, one transaction at a time: a fire holds its write transaction
         # across the submit's awaits, so every use of the store in this process goes through
@@ -120,6 +112,12 @@ class Scheduler:
             with contextlib.suppress(TetherError):
                 self.store.release_lease(self.owner)
 
+    def renew_presence(self, now: int) -> None:
+        """Say this scheduler is alive (its open fires are left to it) — every lease period."""
+        if now >= self._present_until - (LEASE_TTL_MS - LEASE_RENEW_MS):
+            self.store.renew_presence(self.owner, now, LEASE_TTL_MS)
+            self._present_until = now + LEASE_TTL_MS
+
     def holds_lease(self, now: int) -> bool:
         if now < self._lease_until - (LEASE_TTL_MS - LEASE_RENEW_MS):
             return True
@@ -142,16 +140,20 @@ class Scheduler:
         """Run one task now (a client's `cron_trigger`), lease or not: a manual run claims no
         slot, so it cannot collide with a scheduled fire. None when the task is not active."""
         async with self._lock:
-            record = await self._fire(task_id, None, self.clock.now_ms(), manual=True)
+            now = self.clock.now_ms()
+            self.renew_presence(now)  # before a fire of ours is in the table
+            record = await self._fire(task_id, None, now, manual=True)
         if record is not None and self.on_change is not None:
             self.on_change()
         return record
 
     async def _tick(self) -> list[dict[str, Any]]:
         now = self.clock.now_ms()
+        self.renew_presence(now)
+        self.deliveries.settle_finished(now)
         if not self.holds_lease(now):
             return []
-        written: list[dict[str, Any]] = []
+        written = await self.deliveries.take_over(now)
         for seq, task_id in self.store.pending_triggers():
             record = await self._fire(task_id, None, now, manual=True)
             result = record or {"outcome": "skipped", "reason": "task_cancelled"}
@@ -196,24 +198,28 @@ class Scheduler:
             fire.now_ms = now
             task = fire.task
             task["failed_count"] = int(task.get("failed_count") or 0) + 1
-            _note_run(task, now, "failed", "invalid_cron", error)
-            fire.record = _record(task, now, "error", "failed", "invalid_cron", error=error)
+            note_run(task, now, "failed", "invalid_cron", error)
+            fire.record = run_record(task, now, "error", "failed", "invalid_cron", error=error)
             return fire.record
 
     async def _fire(
         self, task_id: str, slot: int | None, now: int, *, manual: bool = False, missed: int = 0
     ) -> dict[str, Any] | None:
+        """Claim the slot (a missed one-shot is settled there), then deliver its prompt."""
         async with self.store.firing(task_id, slot) as fire:
             if fire is None:
                 return None
             fire.now_ms = now
             self._apply(fire, slot if slot is not None else now, now, manual, missed)
-            if fire.record is not None and fire.record["outcome"] == "pending":
-                await self._submit(fire, slot if slot is not None else now, now)
+        if fire.claim is None:
             return fire.record
+        await self._hold("claimed")
+        record = await self.deliveries.deliver(fire.claim, now)
+        await self._hold("queued")
+        return record
 
     def _apply(self, fire: Fire, slot: int, now: int, manual: bool, missed: int) -> None:
-        """Decide missed vs due; a due fire gets a `pending` record that `_submit` completes."""
+        """Decide missed vs due: a missed one-shot gets its record, a due fire its claim."""
         task = fire.task
         late = now - slot
         if not task["recurring"] and not manual and late > schedule.MISSED_AFTER_MS:
@@ -221,8 +227,8 @@ class Scheduler:
                 status="missed", missed_at=schedule.iso(now), last_missed_at=schedule.iso(now)
             )
             task["missed_count"] = int(task.get("missed_count") or 0) + 1
-            _note_run(task, now, "missed", "started_too_late", None)
-            fire.record = _record(
+            note_run(task, now, "missed", "started_too_late", None)
+            fire.record = run_record(
                 task,
                 now,
                 "skipped",
@@ -237,38 +243,41 @@ class Scheduler:
             if manual
             else ("scheduled_time_matched" if task["recurring"] else "one_off_due")
         )
-        fire.record = _record(
-            task, now, "ok", "pending", reason, scheduled_for=slot, missed_count=missed or None
+        number = int(task.get("fire_count") or 0) + 1
+        key = (
+            f"cron:{task['id']}:manual:{uuid.uuid4().hex[:12]}"
+            if manual
+            else (f"cron:{task['id']}:{slot}")
+        )
+        fire.claim = FireClaim(
+            key,
+            task["id"],
+            slot,
+            "claimed",
+            self.owner,
+            task["conversation_id"],
+            schedule.wrap_prompt(task, slot, now, number),
+            reason,
+            missed,
         )
 
-    async def _submit(self, fire: Fire, slot: int, now: int) -> None:
-        task, record = fire.task, fire.record
-        assert record is not None
-        number = int(task.get("fire_count") or 0) + 1
-        text = schedule.wrap_prompt(task, slot, now, number)
-        try:
-            result = await self.submitter.submit(task["agent_id"], task["conversation_id"], text)
-        except TetherError as exc:
-            result = SubmitResult("unavailable", error=str(exc))
-        except Exception as exc:
-            result = SubmitResult("error", error=f"{type(exc).__name__}: {exc}")
-        record["conversationId"] = result.conversation_id
-        if result.outcome == "queued":
-            task["fire_count"] = number
-            task["last_fired_at"] = task["fired_at"] = schedule.iso(now)
-            if not task["recurring"]:
-                task["status"] = "fired"
-            record.update(outcome="queued", queueItemId=result.queue_item_id)
-            _note_run(task, now, "queued", record["reason"], None)
+    async def _hold(self, point: str) -> None:
+        """Tests only (`TETHER_CRON_HOLD=<point>:<file>`): touch the file, stop here for good,
+        so a test can kill the process at a known point of a fire."""
+        if self.hold is None or self.hold[0] != point:
             return
-        reason = {"queue_full": "queue_full", "unavailable": "runtime_unavailable"}.get(
-            result.outcome, "scheduler_error"
-        )
-        task["failed_count"] = int(task.get("failed_count") or 0) + 1
-        if not task["recurring"]:
-            task.update(status="missed", missed_at=schedule.iso(now))
-        record.update(status="error", outcome="failed", reason=reason, error=result.error)
-        _note_run(task, now, "failed", reason, result.error)
+        self.hold[1].write_text(point)
+        await asyncio.Event().wait()
+
+
+def hold_from_env(env: Mapping[str, str]) -> tuple[str, Path] | None:
+    value = env.get("TETHER_CRON_HOLD")
+    if not value:
+        return None
+    point, _, path = value.partition(":")
+    if point not in ("claimed", "queued") or not path:
+        raise TetherError(f"TETHER_CRON_HOLD {value!r}: use claimed:<file> or queued:<file>")
+    return point, Path(path)
 
 
 def _latest_slot(task: Mapping[str, Any], last_slot: int, now: int) -> tuple[int | None, int]:
@@ -290,44 +299,3 @@ def _latest_slot(task: Mapping[str, Any], last_slot: int, now: int) -> tuple[int
 
 def _ms(text: str) -> int:
     return int(datetime.fromisoformat(text).timestamp() * 1000)
-
-
-def _note_run(task: dict[str, Any], now: int, outcome: str, reason: str, error: str | None) -> None:
-    task.update(
-        last_run_at=schedule.iso(now),
-        last_run_outcome=outcome,
-        last_run_reason=reason,
-        last_run_error=error,
-    )
-
-
-def _record(
-    task: Mapping[str, Any],
-    now: int,
-    status: str,
-    outcome: str,
-    reason: str,
-    *,
-    error: str | None = None,
-    scheduled_for: int | None = None,
-    missed_count: int | None = None,
-) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "ts": schedule.iso(now),
-        "jobId": task["id"],
-        "action": "finished",
-        "status": status,
-        "outcome": outcome,
-        "reason": reason,
-        "agentId": task["agent_id"],
-        "conversationId": None,
-        "runAtMs": now,
-        "firedAt": schedule.iso(now),
-    }
-    if scheduled_for is not None:
-        record["scheduledFor"] = schedule.iso(scheduled_for)
-    if error is not None:
-        record["error"] = error
-    if missed_count:
-        record["missedCount"] = missed_count
-    return record

@@ -1,11 +1,16 @@
-"""The schedule store, `$TETHER_HOME/cron.db` (SQLite, WAL): tasks, each task's run log, manual
-trigger requests and the scheduler lease, so several processes (the CLI, two App Servers) share
-one consistent view.
+"""The schedule store, `$TETHER_HOME/cron.db` (SQLite, WAL): tasks, each task's run log, the
+fires on their way into a conversation, manual trigger requests, the scheduler lease and each
+scheduler's presence, so several processes (the CLI, two App Servers) share one consistent view.
 
 A fire is claimed inside one write transaction (`firing`): the task is re-read, checked still
-active and not yet fired for that slot, the input is submitted, and the task update and run
-record commit together. A `delete` from another process waits for that transaction, so once it
-returns the task can never fire again, and two schedulers can never fire one slot twice.
+active and not yet fired for that slot, and the slot, with a `fires` row saying `claimed` (its
+key, its conversation and the exact prompt), commits. It is then submitted inside a second write
+transaction (`delivering`) that re-reads the task, so a `delete` from another process waits for
+it, and once a delete returns the task can never reach a conversation again; the task update,
+the run record and the fire's new state (`queued`, or `failed`) commit together. A fire's states:
+claimed -> queued -> started (found in the conversation after a takeover) -> done | failed, or
+cancelled (its task deleted before it was submitted). Two schedulers never fire one slot twice,
+and the holder that outlives a dead one finishes the dead one's `claimed`/`queued` fires.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import contextlib
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +57,19 @@ CREATE TABLE IF NOT EXISTS triggers (
     done_ms INTEGER,
     result BLOB
 );
+CREATE TABLE IF NOT EXISTS fires (
+    key TEXT PRIMARY KEY,              -- cron:<task>:<slot ms> (manual: cron:<task>:manual:<ms>)
+    task_id TEXT NOT NULL,
+    slot_ms INTEGER NOT NULL,
+    state TEXT NOT NULL,               -- claimed, queued, started, done, failed, cancelled
+    owner TEXT NOT NULL,               -- the scheduler that moves it on
+    conversation_id TEXT NOT NULL,     -- as the task says, then the one a `new` task was given
+    text BLOB NOT NULL,                -- the prompt, fixed at the claim (a re-fire sends it again)
+    reason TEXT NOT NULL,
+    missed INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS fires_open ON fires (state);
 CREATE TABLE IF NOT EXISTS leases (
     name TEXT PRIMARY KEY,
     owner TEXT NOT NULL,
@@ -184,6 +203,14 @@ class CronStore:
             for task_id in gone:
                 db.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
                 db.execute("DELETE FROM runs WHERE task_id = ?", (task_id,))
+            db.execute(
+                "DELETE FROM fires WHERE state NOT IN ('claimed', 'queued') AND updated_ms < ?",
+                (now_ms - older_than_ms,),
+            )
+            db.execute(
+                "DELETE FROM leases WHERE name LIKE 'presence:%' AND expires_ms < ?",
+                (now_ms - older_than_ms,),
+            )
         return len(gone)
 
     # --- firing -------------------------------------------------------------------------------
@@ -212,6 +239,126 @@ class CronStore:
             )
             if fire.record is not None:
                 self._append_run(db, task_id, fire.now_ms, fire.record)
+            if fire.claim is not None:
+                c = fire.claim
+                db.execute(
+                    "INSERT INTO fires (key, task_id, slot_ms, state, owner, conversation_id,"
+                    " text, reason, missed, updated_ms) VALUES (?, ?, ?, 'claimed', ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT(key) DO NOTHING",
+                    (
+                        c.key,
+                        task_id,
+                        c.slot_ms,
+                        c.owner,
+                        c.conversation_id,
+                        c.text.encode(),
+                        c.reason,
+                        c.missed,
+                        fire.now_ms,
+                    ),
+                )
+
+    # --- fires on their way into a conversation ------------------------------------------------
+
+    def open_fires(self) -> list[FireClaim]:
+        """Fires not yet known to be in their conversation (claimed or queued), oldest first."""
+        rows = self.db.execute(
+            f"SELECT {_FIRE_COLUMNS} FROM fires WHERE state IN ('claimed', 'queued')"
+            " ORDER BY updated_ms, key"
+        ).fetchall()
+        return [_fire_claim(row) for row in rows]
+
+    def fire(self, key: str) -> FireClaim | None:
+        row = self.db.execute(f"SELECT {_FIRE_COLUMNS} FROM fires WHERE key = ?", (key,)).fetchone()
+        return None if row is None else _fire_claim(row)
+
+    def move_fire(
+        self,
+        key: str,
+        state: str,
+        now_ms: int,
+        *,
+        owner: str | None = None,
+        conversation_id: str | None = None,
+        only_from: tuple[str, ...] = (),
+    ) -> bool:
+        """Set a fire's state (and owner / conversation); with `only_from`, only a fire in one
+        of those states moves. False when nothing moved."""
+        with self._write() as db:
+            sql = "UPDATE fires SET state = ?, updated_ms = ?"
+            args: list[Any] = [state, now_ms]
+            if owner is not None:
+                sql, args = sql + ", owner = ?", [*args, owner]
+            if conversation_id is not None:
+                sql, args = sql + ", conversation_id = ?", [*args, conversation_id]
+            sql, args = sql + " WHERE key = ?", [*args, key]
+            if only_from:
+                sql += f" AND state IN ({', '.join('?' * len(only_from))})"
+                args.extend(only_from)
+            return db.execute(sql, args).rowcount == 1
+
+    @contextlib.asynccontextmanager
+    async def delivering(
+        self, key: str, owner: str, now_ms: int, *, takeover_from: str | None = None
+    ) -> AsyncIterator[Delivery | None]:
+        """Hold the write lock while the caller submits a claimed or queued fire; yields None
+        when the fire is no longer open, or (`takeover_from`) when it is no longer that owner's
+        or that owner has come back. The task is re-read (None once deleted: the caller must
+        not submit). What the caller sets on the `Delivery` commits together, owner included."""
+        with self._write() as db:
+            row = db.execute(
+                f"SELECT {_FIRE_COLUMNS} FROM fires WHERE key = ? AND state IN"
+                " ('claimed', 'queued')",
+                (key,),
+            ).fetchone()
+            claim = None if row is None else _fire_claim(row)
+            if claim is None or (
+                takeover_from is not None
+                and takeover_from != owner
+                and (claim.owner != takeover_from or self.present(takeover_from, now_ms))
+            ):
+                yield None
+                return
+            task_row = db.execute(
+                "SELECT data FROM tasks WHERE id = ?", (claim.task_id,)
+            ).fetchone()
+            task = None if task_row is None else dict(orjson.loads(task_row[0]))
+            delivery = Delivery(claim, task)
+            yield delivery
+            if delivery.task is not None and delivery.task_changed:
+                status = delivery.task["status"]
+                db.execute(
+                    "UPDATE tasks SET status = ?, terminal_ms = ?, data = ? WHERE id = ?",
+                    (
+                        status,
+                        delivery.now_ms if status in TERMINAL else None,
+                        orjson.dumps(delivery.task),
+                        claim.task_id,
+                    ),
+                )
+            if delivery.record is not None:
+                self._append_run(db, claim.task_id, delivery.now_ms, delivery.record)
+            db.execute(
+                "UPDATE fires SET state = ?, owner = ?, updated_ms = ? WHERE key = ?",
+                (delivery.state or claim.state, owner, delivery.now_ms, key),
+            )
+
+    # --- schedulers' presence -------------------------------------------------------------------
+
+    def renew_presence(self, owner: str, now_ms: int, ttl_ms: int) -> None:
+        """Say this scheduler is alive until now + ttl (its fires are left alone until then)."""
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO leases (name, owner, expires_ms) VALUES (?, ?, ?) ON CONFLICT(name)"
+                " DO UPDATE SET expires_ms = excluded.expires_ms",
+                (_PRESENCE + owner, owner, now_ms + ttl_ms),
+            )
+
+    def present(self, owner: str, now_ms: int) -> bool:
+        row = self.db.execute(
+            "SELECT 1 FROM leases WHERE name = ? AND expires_ms > ?", (_PRESENCE + owner, now_ms)
+        ).fetchone()
+        return row is not None
 
     def _append_run(
         self, db: sqlite3.Connection, task_id: str, ts_ms: int, record: dict[str, Any]
@@ -290,8 +437,12 @@ class CronStore:
             return True
 
     def release_lease(self, owner: str) -> None:
+        """Give up the lease and this scheduler's presence (its open fires pass on at once)."""
         with self._write() as db:
-            db.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (LEASE, owner))
+            db.execute(
+                "DELETE FROM leases WHERE name IN (?, ?) AND owner = ?",
+                (LEASE, _PRESENCE + owner, owner),
+            )
 
     def lease_holder(self, now_ms: int) -> str | None:
         row = self.db.execute(
@@ -301,10 +452,58 @@ class CronStore:
 
 
 class Fire:
-    """One claimed fire: the task as read (to be updated in place) and the run record to log."""
+    """One claimed slot: the task as read (to be updated in place), the run record to log, or
+    the `FireClaim` that will carry the prompt into the conversation."""
 
     def __init__(self, task: dict[str, Any], last_slot_ms: int) -> None:
         self.task = task
         self.last_slot_ms = last_slot_ms
         self.record: dict[str, Any] | None = None
+        self.claim: FireClaim | None = None
         self.now_ms = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FireClaim:
+    """A fire's row: where its prompt goes and how far it got."""
+
+    key: str
+    task_id: str
+    slot_ms: int
+    state: str
+    owner: str
+    conversation_id: str
+    text: str
+    reason: str
+    missed: int
+
+
+class Delivery:
+    """A fire being submitted: the task as it is now (None: deleted), and what to commit."""
+
+    def __init__(self, claim: FireClaim, task: dict[str, Any] | None) -> None:
+        self.claim = claim
+        self.task = task
+        self.task_changed = False
+        self.record: dict[str, Any] | None = None
+        self.state: str | None = None
+        self.now_ms = 0
+
+
+_PRESENCE = "presence:"
+_FIRE_COLUMNS = "key, task_id, slot_ms, state, owner, conversation_id, text, reason, missed"
+
+
+def _fire_claim(row: tuple[Any, ...]) -> FireClaim:
+    key, task_id, slot_ms, state, owner, conversation, text, reason, missed = row
+    return FireClaim(
+        str(key),
+        str(task_id),
+        int(slot_ms),
+        str(state),
+        str(owner),
+        str(conversation),
+        bytes(text).decode(),
+        str(reason),
+        int(missed),
+    )
