@@ -9,6 +9,11 @@ session with exit 0 once what was queued has run. EOF while a turn runs means th
 away: the turn is aborted at once (its tools stopped, nothing more runs) and what it had queued
 is dropped. An interrupt names its cause (the client's request, stdin closing, a signal). Wire
 shapes follow the reference §2.6 and §3.4 field for field.
+
+As in Claude Code's SDK sessions, a user line goes through the UserPromptSubmit hooks first (a
+block is that turn's `error` result; their context goes with the prompt), and a turn that ends
+is put to the Stop hooks: a block's feedback runs next as part of the same turn, whose one
+`result` line comes after it (`runtime/turn_hooks.py`).
 """
 
 from __future__ import annotations
@@ -29,9 +34,11 @@ from tether.cli.stopping import STOP_SIGNALS, RunStop
 from tether.core.turn import TurnOutcome
 from tether.errors import TetherError
 from tether.protocol import wire
-from tether.protocol.turns import TurnError
+from tether.protocol.messages import TextPart
+from tether.protocol.turns import LocalToolCall, TurnError
 from tether.runtime.inbox import Inbox, InboxClosed, Submission, TurnPlan, user_message
 from tether.runtime.prepared import Prepared
+from tether.runtime.turn_hooks import MAX_STOP_CONTINUATIONS, STOP_HOOK, HookOutcome, TurnHooks
 
 STDIN_LIMIT = 64 * 1024 * 1024
 ENGINE_INTERRUPT = "Interrupted by SIGINT"  # what the turn engine says for any abort
@@ -143,6 +150,10 @@ class StreamJsonTurns:
         self.turn_stop: RunStop | None = None  # why the running turn was stopped, if it was
         self._started = 0.0
         self._api_before = 0
+        self.prompt = ""  # the user's text of the turn (for the Stop hook)
+        self.from_hook = False  # this turn is a Stop hook's continuation
+        self.continuations = 0
+        self.tool_calls = 0
 
     def on_signal(self, signum: int) -> None:
         if self.turn_stop is not None:
@@ -158,30 +169,72 @@ class StreamJsonTurns:
         return event
 
     def emit(self, event: Any) -> None:
+        if isinstance(event, LocalToolCall):
+            self.tool_calls += 1
         self.renderer.on_event(self.retitle(event))
 
     async def begin(self, batch: Sequence[Submission], abort: asyncio.Event) -> TurnPlan | None:
-        self._started = time.monotonic()
         session = self.session
+        self.from_hook, self.tool_calls = batch[0].source == STOP_HOOK, 0
+        if not self.from_hook:
+            self._started, self.continuations = time.monotonic(), 0
+            self._api_before = session.p.backend.api_ms
         try:
             parts = tuple(p for item in batch for p in user_content(item.payload))
         except TetherError as exc:
             session.error(str(exc))
             return None
         p = session.p
+        if not self.from_hook and any(item.source == "user" for item in batch):
+            self.prompt = "\n\n".join(part.text for part in parts if isinstance(part, TextPart))
+            submitted = tell(await TurnHooks(p.hooks).prompt_submit(self.prompt))
+            if submitted.blocked is not None:
+                self.refuse(f"Prompt blocked by a UserPromptSubmit hook: {submitted.blocked}")
+                return None
+            parts += tuple(submitted.context)
         self.turn_stop = turn_stop = RunStop(abort)
         if session.signum is not None:
             turn_stop.on_signal(session.signum)
         self.renderer.errors.clear()
         self.renderer.last_tool_output = ""
         session.interrupted_by = None
-        self._api_before = p.backend.api_ms
         return TurnPlan(
             user=user_message(parts), emit=self.emit,
             approver=SdkApprover(session, p.add_session_rule),
             take_notifications=False,  # task notifications reach the client as their own events
             on_store_unavailable=turn_stop.on_store_unavailable,
         )
+
+    def refuse(self, message: str) -> None:
+        """A turn that does not start (a hook blocked its prompt): its error and `result` lines."""
+        refused = TurnError(message, "error")
+        self.renderer.on_event(refused)
+        self.renderer.flush()
+        write_line(self.renderer.encoder.turn_result(
+            TurnOutcome(stop_reason="error", error=refused),
+            duration_ms=int((time.monotonic() - self._started) * 1000), api_ms=0, result=message,
+        ))
+
+    async def continues(self, outcome: TurnOutcome) -> bool:
+        """A Stop hook that blocks an ended turn: its feedback runs next, in the same turn."""
+        session = self.session
+        if (outcome.error is not None or outcome.stop_reason != "end_turn" or outcome.interrupted
+                or session.interrupted_by or session.signum is not None
+                or self.continuations >= MAX_STOP_CONTINUATIONS):
+            return False
+        stopped = tell(await TurnHooks(session.p.hooks).stop(
+            stop_reason=outcome.stop_reason, tool_call_count=self.tool_calls,
+            assistant_message=outcome.last_text, user_message=self.prompt, active=self.from_hook,
+        ))
+        if stopped.blocked is None:
+            return False
+        self.continuations += 1
+        line = {"type": "user", "message": {"role": "user", "content": stopped.blocked}}
+        try:
+            session.inbox.put(Submission(payload=line, source=STOP_HOOK, coalesce=False), front=True)
+        except InboxClosed:
+            return False
+        return True
 
     def failed(self, batch: Sequence[Submission], exc: Exception) -> TurnOutcome:
         message = state_failure(exc)
@@ -198,6 +251,9 @@ class StreamJsonTurns:
             outcome.error = self.retitle(outcome.error)
             outcome.stop_reason = outcome.error.stop_reason
         renderer.flush()
+        if await self.continues(outcome):
+            self.turn_stop = None
+            return False  # the turn goes on with the hook's feedback; its result comes after
         renderer.fill_result(outcome)
         line = renderer.encoder.turn_result(
             outcome,
@@ -211,6 +267,13 @@ class StreamJsonTurns:
             session.inbox.cancel_queued(CLIENT_GONE)  # what the gone client had queued never runs
         # On success the inbox starts the memory review in the background: input keeps coming.
         return bool(line["subtype"] == "success")
+
+
+def tell(outcome: HookOutcome) -> HookOutcome:
+    """A hook's errors on stderr (its context goes to the model, never to the stream)."""
+    for text, _kind in outcome.notices:
+        say(f"tether: {text}")
+    return outcome
 
 
 async def serve(prepared: Prepared) -> int:

@@ -25,8 +25,9 @@ from tether.core.turn import ApprovalAnswer, Event, TurnOutcome
 from tether.errors import TetherError
 from tether.protocol import wire
 from tether.protocol.messages import TextPart
-from tether.protocol.turns import TurnError
+from tether.protocol.turns import LocalToolCall, TurnError
 from tether.runtime.inbox import Inbox, Submission, TurnPlan, user_message
+from tether.runtime.turn_hooks import MAX_STOP_CONTINUATIONS, STOP_HOOK, HookOutcome, TurnHooks
 
 if TYPE_CHECKING:
     from tether.runtime.prepared import Prepared
@@ -46,7 +47,11 @@ class HeadlessApprover:
 
 class OneShotTurn:
     """The one turn of `tether -p` as the inbox runs it: events to the renderer, approvals
-    denied, the exit code kept; the memory review awaited (the run ends after it)."""
+    denied, the exit code kept; the memory review awaited (the run ends after it).
+
+    The prompt goes through the UserPromptSubmit hooks first (a block is the run's error; their
+    context goes with the prompt), and a turn that ends is put to the Stop hooks: a block's
+    feedback is the next turn of the same run (`continuation`), as in Claude Code."""
 
     def __init__(self, flags: RunFlags, renderer: Renderer, stop: RunStop, started: float) -> None:
         self.flags = flags
@@ -56,13 +61,37 @@ class OneShotTurn:
         self.state_failed = False
         self.code = 1
         self.inbox: Inbox | None = None
+        self.continuation: Submission | None = None  # a Stop hook's feedback, run next
+        self.continuations = 0
+        self.tool_calls = 0
+        self.prompt = ""
+        self.from_hook = False
 
     def emit(self, event: Event) -> None:
+        if isinstance(event, LocalToolCall):
+            self.tool_calls += 1
         self.renderer.on_event(self.stop.retitle(event))
 
-    async def begin(self, batch: Sequence[Submission], abort: asyncio.Event) -> TurnPlan:
+    @property
+    def hooks(self) -> TurnHooks:
+        assert self.inbox is not None
+        return TurnHooks(self.inbox.prepared.hooks)
+
+    async def begin(self, batch: Sequence[Submission], abort: asyncio.Event) -> TurnPlan | None:
+        parts = [p for item in batch for p in item.parts]
+        self.from_hook, self.tool_calls = batch[0].source == STOP_HOOK, 0
+        if not self.from_hook:
+            self.prompt = "\n\n".join(p.text for p in parts if isinstance(p, TextPart))
+            submitted = tell(await self.hooks.prompt_submit(self.prompt))
+            if submitted.blocked is not None:
+                blocked = TurnError(f"Prompt blocked by a UserPromptSubmit hook: {submitted.blocked}",
+                                    "error")
+                self.emit(blocked)
+                self.code = self._finish(TurnOutcome(stop_reason="error", error=blocked))
+                return None
+            parts += submitted.context
         return TurnPlan(
-            user=user_message([p for item in batch for p in item.parts]), emit=self.emit,
+            user=user_message(parts), emit=self.emit,
             approver=HeadlessApprover(self.flags.permission_mode), max_turns=self.flags.max_turns,
             on_store_unavailable=self.stop.on_store_unavailable,
         )
@@ -83,15 +112,47 @@ class OneShotTurn:
             outcome.error = stop.retitle(outcome.error)
             outcome.stop_reason = outcome.error.stop_reason
         assert self.inbox is not None
-        self.code = self.renderer.finish(
-            outcome,
-            duration_ms=int((time.monotonic() - self.started) * 1000),
-            api_ms=self.inbox.prepared.backend.api_ms,
-            result_on_error=self.state_failed or stop.failure is not None,
-        )
+        if await self._continues(outcome):
+            return False  # the result is the continuation's
+        self.code = self._finish(outcome)
         if self.code == 0:
             await self.inbox.conversation.reflect(stop.abort)
         return False  # reflected above, not in the background
+
+    async def _continues(self, outcome: TurnOutcome) -> bool:
+        """A Stop hook that blocks an ended turn: its feedback is queued as the next turn."""
+        if outcome.error is not None or outcome.stop_reason != "end_turn" or self.stop.abort.is_set():
+            return False
+        stopped = tell(await self.hooks.stop(
+            stop_reason=outcome.stop_reason, tool_call_count=self.tool_calls,
+            assistant_message=outcome.last_text, user_message=self.prompt, active=self.from_hook,
+        ))
+        if stopped.blocked is None or self.continuations >= MAX_STOP_CONTINUATIONS:
+            return False
+        self.continuations += 1
+        assert self.inbox is not None
+        feedback = stopped.blocked
+        self.continuation = self.inbox.put(
+            Submission(parts=(TextPart(feedback),), payload=feedback, source=STOP_HOOK,
+                       coalesce=False, abort=self.stop.abort), front=True,
+        )
+        return True
+
+    def _finish(self, outcome: TurnOutcome) -> int:
+        assert self.inbox is not None
+        return self.renderer.finish(
+            outcome,
+            duration_ms=int((time.monotonic() - self.started) * 1000),
+            api_ms=self.inbox.prepared.backend.api_ms,
+            result_on_error=self.state_failed or self.stop.failure is not None,
+        )
+
+
+def tell(outcome: HookOutcome) -> HookOutcome:
+    """A hook's notices on stderr (errors; never the context, which goes to the model)."""
+    for text, _kind in outcome.notices:
+        say(f"tether: {text}")
+    return outcome
 
 
 def report_failed_servers(servers: Sequence[dict[str, object]]) -> None:
@@ -157,6 +218,10 @@ def run_headless(flags: RunFlags) -> int:
             submitted = inbox.submit((TextPart(prompt),), abort=abort)  # a signal aborts it
             assert submitted.done is not None
             await submitted.done  # an error the turn could not report (stdout gone) is raised
+            while (continuation := turn.continuation) is not None:  # a Stop hook's feedback
+                turn.continuation = None
+                assert continuation.done is not None
+                await continuation.done
             return stop.exit_code(turn.code)
         finally:
             try:

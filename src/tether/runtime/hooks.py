@@ -325,10 +325,13 @@ class HookRunner:
         tool_call_count: int | None = None,
         assistant_message: str | None = None,
         user_message: str | None = None,
+        stop_hook_active: bool | None = None,
     ) -> EventOutcome:
-        """When the agent finishes answering: a block sends its feedback back as a user message."""
+        """When the agent finishes answering: a block sends its feedback back as a user message
+        (`stop_hook_active`: this answer followed such a continuation, Claude Code's loop guard)."""
         optional = {"message_count": message_count, "tool_call_count": tool_call_count,
-                    "assistant_message": assistant_message, "user_message": user_message}
+                    "assistant_message": assistant_message, "user_message": user_message,
+                    "stop_hook_active": stop_hook_active}
         payload = self.payload("Stop", stop_reason=stop_reason, **{k: v for k, v in optional.items() if v is not None})
         return EventOutcome.of(await self.run_sequential("Stop", payload))
 

@@ -33,9 +33,9 @@ from textual.widgets import Static
 from tether.errors import TetherError
 from tether.protocol.messages import TextPart
 from tether.runtime.flags import RunFlags
+from tether.runtime.turn_hooks import HookOutcome, TurnHooks
 from tether.tui.approvals import ApprovalRequest, ApprovalScreen, Choice, TuiApprover
 from tether.tui.commands import PickerScreen, parse_command, run_command
-from tether.tui.session_hooks import HookOutcome, SessionHooks
 from tether.tui.styles import STYLESHEET
 from tether.tui.turns import PromptQueue, TuiTurns
 from tether.tui.widgets import PromptInput, StatusInfo, StatusLine, Transcript
@@ -399,7 +399,7 @@ class TetherApp(App[int]):
         return outcome
 
     async def _session_start(self, *, is_new: bool) -> None:
-        hooks = SessionHooks(self.prepared.hooks)
+        hooks = TurnHooks(self.prepared.hooks)
         started = self.show(await hooks.session_start(is_new=is_new, agent_name=self.prepared.session.agent.name))
         self._session_context = started.context
         first = [self.initial_prompt] if self.initial_prompt else []
@@ -530,7 +530,7 @@ class TetherApp(App[int]):
 
         async def session_end() -> None:
             with contextlib.suppress(Exception):
-                await SessionHooks(prepared.hooks).session_end()
+                await TurnHooks(prepared.hooks).session_end()
 
         inbox = self._inbox
         if inbox is None:  # no prompt was ever submitted

@@ -14,15 +14,14 @@ from tether.errors import TetherError
 from tether.protocol.chunks import UsageStatistics
 from tether.protocol.messages import TextPart
 from tether.protocol.turns import LocalToolCall
-from tether.tui.session_hooks import SessionHooks
+from tether.runtime.turn_hooks import MAX_STOP_CONTINUATIONS, STOP_HOOK, TurnHooks
 
 if TYPE_CHECKING:
     from tether.core.turn import Event, TurnOutcome
     from tether.runtime.inbox import Submission, TurnPlan
     from tether.tui.app import TetherApp
 
-MAX_STOP_CONTINUATIONS = 3  # a Stop hook that keeps blocking cannot loop forever
-STOP_HOOK = "stop_hook"  # the source of a Stop hook's continuation in the inbox
+__all__ = ["MAX_STOP_CONTINUATIONS", "STOP_HOOK", "PromptQueue", "TuiTurns"]
 
 
 class TuiTurns:
@@ -63,7 +62,7 @@ class TuiTurns:
             self.continuations = 0
             for text in texts:
                 app.transcript.add_user(text)
-            submitted = app.show(await SessionHooks(p.hooks).prompt_submit(prompt))
+            submitted = app.show(await TurnHooks(p.hooks).prompt_submit(prompt))
             if submitted.blocked is not None:
                 app.notice(f"Prompt blocked by a UserPromptSubmit hook: {submitted.blocked}", "error")
                 return None
@@ -107,7 +106,7 @@ class TuiTurns:
         reflection = app.inbox.conversation.start_reflection()
         if reflection is not None:  # memory review in the background; the prompt stays live
             app.spawn(reflection)
-        stopped = app.show(await SessionHooks(app.prepared.hooks).stop(
+        stopped = app.show(await TurnHooks(app.prepared.hooks).stop(
             stop_reason=outcome.stop_reason, tool_call_count=self.tool_calls,
             assistant_message=outcome.last_text, user_message=self._prompt,
             active=self._from_hook,
