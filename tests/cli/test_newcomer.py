@@ -115,3 +115,32 @@ def test_continue_picks_up_this_folders_last_conversation(
 def test_continue_conflicts_with_naming_a_conversation(workdir: Path) -> None:
     run = run_tether(["-c", "--new", "-p", "x"], env=dict(os.environ), cwd=workdir)
     assert run.code == 1 and "-c/--continue cannot be combined" in run.stderr
+
+
+def test_completion_lists_models_agents_and_conversations(workdir: Path, tether_home: Path) -> None:
+    with FakeProvider([{"text": "hi"}]) as fake:
+        env = tether_env(fake.url, MODEL)
+        first = run_tether(["-p", "hi", "--model", MODEL, "--output-format", "stream-json"], env=env, cwd=workdir)
+    assert first.code == 0, first.stderr
+    agent, conversation = first.events[-1]["agent_id"], first.events[-1]["conversation_id"]
+    env["PATH"] = f"{Path(TETHER).parent}:{env.get('PATH', '')}"
+    script = run_tether(["completion", "bash"], env=env, cwd=workdir).stdout
+
+    def complete(*words: str) -> list[str]:
+        line = " ".join(f"'{w}'" for w in ("tether", *words))
+        shell = (f'{script}\nCOMP_WORDS=({line}); COMP_CWORD={len(words)}; _tether; '
+                 'printf "%s\\n" "${COMPREPLY[@]}"')
+        out = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, env=env,
+                             cwd=workdir, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+
+    assert complete("--agent", "") == [agent]
+    assert conversation in complete("--conversation", "local-")
+    models = complete("--model", "")
+    assert models[0] == MODEL and "openai/" in " ".join(models)
+    (workdir / "README.md").write_text("x")
+    assert "README.md" not in complete("--model", "")  # no file names for a model
+    for shell in ("zsh", "fish"):
+        text = run_tether(["completion", shell], env=env, cwd=workdir).stdout
+        assert "tether completion --list agents" in text and "tether completion --list models" in text
