@@ -57,6 +57,7 @@ class PermissionPolicy:
             external=bool(getattr(tool, "external", False)),
             read_only_hint=bool(getattr(tool, "read_only_auto", False)),
             session=admission(args) if callable(admission) else None,
+            mcp_server=_mcp_server(tool),
         )
         can_confine = (  # probed only where the read-only auto-allow could apply
             call.command is not None and ctx.permission_mode in ("standard", "acceptEdits")
@@ -64,6 +65,13 @@ class PermissionPolicy:
         )
         return decide(call, Policy(ctx.permission_mode, self.rules, self.scope, self.guards,
                                    can_confine=can_confine))
+
+
+def _mcp_server(tool: Tool) -> str | None:
+    """The configured server name of an MCP tool (`mcp/tools.McpTool.server`): its tool name
+    alone cannot say where the server's name ends (`mcp__git__evil__x`)."""
+    server = getattr(tool, "server", None)
+    return server if isinstance(server, str) and tool.name.startswith("mcp__") else None
 
 
 def build_policy(

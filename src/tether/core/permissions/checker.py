@@ -60,6 +60,8 @@ from tether.core.permissions.rules import (
     Rule,
     canonical_tool_name,
     families_covered,
+    is_mcp_name,
+    mcp_rule_matches,
 )
 
 # Step 11: tools that only change conversation state, and subagents that only read history.
@@ -202,6 +204,7 @@ class Call:
     # admitted, SESSION_ALLOWED or SESSION_CONFINED, or SESSION_UNKNOWN for no such session.
     # None for every other call.
     session: str | None = None
+    mcp_server: str | None = None  # an MCP tool: its server's configured name (rules match it)
 
 
 SESSION_ALLOWED = "allowed"  # by a rule, the mode, a hook or a human
@@ -321,12 +324,6 @@ def _decide_session_write(call: Call, family: str, policy: Policy) -> Decision:
                              "writing to it inherits that")
 
 
-def _mcp_server_rule(rule_family: str, family: str) -> bool:
-    """`mcp__<server>` names all of that server's tools (`mcp__<server>__<tool>`)."""
-    return (rule_family.startswith("mcp__") and "__" not in rule_family[5:]
-            and family.startswith(rule_family + "__"))
-
-
 def _arming_write(
     refs: Sequence[PathRef], family: str, rules: RuleSet, scope: Scope
 ) -> Decision | None:
@@ -355,8 +352,12 @@ def _tool_rule(
 ) -> bool:
     if rule.kind == "any":
         return True
-    if rule.kind == "family" and _mcp_server_rule(rule.family, family):
-        return True  # `mcp__git` covers every tool of the git server, as in Claude Code
+    if is_mcp_name(rule.family) or is_mcp_name(family):
+        # whole server or tool names only, case-folded (`mcp__git` is not server `git__evil`)
+        if not (is_mcp_name(rule.family) and is_mcp_name(family)
+                and mcp_rule_matches(rule.family, call.tool, call.mcp_server, deny=deny)):
+            return False
+        return rule.kind == "family" or deny  # a specifier tether cannot read: deny/ask only
     if rule.family != family and family not in families_covered(rule.family):
         return False
     if rule.kind == "family":

@@ -6,6 +6,11 @@
     Bash(git status:*)    a shell command prefix, on token boundaries (`git statusx` is not in it)
     Read(src/**)          a file family with a gitignore-style glob (see `paths.PathPattern`)
     Agent(explore)        any other family: the call's primary argument (Task: subagent_type)
+    mcp__git              every tool of MCP server `git`; `mcp__git__status` one of its tools
+
+MCP rules match whole names, case-folded, spelled as `mcp/tools.py` builds tool names
+(`mcp_rule_matches`): `mcp__git` covers server `git` only, never a server `git__evil` or
+`github`, and a deny of `mcp__evil` covers server `Evil` too.
 
 A rule that does not parse raises `RuleError` naming the rule and why; callers add the file. Rules
 never widen silently: a specifier tether cannot evaluate for a tool matches every call of that
@@ -77,6 +82,38 @@ RuleKind = Literal["any", "family", "shell_exact", "shell_prefix", "path", "argu
 def canonical_tool_name(name: str) -> str:
     """The family a tool name belongs to for rule matching (`LS` → `ListDir`, `Agent` → `Task`)."""
     return _ALIASES.get(name, name)
+
+
+_MCP = "mcp__"
+_MCP_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")  # as mcp/tools.py spells server and tool names
+
+
+def mcp_segment(name: str) -> str:
+    """A server or tool name as rules compare it: spelled as in tool names, case-folded."""
+    return _MCP_UNSAFE.sub("_", name).casefold()
+
+
+def is_mcp_name(name: str) -> bool:
+    return name[: len(_MCP)].casefold() == _MCP
+
+
+def mcp_rule_matches(rule_family: str, tool: str, server: str | None, *, deny: bool) -> bool:
+    """Whether a rule naming `mcp__<server>` or `mcp__<server>__<tool>` covers the MCP tool
+    `tool` of `server`: the rule must be the server's whole name or the tool's whole name.
+    Without the server (a name alone is ambiguous: server names may contain `__`), a deny covers
+    every server the name could belong to, an allow only the one reading of an unambiguous name."""
+    want = mcp_segment(rule_family)
+    name = mcp_segment(tool)
+    if want == name:
+        return True
+    if server is not None:
+        return want == _MCP + mcp_segment(server)
+    rest = name[len(_MCP):]
+    splits = [i for i in range(1, len(rest)) if rest.startswith("__", i)]
+    servers = {_MCP + rest[:i] for i in splits}
+    if deny:
+        return want in servers
+    return len(splits) == 1 and want in servers
 
 
 def families_covered(rule_family: str) -> frozenset[str]:
