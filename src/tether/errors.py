@@ -6,7 +6,11 @@
     │   └── TranscriptCorrupt    a damaged line in a conversation file (names file and line)
     ├── StoreError               the local store cannot do what was asked
     │   ├── NotFound             no such agent / conversation
-    │   └── ConversationBusy     another process is running a turn on the conversation
+    │   ├── ConversationBusy     another process is running a turn on the conversation
+    │   └── StoreUnwritable      tether's own files cannot be written (read-only, I/O error);
+    │       │                    an OSError too, naming the path and the cause
+    │       └── DiskFull         the disk (or quota) under any store is full: names the file,
+    │                            the file system's mount point and the space left
     ├── ProviderError            a model provider failed; `retryable` says whether to try again
     │   ├── ProviderHTTPError    a non-2xx answer (carries status and Retry-After)
     │   ├── StreamCut            the stream ended before its final event
@@ -57,6 +61,72 @@ class ConversationBusy(StoreError):
             "(another tether process holds its turn lock); wait for it to finish or use --new"
         )
         self.conversation_id = conversation_id
+
+
+class StoreUnwritable(StoreError, OSError):
+    """tether's own files cannot be written (a full disk, a read-only TETHER_HOME, an I/O
+    error). The message names the path and the cause. It is an OSError too, so code that
+    already tolerates a failed write keeps tolerating it."""
+
+    def __init__(self, message: str, code: int, path: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.errno = code
+        self.filename = path
+
+    def __str__(self) -> str:  # not OSError's "[Errno N] …" rendering
+        return self.message
+
+
+class DiskFull(StoreUnwritable):
+    """A write to one of tether's stores failed because its disk is full (ENOSPC), its quota is
+    used up (EDQUOT), or SQLite says so (SQLITE_FULL, or an I/O error on a disk with next to no
+    space left). Every store reports it so: the file, the disk (its mount point), the space
+    left there, and what to do. `consequence` says what the failure means for the run."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        doing: str,
+        cause: str,
+        code: int,
+        mount: str | None = None,
+        free_bytes: int | None = None,
+        inodes_left: bool = True,
+        quota: bool = False,
+        consequence: str = "",
+    ) -> None:
+        what = "the disk quota is used up" if quota else "the disk is full"
+        if not inodes_left:
+            room = f"no free inodes on {mount}"
+        elif free_bytes is not None:
+            room = f"{format_bytes(free_bytes)} free on {mount}"
+        else:
+            room = ""
+        detail = f"{cause}; {room}" if room else cause
+        then = f"; {consequence}" if consequence else ""
+        super().__init__(
+            f"{what}: cannot {doing} {path} ({detail}){then}; free some space on "
+            f"{mount or 'that disk'}, or point TETHER_HOME at another disk",
+            code,
+            path,
+        )
+        self.path = path
+        self.mount = mount
+        self.free_bytes = free_bytes
+
+
+def format_bytes(n: int) -> str:
+    """`n` bytes for a person: `0 bytes`, `512 bytes`, `12.0 KiB`, `3.5 MiB`."""
+    if n < 1024:
+        return f"{n} byte{'' if n == 1 else 's'}"
+    size = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        size /= 1024
+        if size < 1024 or unit == "TiB":
+            break
+    return f"{size:.1f} {unit}"
 
 
 class ProviderError(TetherError):

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from tether.backends.local.locks import StoreUnwritable
+from tether.backends.local.disk_full import disk_full
 from tether.core.execution import AdmittedCall, PreToolVerdict, ToolHooks
 from tether.core.tools import Effect, ToolResult
-from tether.errors import StoreError
+from tether.errors import StoreError, StoreUnwritable
 from tether.protocol.messages import AssistantMessage, TextPart, ToolResultMessage
 from tether.protocol.turns import ApprovalResult
 
@@ -58,15 +58,19 @@ CREATE TABLE IF NOT EXISTS effect_checkpoints (
 """
 
 
+_NOT_RUN = "effectful tool calls cannot be recorded, so they are not run"
+
+
 class EffectStoreUnavailable(StoreUnwritable):
-    """The checkpoint database cannot be opened or written (full disk, read-only home, I/O
-    error): effectful calls cannot be recorded, so they are not run, and the run fails."""
+    """The checkpoint database cannot be opened or written (read-only home, I/O error; a full
+    disk is `DiskFull`, saying the same): effectful calls cannot be recorded, so they are not
+    run, and the run fails."""
 
     def __init__(self, path: Path, exc: BaseException) -> None:
         why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
         super().__init__(
             f"the effect store is unavailable: checkpoint database {path} cannot be written "
-            f"({why}); effectful tool calls cannot be recorded, so they are not run",
+            f"({why}); {_NOT_RUN}",
             getattr(exc, "errno", None) or errno.EIO,
             str(path),
         )
@@ -75,7 +79,8 @@ class EffectStoreUnavailable(StoreUnwritable):
 
 @contextlib.contextmanager
 def _store_errors(path: Path) -> Iterator[None]:
-    """sqlite and OS failures of the database become EffectStoreUnavailable naming it."""
+    """sqlite and OS failures of the database become EffectStoreUnavailable naming it, or
+    DiskFull naming it and the disk when there is no room left."""
     import sqlite3
 
     try:
@@ -83,7 +88,9 @@ def _store_errors(path: Path) -> Iterator[None]:
     except sqlite3.IntegrityError:
         raise  # a constraint (an existing row), not an unavailable store
     except (sqlite3.Error, OSError) as exc:
-        raise EffectStoreUnavailable(path, exc) from exc
+        consequence = f"the effect store is unavailable: {_NOT_RUN}"
+        full = disk_full(path, exc, "write checkpoint database", consequence)
+        raise (full or EffectStoreUnavailable(path, exc)) from exc
 
 
 class CheckpointConflict(StoreError):
@@ -338,7 +345,7 @@ class CheckpointHooks:
         """Remember the first store failure and tell the frontend (which ends the run failed)."""
         if self.unavailable is None:
             self.unavailable = (
-                str(exc) if isinstance(exc, EffectStoreUnavailable)
+                str(exc) if isinstance(exc, StoreUnwritable)  # DiskFull too
                 else str(EffectStoreUnavailable(self.store.path, exc))
             )
             if self.on_unavailable is not None:

@@ -1,5 +1,6 @@
 """How the local store touches shared files safely across processes: exclusive flocks and
-atomic, fsynced writes, and what a write that the disk refuses becomes (`StoreUnwritable`).
+atomic, fsynced writes, and what a write that the disk refuses becomes (`StoreUnwritable`;
+`DiskFull` from `disk_full.py` when there is no room).
 
 Locks are `fcntl.flock` on a dedicated lock file. flock belongs to the open file description,
 so two opens in one process exclude each other just as two processes do, and the kernel drops
@@ -21,7 +22,8 @@ from typing import Any
 
 import orjson
 
-from tether.errors import StoreError
+from tether.backends.local.disk_full import disk_full
+from tether.errors import StoreUnwritable
 
 # Polling starts fast (a counter lock is held for microseconds) and backs off so a long wait
 # for a turn lock does not spin.
@@ -29,9 +31,7 @@ _FIRST_POLL_S = 0.005
 _MAX_POLL_S = 0.05
 
 
-_HINTS = {
-    errno.ENOSPC: "the disk is full: free some space, or point TETHER_HOME at another disk",
-    errno.EDQUOT: "the disk quota is used up: free some space, or point TETHER_HOME elsewhere",
+_HINTS = {  # a full disk or quota: DiskFull (`disk_full.py`)
     errno.EFBIG: "the file is too large for its file system",
     errno.EROFS: "the file system is read-only: TETHER_HOME must be writable, or point it elsewhere",
     errno.EACCES: "permission denied: TETHER_HOME must be writable by this user",
@@ -40,25 +40,13 @@ _HINTS = {
 }
 
 
-class StoreUnwritable(StoreError, OSError):
-    """tether's own files cannot be written (a full disk, a read-only TETHER_HOME, an I/O
-    error). The message names the path and the cause. It is an OSError too, so code that
-    already tolerates a failed write keeps tolerating it."""
-
-    def __init__(self, message: str, code: int, path: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.errno = code
-        self.filename = path
-
-    def __str__(self) -> str:  # not OSError's "[Errno N] …" rendering
-        return self.message
-
-
 def unwritable(path: Path | str, exc: OSError, doing: str = "write") -> StoreUnwritable | None:
     """The StoreUnwritable for `exc` when it is a disk-side refusal; None for other errors."""
     if isinstance(exc, StoreUnwritable):
         return exc
+    full = disk_full(path, exc, doing)
+    if full is not None:
+        return full
     hint = _HINTS.get(exc.errno or 0)
     if hint is None:
         return None
@@ -71,7 +59,7 @@ def state_failure(exc: BaseException) -> str | None:
     """The message for a failure of tether's own state on disk (a full disk, a read-only
     TETHER_HOME, an I/O error, the effect store), naming the path and the cause; None for any
     other error, which its caller reports as before."""
-    if isinstance(exc, StoreUnwritable):  # runtime/checkpoints.EffectStoreUnavailable too
+    if isinstance(exc, StoreUnwritable):  # DiskFull, runtime/checkpoints.EffectStoreUnavailable
         return str(exc)
     if isinstance(exc, OSError):
         converted = unwritable(exc.filename or "TETHER_HOME", exc)

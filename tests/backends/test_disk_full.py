@@ -1,0 +1,167 @@
+"""A full disk under any store is named as one (issue 29 item 6): the transcript, the agent and
+conversation records, the checkpoint database, the cron database and the channels journal all
+raise `DiskFull` naming the file, the disk (its mount point) and the space left, and a real
+`tether -p` whose TETHER_HOME is a full file system says so on stderr and exits 1.
+
+The full disk is real: a small tmpfs (the tests run as root, as CI does), filled to the last
+byte. Where no tmpfs can be mounted the tests fail rather than skip.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.backends.support import user
+from tests.e2e.support import run_tether, tether_env
+from tests.e2e.test_faults import fill, tmpfs
+from tether.backends.local.store import LocalStore
+from tether.backends.local.transcript import Transcript
+from tether.errors import DiskFull
+from tether.runtime.checkpoints import CheckpointStore
+from tether.testing.fake_provider import FakeProvider
+
+MODEL = "anthropic/claude-test"
+
+
+def assert_names_the_full_disk(message: str, path: Path | str, mount: Path) -> None:
+    assert message.lower().startswith("the disk is full: "), message
+    assert str(path) in message and f"free on {mount}" in message, message
+    assert "free some space" in message, message
+
+
+# --- each store, on a real full file system ------------------------------------------------
+
+
+def test_a_transcript_append_on_a_full_disk_names_it_and_leaves_nothing_half_written(
+    tmp_path: Path,
+) -> None:
+    with tmpfs(tmp_path / "fs", "1m") as disk:
+        path = disk / "messages.jsonl"
+        Transcript(path).append([user("u1")])
+        before = path.read_bytes()
+        fill(disk, leave=0)
+        t = Transcript(path)
+        with pytest.raises(DiskFull) as exc:
+            t.append([user("u2", "x" * 200_000)])
+        assert_names_the_full_disk(str(exc.value), path, disk)
+        assert "No space left on device" in str(exc.value)
+        assert path.read_bytes() == before  # no partial line stays
+        (disk / "filler").unlink()
+        t.append([user("u3")])  # not sticky: with room again the same reader goes on
+        assert [m.id for m in Transcript(path).load()] == ["u1", "u3"]
+
+
+def test_agent_and_conversation_records_on_a_full_disk_name_it(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "fs", "1m") as disk:
+        store = LocalStore(disk)
+        agent = store.create_agent(model=MODEL, system="s")
+        fill(disk, leave=0)
+        for write in (
+            lambda: store.create_agent(model=MODEL, system="s" * 100_000),
+            lambda: store.create_conversation(agent.id),
+        ):
+            with pytest.raises(DiskFull) as exc:
+                write()
+            assert_names_the_full_disk(str(exc.value), disk, disk)
+
+
+def test_out_of_inodes_is_a_full_disk_saying_so(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "fs", "1m,nr_inodes=8") as disk:
+        n = 0
+        with pytest.raises(OSError):
+            while True:
+                (disk / f"f{n}").touch()
+                n += 1
+        with pytest.raises(DiskFull) as exc:
+            LocalStore(disk).create_agent(model=MODEL, system="s")
+    assert "no free inodes on" in str(exc.value) and str(disk) in str(exc.value)
+
+
+def test_opening_the_checkpoint_database_on_a_full_disk_names_it(tmp_path: Path) -> None:
+    """SQLite says "disk I/O error" here (its shared-memory file cannot grow): still the disk."""
+    with tmpfs(tmp_path / "fs", "1m") as disk:
+        fill(disk, leave=0)
+        store = CheckpointStore(disk / "checkpoints.db")
+        with pytest.raises(DiskFull) as exc:
+            store.record_before("a/c", "call-1", "Write", {"file_path": "x"}, "me")
+        store.close()
+    message = str(exc.value)
+    assert_names_the_full_disk(message, disk / "checkpoints.db", disk)
+    assert "SQLite: disk I/O error" in message or "SQLite: database or disk is full" in message
+    assert "effectful tool calls cannot be recorded, so they are not run" in message
+
+
+def test_a_checkpoint_write_that_fills_the_disk_names_it(tmp_path: Path) -> None:
+    """SQLite says "database or disk is full" (SQLITE_FULL) when a write comes up short."""
+    with tmpfs(tmp_path / "fs", "1m") as disk:
+        store = CheckpointStore(disk / "checkpoints.db")
+        store.record_before("a/c", "call-0", "Write", {"file_path": "x"}, "me")
+        fill(disk, leave=0)
+        with pytest.raises(DiskFull) as exc:
+            for i in range(1, 1000):
+                store.record_before("a/c", f"call-{i}", "Write", {"content": "y" * 4000}, "me")
+        store.close()
+    assert_names_the_full_disk(str(exc.value), disk / "checkpoints.db", disk)
+
+
+# --- the real command ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    d = tmp_path / "project"
+    d.mkdir()
+    return d
+
+
+def _first_run(home: Path, workdir: Path, fake: FakeProvider) -> str:
+    env = tether_env(fake.url, MODEL, {"TETHER_HOME": str(home)})
+    run = run_tether(["-p", "first", "--model", MODEL, "--output-format", "json"], env=env, cwd=workdir)
+    assert run.code == 0, run.stderr
+    return str(json.loads(run.stdout)["conversation_id"])
+
+
+def _error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.startswith("Error: ")]
+    assert lines, stderr
+    return lines[-1].removeprefix("Error: ")
+
+
+def test_tether_with_its_checkpoint_database_on_a_full_disk_names_the_disk(
+    tmp_path: Path, workdir: Path
+) -> None:
+    """The tester's case: room left for the transcript's lines, none for the checkpoint
+    database, which SQLite reported as a bare "disk I/O error"."""
+    target = workdir / "out.txt"
+    script = [
+        {"text": "one"},
+        {"tool_calls": [{"name": "Write", "arguments": {"file_path": str(target), "content": "x\n"}}]},
+        {"text": "never asked"},
+    ]
+    with tmpfs(tmp_path / "home-fs", "2m") as home, FakeProvider(script) as fake:
+        conv = _first_run(home, workdir, fake)
+        fill(home, leave=16 * 1024)
+        env = tether_env(fake.url, MODEL, {"TETHER_HOME": str(home)})
+        run = run_tether(["-p", "write it", "--conversation", conv, "--yolo"], env=env, cwd=workdir)
+        lines = (next(home.glob("conversations/*/messages.jsonl"))).read_bytes()
+    assert run.code == 1, (run.code, run.stderr)
+    assert "Traceback" not in run.stderr
+    message = _error_line(run.stderr)
+    assert_names_the_full_disk(message, home / "checkpoints.db", home)
+    assert "disk I/O error" in message or "database or disk is full" in message
+    assert not target.exists()  # nothing ran unrecorded
+    assert lines.endswith(b"\n") and all(json.loads(line) for line in lines.splitlines())
+
+
+def test_tether_on_a_full_disk_at_start_up_names_the_disk(tmp_path: Path, workdir: Path) -> None:
+    with tmpfs(tmp_path / "home-fs", "1m") as home, FakeProvider([{"text": "never"}]) as fake:
+        fill(home, leave=0)
+        env = tether_env(fake.url, MODEL, {"TETHER_HOME": str(home)})
+        run = run_tether(["-p", "hi", "--model", MODEL], env=env, cwd=workdir)
+        assert fake.requests == []
+    assert run.code == 1, (run.code, run.stderr)
+    assert "Traceback" not in run.stderr
+    assert_names_the_full_disk(_error_line(run.stderr), home, home)
