@@ -102,6 +102,7 @@ class ListMcpResourcesTool:
         "additionalProperties": False,
     }
     effect = Effect.READ
+    read_only_auto = True  # tether's own reader (not a server's claim): runs without asking
 
     def __init__(self, servers: McpServers) -> None:
         self.servers = servers
@@ -136,6 +137,7 @@ class ReadMcpResourceTool:
         "additionalProperties": False,
     }
     effect = Effect.READ
+    read_only_auto = True  # tether's own reader (not a server's claim): runs without asking
 
     def __init__(self, servers: McpServers) -> None:
         self.servers = servers
