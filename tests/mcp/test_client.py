@@ -15,7 +15,7 @@ from tether.mcp.tools import registrar
 
 def stdio(name: str, *args: str, timeout: float | None = None) -> McpServerConfig:
     return McpServerConfig(name, "stdio", "cli", "test", command=sys.executable, args=args,
-                           start_timeout_s=timeout)
+                           timeout_s=timeout)
 
 
 TIME = stdio("time", "-m", "mcp_server_time", "--local-timezone", "UTC")

@@ -9,10 +9,13 @@ Sources, in precedence order (a later source's server of the same name replaces 
     --mcp-config FILE|JSON (repeatable)          command line
 
 Each server is `{"command", "args", "env", "cwd"}` (stdio; `"type": "stdio"` optional) or
-`{"type": "http"|"sse", "url", "headers"}`, with optional `timeout` (start, ms) and
-`autoAllowReadOnly` (its tools annotated `readOnlyHint` run without asking; off by default). Strings expand `${VAR}` and `${VAR:-default}` from the
-run's environment as Claude Code does; a variable that is unset with no default is an error naming
-the server and the field. Project servers start only in a trusted folder; until then they are
+`{"type": "http"|"sse", "url", "headers"}`, with optional `timeout` (milliseconds, Gemini CLI's
+field: the limit of every request to that server, its start and each tool call) and
+`autoAllowReadOnly` (its tools annotated `readOnlyHint` run without asking; off by default).
+Strings expand `${VAR}` and `${VAR:-default}` from the run's environment as Claude Code does; a
+variable that is unset with no default is an error naming the server and the field.
+`parse_timeout_ms` is the one check of every MCP timeout (this field, the `mcpToolTimeout`
+setting, the `MCP_TOOL_TIMEOUT` variable). Project servers start only in a trusted folder; until then they are
 held back and `held_back` says which. Nothing here imports the MCP SDK.
 """
 
@@ -35,6 +38,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _STDIO_KEYS = {"type", "command", "args", "env", "cwd", "timeout", "autoAllowReadOnly"}
 _REMOTE_KEYS = {"type", "url", "headers", "timeout", "autoAllowReadOnly"}
+MAX_TIMEOUT_MS = 86_400_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +53,8 @@ class McpServerConfig:
     cwd: Path | None = None
     url: str = ""
     headers: Mapping[str, str] = field(default_factory=dict)
-    start_timeout_s: float | None = None  # per server; None: the run's default
+    # per server, seconds: bounds its start and each tool call; None: the run's defaults
+    timeout_s: float | None = None
     # run the tools the server annotates readOnlyHint without asking (standard/acceptEdits)
     auto_allow_read_only: bool = False
 
@@ -102,10 +107,7 @@ def _parse_one(
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(allowed))}")
     timeout = spec.get("timeout")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
-                                or not 0 < timeout <= 600_000):
-        raise UsageError(f"{where}.timeout must be milliseconds between 1 and 600000")
-    start_timeout = timeout / 1000 if timeout is not None else None
+    timeout_s = parse_timeout_ms(timeout, f"{where}.timeout") / 1000 if timeout is not None else None
     auto_read_only = spec.get("autoAllowReadOnly", False)
     if not isinstance(auto_read_only, bool):
         raise UsageError(f"{where}.autoAllowReadOnly must be true or false")
@@ -135,13 +137,24 @@ def _parse_one(
         return McpServerConfig(
             name, "stdio", source, origin, command=command,
             args=tuple(text(f"args[{i}]", a) for i, a in enumerate(args)), env=mapping("env"),
-            cwd=cwd, start_timeout_s=start_timeout, auto_allow_read_only=auto_read_only,
+            cwd=cwd, timeout_s=timeout_s, auto_allow_read_only=auto_read_only,
         )
     url = text("url", spec.get("url"))
     if not url.startswith(("http://", "https://")):
         raise UsageError(f"{where}.url must be an http:// or https:// URL, got {url!r}")
     return McpServerConfig(name, transport, source, origin, url=url, headers=mapping("headers"),
-                           start_timeout_s=start_timeout, auto_allow_read_only=auto_read_only)
+                           timeout_s=timeout_s, auto_allow_read_only=auto_read_only)
+
+
+def parse_timeout_ms(value: Any, where: str) -> int:
+    """An MCP timeout in milliseconds (a whole number, 1 ms to a day); UsageError naming `where`
+    and the value otherwise. An environment variable's text is given as `int(text)` when it is
+    digits, as itself (and refused) when not."""
+    number = int(value) if isinstance(value, float) and value.is_integer() else value
+    if isinstance(number, bool) or not isinstance(number, int) or not 0 < number <= MAX_TIMEOUT_MS:
+        raise UsageError(f"{where} must be a whole number of milliseconds from 1 to {MAX_TIMEOUT_MS} "
+                         f"(a day), not {value!r}")
+    return number
 
 
 def expand(value: str, env: Mapping[str, str], where: str) -> str:

@@ -6,6 +6,11 @@ session, so a process group of its own). The leash asks the kernel to signal it 
 the same group with the inherited stdin/stdout, and on that signal (or SIGTERM, SIGHUP, SIGINT)
 kills the whole group, grandchildren such as `npx`'s node included. Standard library only: it
 costs one small interpreter start per server.
+
+Tether's side: `find_leash(token)` is the pid of the leash it started with `TETHER_MCP_LEASH=token`
+in its environment (one of this process's children), and `kill_leash(pid, token)` kills that
+leash's whole group at once — what closing does to a server that did not stop by itself, or whose
+call was abandoned, instead of the SDK's seconds of grace.
 """
 
 from __future__ import annotations
@@ -16,7 +21,51 @@ import signal
 import sys
 
 PARENT_ENV = "TETHER_MCP_PARENT"
+LEASH_ENV = "TETHER_MCP_LEASH"  # a token naming one leash among tether's children
 _PR_SET_PDEATHSIG = 1
+
+
+def _environ_has(pid: int, token: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f"{LEASH_ENV}={token}".encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _children() -> list[int]:
+    """This process's children (Linux /proc; none elsewhere)."""
+    pids: list[int] = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return pids
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                pids.extend(int(p) for p in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def find_leash(token: str) -> int | None:
+    """The pid of this process's leash child started with `LEASH_ENV=token`, if there is one."""
+    return next((pid for pid in _children() if _environ_has(pid, token)), None)
+
+
+def kill_leash(pid: int, token: str) -> bool:
+    """SIGKILL the process group of leash `pid` (it leads its group), when `pid` is still that
+    leash; False when it is gone already."""
+    if not _environ_has(pid, token):
+        return False
+    try:
+        if os.getpgid(pid) != pid:
+            return False
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _kill_group(*_: object) -> None:
@@ -34,6 +83,7 @@ def main(argv: list[str]) -> int:
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    os.environ.pop(LEASH_ENV, None)  # the token names the leash, not the server
     parent = os.environ.pop(PARENT_ENV, "")
     if parent.isdigit() and os.getppid() != int(parent):
         _kill_group()  # tether died before the death signal was armed

@@ -4,7 +4,9 @@ Each tool a connected server lists is registered as `mcp__<server>__<tool>` with
 effect EXEC (serialised with the shell, checkpointed, asked about unless a rule allows it:
 `mcp__<server>` or `mcp__<server>__<tool>`), and its results carried to the model: text as is,
 structured content as JSON, images and embedded resources as a line saying what they were; an
-`isError` result is a tool error; output is capped like Bash's. When a server fails or dies its
+`isError` result is a tool error; output is capped like Bash's. A call ends as a Bash command
+does: on abort with "Interrupted by user", past its limit with "MCP tool call timed out after Nms"
+(both errors, recorded like any result). When a server fails or dies its
 tools are withdrawn from the registry, so the next model request no longer offers them.
 `ListMcpResources` / `ReadMcpResource` are registered while some server offers resources.
 """
@@ -19,12 +21,20 @@ from typing import Any
 import orjson
 
 from tether.core.tools import Effect, ToolRegistry, ToolResult, ToolRunContext
-from tether.mcp.client import McpCallError, McpServers, McpToolInfo, ServerState
+from tether.mcp.client import (
+    McpCallAborted,
+    McpCallError,
+    McpCallTimedOut,
+    McpServers,
+    McpToolInfo,
+    ServerState,
+)
 from tether.protocol.messages import ImagePart
 from tether.tools.output import cap_with_overflow
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 RESOURCE_TOOLS = ("ListMcpResources", "ReadMcpResource")
+INTERRUPTED = "Interrupted by user"  # what every aborted tool call answers (core.execution)
 
 
 def tool_name(server: str, tool: str) -> str:
@@ -51,8 +61,15 @@ class McpTool:
         return []
 
     async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
+        if ctx.abort.is_set():
+            return ToolResult(INTERRUPTED, is_error=True)
         try:
-            result = await self.servers.call_tool(self.server, self.info.name, args)
+            result = await self.servers.call_tool(self.server, self.info.name, args, abort=ctx.abort)
+        except McpCallAborted:
+            return ToolResult(INTERRUPTED, is_error=True)
+        except McpCallTimedOut as exc:
+            return ToolResult(f"MCP tool call timed out after {round(exc.timeout_s * 1000)}ms: {exc}",
+                              is_error=True)
         except McpCallError as exc:
             return ToolResult(str(exc), is_error=True)
         text = render_content(result.content, getattr(result, "structured_content", None))

@@ -341,7 +341,8 @@ def _add_mcp(prepared: Prepared) -> None:
 
     prepared.scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
     log = open(prepared.scratch / "mcp-servers.log", "ab")  # noqa: SIM115 - closed at shutdown
-    servers = McpServers(config.servers, env=prepared.env, errlog=log)
+    servers = McpServers(config.servers, env=prepared.env, errlog=log,
+                         call_timeout_ms=prepared.settings.mcp_tool_timeout_ms)
     servers.on_change = registrar(lambda: prepared.registry, servers)
     prepared.services.mcp = servers
 

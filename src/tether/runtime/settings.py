@@ -59,6 +59,7 @@ class Settings:
     trust: TrustState | None = None  # None: no project files
     # (scope, file, raw "mcpServers") in file order; validated and trust-filtered by tether.mcp
     mcp_sources: tuple[tuple[Scope, str, Any], ...] = ()
+    mcp_tool_timeout_ms: int | None = None  # "mcpToolTimeout": each MCP tool call's limit
 
     @property
     def user(self) -> SettingsFile | None:
@@ -113,6 +114,7 @@ def load_settings(home: Path, cwd: Path, trust: TrustState | None = None) -> Set
     hooks_user: Any = None
     hooks_project: list[tuple[str, Any]] = []
     mcp_sources: list[tuple[Scope, str, Any]] = []
+    mcp_tool_timeout_ms: int | None = None
     for f in files:
         widening: list[str] = []
         perms = f.data.get("permissions", {})
@@ -185,6 +187,14 @@ def load_settings(home: Path, cwd: Path, trust: TrustState | None = None) -> Set
                 sandbox.update(box)
         if f.data.get("mcpServers") is not None:
             mcp_sources.append((f.scope, str(f.path), f.data["mcpServers"]))
+        if f.data.get("mcpToolTimeout") is not None:
+            from tether.mcp.config import parse_timeout_ms
+
+            limit = parse_timeout_ms(f.data["mcpToolTimeout"], f"{f.path}: mcpToolTimeout")
+            if f.scope != "user" and not trusted:
+                widening.append("mcpToolTimeout")
+            else:
+                mcp_tool_timeout_ms = limit
         if f.data.get("mods") is not None and f.scope != "user" and not trusted:
             widening.append("mods")
         if widening:
@@ -214,4 +224,5 @@ def load_settings(home: Path, cwd: Path, trust: TrustState | None = None) -> Set
         tuple(ignored),
         trust if project_files else None,
         tuple(mcp_sources),
+        mcp_tool_timeout_ms,
     )
