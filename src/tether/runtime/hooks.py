@@ -79,12 +79,18 @@ class HookGroup:
     hooks: tuple[Hook, ...]
 
     def matches(self, tool_name: str | None) -> bool:
+        """The matcher against the tool's name and its family's canonical name, the one
+        permission rules use: a `Bash` guard also guards `exec_command`, `shell` and the other
+        toolsets' shells, an `Edit` guard `apply_patch` (the hook input keeps the real name)."""
         if not self.matcher or self.matcher == "*" or tool_name is None:
             return True
+        from tether.core.permissions.rules import canonical_tool_name
+
+        names = dict.fromkeys((tool_name, canonical_tool_name(tool_name)))
         try:
-            return re.fullmatch(f"(?:{self.matcher})", tool_name) is not None
+            return any(re.fullmatch(f"(?:{self.matcher})", name) is not None for name in names)
         except re.error:  # an invalid pattern matches its own text exactly, as the reference does
-            return self.matcher == tool_name
+            return self.matcher in names
 
 
 @dataclass(frozen=True, slots=True)
