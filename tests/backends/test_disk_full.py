@@ -19,6 +19,8 @@ from tests.e2e.support import run_tether, tether_env
 from tests.e2e.test_faults import fill, tmpfs
 from tether.backends.local.store import LocalStore
 from tether.backends.local.transcript import Transcript
+from tether.channels.journal import Journal
+from tether.channels.plugins import InboundMessage
 from tether.errors import DiskFull
 from tether.runtime.checkpoints import CheckpointStore
 from tether.testing.fake_provider import FakeProvider
@@ -105,6 +107,27 @@ def test_a_checkpoint_write_that_fills_the_disk_names_it(tmp_path: Path) -> None
                 store.record_before("a/c", f"call-{i}", "Write", {"content": "y" * 4000}, "me")
         store.close()
     assert_names_the_full_disk(str(exc.value), disk / "checkpoints.db", disk)
+
+
+def test_the_channels_journal_on_a_full_disk_names_it(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "fs", "1m") as disk:
+        path = disk / "channels" / "gateway.db"
+        journal = Journal(path)
+        assert journal.receive(_inbound(0))
+        fill(disk, leave=0)
+        with pytest.raises(DiskFull) as exc:
+            for i in range(1, 1000):
+                journal.receive(_inbound(i))
+        journal.close()
+        with pytest.raises(DiskFull) as at_open:
+            Journal(disk / "channels" / "other.db")
+    assert_names_the_full_disk(str(exc.value), path, disk)
+    assert "cannot write the channels journal" in str(exc.value)
+    assert_names_the_full_disk(str(at_open.value), disk / "channels" / "other.db", disk)
+
+
+def _inbound(i: int) -> InboundMessage:
+    return InboundMessage("telegram", "acct", "chat", "someone", "y" * 4000, float(i), f"m{i}")
 
 
 # --- the real command ---------------------------------------------------------------------

@@ -10,13 +10,13 @@ reply is never sent twice: a retried call finds `sent` and answers from it, and 
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from tether.backends.local import sqlite_full
 from tether.channels.plugins import InboundMessage
 
 SCHEMA = """
@@ -40,7 +40,7 @@ CREATE TABLE IF NOT EXISTS runtimes (
 class Journal:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db = sqlite_full.connect(path, "write the channels journal", isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(SCHEMA)
