@@ -1,0 +1,139 @@
+"""A scheduled fire runs exactly once per due time across `kill -9` of the real `tether server`
+that holds the scheduler lease: killed right after the fire's claim commits, right after its run
+record says `queued` while the prompt still waits behind a busy turn, and in the middle of the
+prompt's own turn; a second server takes over and the transcript holds the prompt once."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import connect
+
+from tests.e2e.test_cron import MIN, T0, Clock, cron, ok, scheduled_env, wait_until
+from tests.server.support import Client, ServerProcess
+from tether.backends.local.store import LocalStore
+from tether.protocol.messages import TextPart, UserMessage
+from tether.testing.fake_provider import FakeProvider
+
+TAKEOVER = 91_000  # past the dead server's scheduler lease and presence
+
+
+def fired_prompts(home: Path, agent: str) -> list[str]:
+    """The scheduled prompts the default conversation's transcript holds, in order."""
+    out = []
+    for message in LocalStore(home).transcript(agent, "default").load():
+        if isinstance(message, UserMessage):
+            text = "".join(p.text for p in message.content if isinstance(p, TextPart))
+            if text.startswith('Scheduled task "tick" is firing.'):
+                out.append(text)
+    return out
+
+
+def fire_states(home: Path) -> list[str]:
+    db = sqlite3.connect(home / "cron.db")
+    try:
+        return [row[0] for row in db.execute("SELECT state FROM fires ORDER BY updated_ms, key")]
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("point", ["claimed", "queued behind a busy turn", "mid-turn"])
+def test_kill_9_of_the_lease_holder_then_a_takeover_runs_each_due_time_once(
+    tmp_path: Path, workdir: Path, tether_home: Path, point: str
+) -> None:
+    home = tether_home
+    agent = LocalStore(home).create_agent(model="anthropic/claude-test", system="s").id
+    clock = Clock(tmp_path / "clock")
+    marker = tmp_path / "held"
+    busy = point == "queued behind a busy turn"
+    script: list[dict[str, Any]] = []
+    if busy:
+        script.append({"text": "a client's slow answer", "delay_ms": 30_000})
+    if point == "mid-turn":
+        script.append({"text": "the first try, cut by the kill", "delay_ms": 30_000})
+    script += [{"text": "ticked"}] * 4
+    with FakeProvider(script) as fake:
+        env = scheduled_env(fake.url, home, tmp_path, clock)
+        task = ok(
+            cron(
+                "add",
+                "--agent",
+                agent,
+                "--conversation",
+                "default",
+                "--name",
+                "tick",
+                "--prompt",
+                "tick once",
+                "--every",
+                "1h",
+                home=home,
+                extra=env,
+            )
+        )
+        hold = "claimed" if point == "claimed" else "queued"
+        first = ServerProcess({**env, "TETHER_CRON_HOLD": f"{hold}:{marker}"}, workdir)
+        second: ServerProcess | None = None
+        try:
+
+            async def scenario() -> None:
+                if not busy:
+                    await fire_and_kill()
+                    return
+                async with connect(first.url) as ws:  # a client's turn keeps the conversation busy
+                    c = Client(ws)
+                    runtime = (await c.start(workdir, agent_id=agent, conversation_id="default"))[
+                        "runtime"
+                    ]
+                    await c.say(runtime, "take your time")
+                    await asyncio.to_thread(wait_until, lambda: fake.requests, 20, "the slow turn")
+                    await fire_and_kill()
+
+            async def fire_and_kill() -> None:
+                clock.set(T0 - 10_000 + 60 * MIN + task["jitter_offset_ms"])  # the slot is due
+                await asyncio.to_thread(wait_until, marker.exists, 30, f"the fire to be {hold}")
+                if point == "mid-turn":
+                    await asyncio.to_thread(
+                        wait_until, lambda: fake.requests, 20, "the prompt's turn to start"
+                    )
+                os.kill(first.proc.pid, signal.SIGKILL)
+                assert first.stop() == -signal.SIGKILL
+
+            asyncio.run(scenario())
+            if point == "claimed":
+                assert fired_prompts(home, agent) == [] and fire_states(home) == ["claimed"]
+            elif busy:
+                assert fired_prompts(home, agent) == []  # the record says queued; it was lost
+                assert [r["outcome"] for r in ok(cron("runs", task["id"], home=home))] == ["queued"]
+            else:
+                assert len(fired_prompts(home, agent)) == 1  # in the transcript before the kill
+            second = ServerProcess(env, workdir)
+            clock.advance(TAKEOVER)  # the dead holder's lease and presence run out
+            wait_until(
+                lambda: fire_states(home) and fire_states(home)[0] in ("started", "done"),
+                30,
+                "the takeover to settle the fire",
+            )
+            if point != "mid-turn":
+                wait_until(lambda: fired_prompts(home, agent), 30, "the prompt to run")
+            for _ in range(4):  # many more passes of the scheduler: nothing fires again
+                clock.advance(5_000)
+                time.sleep(0.3)
+            prompts = fired_prompts(home, agent)
+            assert len(prompts) == 1, prompts
+            assert "Prompt: tick once" in prompts[0] and "(fire #1)" in prompts[0]
+            runs = ok(cron("runs", task["id"], home=home))
+            assert [r["outcome"] for r in runs] == ["queued"]
+            got = ok(cron("get", task["id"], home=home))
+            assert got["fire_count"] == 1
+        finally:
+            first.stop()
+            if second is not None:
+                assert second.stop() == 0
