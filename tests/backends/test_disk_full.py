@@ -23,6 +23,7 @@ from tether.channels.journal import Journal
 from tether.channels.plugins import InboundMessage
 from tether.errors import DiskFull
 from tether.runtime.checkpoints import CheckpointStore
+from tether.runtime.cron.store import CronStore
 from tether.testing.fake_provider import FakeProvider
 
 MODEL = "anthropic/claude-test"
@@ -124,6 +125,28 @@ def test_the_channels_journal_on_a_full_disk_names_it(tmp_path: Path) -> None:
     assert_names_the_full_disk(str(exc.value), path, disk)
     assert "cannot write the channels journal" in str(exc.value)
     assert_names_the_full_disk(str(at_open.value), disk / "channels" / "other.db", disk)
+
+
+def test_the_cron_store_on_a_full_disk_names_it(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "fs", "1m") as disk:
+        store = CronStore(disk)
+        store.add(_task(0), 0, 60_000)
+        fill(disk, leave=0)
+        with pytest.raises(DiskFull) as exc:
+            for i in range(1, 50):
+                store.add(_task(i), 0, 60_000)
+        store.close()
+        fill(disk, leave=0)  # closing gave the write-ahead log's space back
+        (disk / "second").mkdir()
+        with pytest.raises(DiskFull) as at_open:
+            CronStore(disk / "second").tasks()
+    for err, path in ((exc.value, disk / "cron.db"), (at_open.value, disk / "second" / "cron.db")):
+        assert_names_the_full_disk(str(err), path, disk)
+        assert "cannot write the schedule store" in str(err)
+
+
+def _task(i: int) -> dict[str, object]:
+    return {"id": f"task-{i}", "agent_id": "agent-1", "status": "active", "prompt": "z" * 8000}
 
 
 def _inbound(i: int) -> InboundMessage:

@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from tether.backends.local import sqlite_full
 from tether.errors import NotFound, StoreError, UsageError
 
 MAX_ACTIVE_PER_AGENT = 50
@@ -94,7 +95,9 @@ class CronStore:
                 ) from None
             fresh = not self.path.exists()
             try:
-                conn = sqlite3.connect(self.path, isolation_level=None, timeout=15)
+                conn = sqlite_full.connect(  # a full disk is DiskFull, naming it
+                    self.path, "write the schedule store", isolation_level=None, timeout=15
+                )
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=FULL")
                 conn.executescript(_SCHEMA)
