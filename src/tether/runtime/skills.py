@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tether.memory import blocks
+from tether.sandbox.armed import PROJECT_SKILL_FOLDERS
 from tether.tools.skill import LoadedSkill
 
 if TYPE_CHECKING:
@@ -246,9 +247,10 @@ def discover_skills(
         if skills_dir is not None:
             _scan(catalog, skills_dir, "project")  # named on the command line: no trust needed
         else:
-            _scan(catalog, cwd / ".agents" / "skills", "project")
-            if project_trusted:
-                _scan(catalog, cwd / ".tether" / "skills", "project")
+            # the folders the sandbox's armed-names guard keeps sandboxed commands from planting
+            for folder in PROJECT_SKILL_FOLDERS:
+                if project_trusted or not folder.startswith(".tether/"):
+                    _scan(catalog, cwd / folder, "project")
     return catalog
 
 

@@ -2,9 +2,10 @@
 
 A workspace-sandboxed command may write the workspace, but not plant what a later unsandboxed
 step runs or loads: a nested `.git` (its config names programs git runs: fsmonitor, hooks,
-filters), a bare repository layout (`HEAD` beside `objects/` and `refs/`), `.envrc` (direnv),
-`.vscode`/`.idea` (editor tasks), `.tether` (settings, hooks, skills). Mounts keep the existing
-ones read-only (`known_armed`, used when the policy is built); a name that does not exist yet
+filters), a bare repository layout (`HEAD` beside `objects/` and `refs/`, or beside a
+`commondir` file), `.envrc` (direnv), `.vscode`/`.idea` (editor tasks), `.tether` (settings,
+hooks, skills), `.agents/skills` (skills tether puts in later prompts: `PROJECT_SKILL_FOLDERS`).
+Mounts keep the existing ones read-only (`known_armed`, used when the policy is built); a name that does not exist yet
 cannot be mounted over without leaving junk in the user's tree, so instead the guard, run as
 `armed-guard STATE ROOT... -- COMMAND...` around the sandbox, notes the time, runs the
 command, and afterwards moves aside every armed name that appeared under a root during it
@@ -42,7 +43,18 @@ State = dict  # {"dirs": {path: mtime_ns}, "armed": {path: inode}, "pending": {p
 _S_IFMT, _S_IFDIR = 0o170000, 0o040000
 
 ARMED_NAMES = frozenset({".git", ".envrc", ".tether", ".vscode", ".idea"})
-BARE_MARKERS = ("objects", "refs")  # with a HEAD file: git would take the folder for a repository
+# The project skill folders whose SKILL.md files reach later prompts: `runtime/skills.py` scans
+# exactly these, so a folder added there is armed here too. `.tether/…` is armed with `.tether`.
+PROJECT_SKILL_FOLDERS = (".agents/skills", ".tether/skills")
+ARMED_CHILDREN = frozenset(
+    (parent, child)
+    for parent, _, child in (f.partition("/") for f in PROJECT_SKILL_FOLDERS)
+    if parent not in ARMED_NAMES
+)  # (parent folder's name, name): `.agents/skills` at any depth
+# With a HEAD file: git takes the folder for a repository when it holds objects/ and refs/, or a
+# `commondir` file naming a folder that does (a worktree-style git directory).
+BARE_MARKERS = ("objects", "refs")
+COMMON_DIR = "commondir"
 QUARANTINE = ".tether-quarantine"
 TOP_PROTECTED = (".git", ".tether")  # under each root: kept read-only by the sandbox's mounts
 _VERSION = "tether-armed 1"
@@ -51,7 +63,11 @@ _VERSION = "tether-armed 1"
 def _is_armed(directory: str, name: str) -> bool:
     if name in ARMED_NAMES:
         return True
+    if (os.path.basename(directory), name) in ARMED_CHILDREN:
+        return True
     if name == "HEAD":
+        if os.path.isfile(os.path.join(directory, COMMON_DIR)):
+            return True
         return all(os.path.isdir(os.path.join(directory, m)) for m in BARE_MARKERS)
     return False
 
@@ -271,7 +287,7 @@ def _report(moved: list[tuple[str, str]]) -> None:
         sys.stderr.write(
             f"tether sandbox: {path} appeared during this command and was moved aside to "
             f"{target}: a later step outside the sandbox could run or load it (git config and "
-            "hooks, direnv, editor tasks, tether settings)\n"
+            "hooks, direnv, editor tasks, tether settings, skills)\n"
         )
 
 

@@ -5,8 +5,8 @@
  *   armed-guard STATE ROOT... -- PROGRAM [ARG]...
  *
  * Notes the time, runs PROGRAM (in this process group), and afterwards moves aside every armed
- * name (.git, .envrc, .tether, .vscode, .idea, a HEAD beside objects/ and refs/) that appeared
- * under a ROOT during it, reporting each on stderr. STATE keeps every directory with its mtime
+ * name (.git, .envrc, .tether, .vscode, .idea, .agents/skills, a HEAD beside objects/ and refs/
+ * or a commondir file) that appeared under a ROOT during it, reporting each on stderr. STATE keeps every directory with its mtime
  * and every armed path with its inode, so only directories that changed are listed. */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -64,11 +64,28 @@ static int is_dir_at(const char *dir, const char *name) {
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+static int is_file_at(const char *dir, const char *name) {
+    char path[PATH_MAX];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* armed.py's ARMED_NAMES and ARMED_CHILDREN (tests/security/test_armed_skills.py compares them) */
+static const char *armed_names[] = { ".git", ".envrc", ".tether", ".vscode", ".idea" };
+static const char *armed_children[][2] = { { ".agents", "skills" } };
+
 static int is_armed(const char *dir, const char *name) {
-    static const char *names[] = { ".git", ".envrc", ".tether", ".vscode", ".idea" };
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (strcmp(name, names[i]) == 0) return 1;
-    return strcmp(name, "HEAD") == 0 && is_dir_at(dir, "objects") && is_dir_at(dir, "refs");
+    for (size_t i = 0; i < sizeof(armed_names) / sizeof(armed_names[0]); i++)
+        if (strcmp(name, armed_names[i]) == 0) return 1;
+    const char *slash = strrchr(dir, '/');
+    const char *parent = slash ? slash + 1 : dir;
+    for (size_t i = 0; i < sizeof(armed_children) / sizeof(armed_children[0]); i++)
+        if (strcmp(parent, armed_children[i][0]) == 0 && strcmp(name, armed_children[i][1]) == 0)
+            return 1;
+    if (strcmp(name, "HEAD") != 0) return 0;
+    if (is_file_at(dir, "commondir")) return 1;
+    return is_dir_at(dir, "objects") && is_dir_at(dir, "refs");
 }
 
 /* List `path`: armed entries into `armed` (path, inode); subdirectories into `subdirs`. */
@@ -222,7 +239,7 @@ static void sweep(State *s, char **roots, int nroots, long long since) {
         if (moved)
             fprintf(stderr, "tether sandbox: %s appeared during this command and was moved aside "
                     "to %s: a later step outside the sandbox could run or load it (git config and "
-                    "hooks, direnv, editor tasks, tether settings)\n", path, target);
+                    "hooks, direnv, editor tasks, tether settings, skills)\n", path, target);
         else
             push(&kept, path, armed.v[i].val);
     }
