@@ -211,3 +211,34 @@ def test_tether_on_a_full_disk_at_start_up_names_the_disk(tmp_path: Path, workdi
     assert run.code == 1, (run.code, run.stderr)
     assert "Traceback" not in run.stderr
     assert_names_the_full_disk(_error_line(run.stderr), home, home)
+
+
+@pytest.mark.parametrize("resume", [False, True], ids=["fresh-home", "resumed-conversation"])
+def test_every_fill_level_either_runs_or_names_the_full_disk(
+    resume: bool, tmp_path: Path, workdir: Path
+) -> None:
+    """Whichever store the disk runs out under (records, counters, manifest, transcript, the
+    checkpoint database, session state), the run says the disk is full and where."""
+    target = workdir / "out.txt"
+    write = {"tool_calls": [{"name": "Write", "arguments": {"file_path": str(target), "content": "x\n"}}]}
+    outcomes = []
+    for leave in (0, 4096, 16384, 49152, 131072, 200000, 600000):
+        script = [{"text": "one"}, write, {"text": "done"}] if resume else [write, {"text": "done"}]
+        with tmpfs(tmp_path / f"home-{leave}", "4m") as home, FakeProvider(script) as fake:
+            env = tether_env(fake.url, MODEL, {"TETHER_HOME": str(home)})
+            args = ["-p", "write it", "--yolo", "--model", MODEL]
+            if resume:
+                args += ["--conversation", _first_run(home, workdir, fake)]
+            fill(home, leave=leave)
+            run = run_tether(args, env=env, cwd=workdir)
+            transcripts = [p.read_bytes() for p in home.glob("conversations/*/messages.jsonl")]
+        assert "Traceback" not in run.stderr, run.stderr
+        assert run.code in (0, 1), (leave, run.code, run.stderr)
+        if run.code == 1:
+            assert_names_the_full_disk(_error_line(run.stderr), home, home)
+        for raw in transcripts:  # whole lines only, whatever failed
+            assert not raw or raw.endswith(b"\n")
+            assert all(json.loads(line) for line in raw.splitlines())
+        outcomes.append(run.code)
+        target.unlink(missing_ok=True)
+    assert outcomes[0] == 1 and outcomes[-1] == 0, outcomes
