@@ -8,6 +8,8 @@ What the analysis cannot see into (`eval`, `$cmd` as a command, `bash -c "$x"`, 
 definition, a parse error, a carriage return) is listed in `opaque`; the checker asks for those.
 So is code hidden in data (see `words.code_hazard`): arithmetic on anything but literal numbers
 (`$((x))`, `(( ))`, `[[ $x -eq 1 ]]`, `${x:$n}`, `${a[i]}`), `-v NAME[…]`, `${!x}`, `${x@P}`,
+builtin operands bash evaluates (`test -v`, `printf -v`, `read`, `let`, `declare -i`: see
+`evaluated`),
 and, in `[ … ]`, a word only known at run time where the test builtin could read it as an
 operator. Plain `$x`, `"$x"` and `$(read-only …)` stay data: their words are `None` (unknown),
 and `SimpleCommand.splits` says an unquoted one may become any number of words. Unquoted globs
@@ -26,6 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+from tether.core.permissions.evaluated import UNKNOWN_VALUE, evaluated_problem
 from tether.core.permissions.readonly import (
     ARITHMETIC_TESTS,
     NAME_TESTS,
@@ -255,15 +258,26 @@ class _Walker:
 
     def declaration(self, node: Any) -> None:
         argv: list[str | None] = []
+        checked: list[str | None] = []  # what `evaluated_problem` judges: names kept apart from values
         for child in node.children:
             if child.type in ("export", "declare", "local", "readonly", "typeset", "unset", "unsetenv"):
                 argv.append(child.type)
+                checked.append(child.type)
             elif child.type == "variable_assignment":
                 self.substitutions(child)
                 argv.append(literal_assignment(child, self.home))
+                name = child.child_by_field_name("name")
+                value = child.child_by_field_name("value")
+                known = static(value, self.home) if value is not None else ""
+                checked.append(f"{name.text.decode() if name else ''}="
+                               f"{UNKNOWN_VALUE if known is None else known}")
+            elif child.type == "variable_name":  # `unset x`, `readonly X`: a literal name
+                argv.append(child.text.decode())
+                checked.append(argv[-1])
             elif child.is_named:
                 argv.append(self.word(child))
-        self.add(tuple(argv), node)
+                checked.append(argv[-1])
+        self.add(tuple(argv), node, evaluated=tuple(checked))
 
     # -- words -----------------------------------------------------------------------------
 
@@ -342,6 +356,7 @@ class _Walker:
         assignments: list[tuple[str, str | None]] | None = None,
         blocked: str | None = None,
         split: bool = False,
+        evaluated: Argv | None = None,
     ) -> None:
         source = node.text.decode()
         peeled = peel(argv, self.cwd, self.home, assignments or [])
@@ -368,6 +383,10 @@ class _Walker:
             SimpleCommand(peeled.argv, peeled.forms, peeled.cwd, source, blocked=peeled.blocked,
                           splits=split, maybe_forms=peeled.maybe_forms)
         )
+        # `test -v 'a[$(rm x)]'`, `printf -v`, `let`, `declare -i` …: words bash evaluates as code
+        problem = evaluated_problem(evaluated if evaluated is not None else peeled.argv, split)
+        if problem:
+            raise _Opaque(problem)
         for inner_argv in find_exec(peeled.argv):
             self.add_argv(inner_argv, source)
         final = peeled.argv
