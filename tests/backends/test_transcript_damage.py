@@ -3,12 +3,17 @@ newline are committed data, so the transcript names the file and line and change
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import orjson
 import pytest
 
 from tests.backends.support import user
+from tests.e2e.support import run_tether, tether_env
 from tether.backends.local.transcript import Transcript
 from tether.errors import TranscriptCorrupt
+from tether.testing.fake_provider import FakeProvider
 
 
 def _four(tmp_path):
@@ -213,3 +218,49 @@ def test_colliding_ids_with_different_parents_are_two_records(tmp_path) -> None:
     path.write_bytes(path.read_bytes() + orjson.dumps(again) + b"\n")
     assert [m.id for m in Transcript(path).load()] == ["u1", "u2", "u3", "u4", "u5"]
 
+
+
+# --- the real command
+
+MODEL = "anthropic/claude-test"
+
+
+def _conversation_on_disk(tmp_path: Path, fake: FakeProvider) -> tuple[dict[str, str], str, Path]:
+    home, workdir = tmp_path / "home", tmp_path / "project"
+    workdir.mkdir()
+    env = tether_env(fake.url, MODEL, {"TETHER_HOME": str(home)})
+    run = run_tether(["-p", "first", "--model", MODEL, "--output-format", "json"], env=env, cwd=workdir)
+    assert run.code == 0, run.stderr
+    [path] = home.glob("conversations/*/messages.jsonl")
+    return env, json.loads(run.stdout)["conversation_id"], path
+
+
+@pytest.mark.parametrize("padding", [b"\0", b"\0" * 4096])
+def test_tether_resumes_a_conversation_whose_final_newline_a_crash_zeroed(
+    tmp_path: Path, padding: bytes
+) -> None:
+    with FakeProvider([{"text": "one"}, {"text": "two"}]) as fake:
+        env, conv, path = _conversation_on_disk(tmp_path, fake)
+        path.write_bytes(path.read_bytes()[:-1] + padding)  # the reply lost its LF to NULs
+        run = run_tether(["-p", "second", "--conversation", conv], env=env, cwd=tmp_path / "project")
+    assert (run.code, run.stdout) == (0, "two\n"), run.stderr
+    raw = path.read_bytes()
+    assert b"\0" not in raw and raw.endswith(b"\n")
+    texts = [m.content[0].text for m in Transcript(path).load()]
+    assert texts == ["first", "second", "two"]  # the torn reply left out, nothing fused
+
+
+def test_tether_refuses_a_conversation_with_a_record_written_twice(tmp_path: Path) -> None:
+    with FakeProvider([{"text": "one"}, {"text": "never"}]) as fake:
+        env, conv, path = _conversation_on_disk(tmp_path, fake)
+        lines = path.read_bytes().split(b"\n")[:-1]
+        eid = orjson.loads(lines[1])["id"]
+        lines.append(lines[1])  # the first record again, at the end
+        damaged = b"\n".join(lines) + b"\n"
+        path.write_bytes(damaged)
+        run = run_tether(["-p", "second", "--conversation", conv], env=env, cwd=tmp_path / "project")
+        assert len(fake.requests) == 1  # the model was never asked
+    assert run.code == 1 and "Traceback" not in run.stderr, run.stderr
+    assert f"{path}:{len(lines)}:" in run.stderr and repr(eid) in run.stderr, run.stderr
+    assert "recorded twice, on line 2" in run.stderr
+    assert path.read_bytes() == damaged
