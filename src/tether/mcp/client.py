@@ -25,7 +25,7 @@ import contextlib
 import os
 import sys
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -139,36 +139,20 @@ class McpServers:
         self, server: str, tool: str, args: Mapping[str, Any], *, abort: asyncio.Event | None = None
     ) -> Any:
         """The server's result; McpCallAborted when `abort` is set first, McpCallTimedOut when
-        the limit passes first, McpCallError when the server cannot answer."""
+        the limit passes first, McpCallError when the server cannot answer (it is then failed)."""
         session = self._session(server)
-        limit = self.call_timeout(server)
-        call: asyncio.Future[Any] = asyncio.ensure_future(session.call_tool(tool, dict(args)))
-        stop = asyncio.ensure_future(abort.wait()) if abort is not None else None
-        try:
-            await asyncio.wait({call} | ({stop} if stop else set()), timeout=limit,
-                               return_when=asyncio.FIRST_COMPLETED)
-        finally:  # also when this task itself is cancelled: the request never outlives it
-            if stop is not None:
-                stop.cancel()
-            if not call.done():
-                await self._abandon(self.states[server], call)
-        if not call.cancelled() and call.done():
-            try:
-                return call.result()
-            except Exception as exc:
-                self._fail(self.states[server], f"the call failed: {_describe(exc)}")
-                raise McpCallError(
-                    f"MCP server {server!r} failed during the call: {_describe(exc)}") from None
-        if stop is not None and abort is not None and abort.is_set():
-            raise McpCallAborted(f"the call to MCP server {server!r} was aborted")
-        raise McpCallTimedOut(
-            f"MCP server {server!r} did not answer {tool!r} within {_ms(limit)}ms", limit)
+        return await self._bounded(server, repr(tool), session.call_tool(tool, dict(args)), abort,
+                                   fail_server=True)
 
-    async def list_resources(self, server: str) -> Any:
-        return await self._session(server).list_resources()
+    async def list_resources(self, server: str, *, abort: asyncio.Event | None = None) -> Any:
+        """The server's resources, bounded like a call (errors as McpCallError)."""
+        session = self._session(server)
+        return await self._bounded(server, "resources/list", session.list_resources(), abort)
 
-    async def read_resource(self, server: str, uri: str) -> Any:
-        return await self._session(server).read_resource(uri)
+    async def read_resource(self, server: str, uri: str, *, abort: asyncio.Event | None = None) -> Any:
+        """One resource, bounded like a call (errors as McpCallError)."""
+        session = self._session(server)
+        return await self._bounded(server, repr(uri), session.read_resource(uri), abort)
 
     async def get_prompt(self, server: str, prompt: str, arguments: Mapping[str, str]) -> str:
         """A server prompt's messages as one text (what the TUI sends as the user's turn)."""
@@ -217,6 +201,36 @@ class McpServers:
             why = f": {state.error}" if state.error else ""
             raise McpCallError(f"MCP server {server!r} is {state.status}{why}")
         return state.session
+
+    async def _bounded(
+        self, server: str, what: str, request: Coroutine[Any, Any, Any],
+        abort: asyncio.Event | None, *, fail_server: bool = False,
+    ) -> Any:
+        """`request`'s result, raced in its own task against `abort` and the server's limit."""
+        limit = self.call_timeout(server)
+        call: asyncio.Future[Any] = asyncio.ensure_future(request)
+        stop = asyncio.ensure_future(abort.wait()) if abort is not None else None
+        try:
+            await asyncio.wait({call} | ({stop} if stop else set()), timeout=limit,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:  # also when this task itself is cancelled: the request never outlives it
+            if stop is not None:
+                stop.cancel()
+            if not call.done():
+                await self._abandon(self.states[server], call)
+        if call.done() and not call.cancelled():
+            try:
+                return call.result()
+            except Exception as exc:
+                if fail_server:
+                    self._fail(self.states[server], f"the call failed: {_describe(exc)}")
+                    raise McpCallError(f"MCP server {server!r} failed during the call: "
+                                       f"{_describe(exc)}") from None
+                raise McpCallError(f"MCP server {server!r}: {_describe(exc)}") from None
+        if abort is not None and abort.is_set():
+            raise McpCallAborted(f"the call to MCP server {server!r} was aborted")
+        raise McpCallTimedOut(f"MCP server {server!r} did not answer {what} within {_ms(limit)}ms",
+                              limit)
 
     async def _abandon(self, state: ServerState, call: asyncio.Future[Any]) -> None:
         """Cancel a request nobody waits for any more; wait a moment for it to wind down (the

@@ -65,17 +65,22 @@ class McpTool:
             return ToolResult(INTERRUPTED, is_error=True)
         try:
             result = await self.servers.call_tool(self.server, self.info.name, args, abort=ctx.abort)
-        except McpCallAborted:
-            return ToolResult(INTERRUPTED, is_error=True)
-        except McpCallTimedOut as exc:
-            return ToolResult(f"MCP tool call timed out after {round(exc.timeout_s * 1000)}ms: {exc}",
-                              is_error=True)
         except McpCallError as exc:
-            return ToolResult(str(exc), is_error=True)
+            return _stopped(exc)
         text = render_content(result.content, getattr(result, "structured_content", None))
         capped = cap_with_overflow(text or "(no output)", overflow_dir=ctx.scratch_dir,
                                    prefix=f"mcp-output-{_UNSAFE.sub('_', ctx.tool_call_id)[:64]}-")
         return ToolResult(capped, is_error=bool(result.is_error), images=images_of(result.content))
+
+
+def _stopped(exc: McpCallError) -> ToolResult:
+    """The error result of a call that got no answer: aborted, too late, or unreachable."""
+    if isinstance(exc, McpCallAborted):
+        return ToolResult(INTERRUPTED, is_error=True)
+    if isinstance(exc, McpCallTimedOut):
+        return ToolResult(f"MCP tool call timed out after {round(exc.timeout_s * 1000)}ms: {exc}",
+                          is_error=True)
+    return ToolResult(str(exc), is_error=True)
 
 
 def images_of(content: Any) -> tuple[ImagePart, ...]:
@@ -136,9 +141,9 @@ class ListMcpResourcesTool:
             if (wanted and name != wanted) or not state.has_resources or state.status != "connected":
                 continue
             try:
-                listed = await self.servers.list_resources(name)
-            except Exception as exc:
-                return ToolResult(f"MCP server {name!r}: {exc}", is_error=True)
+                listed = await self.servers.list_resources(name, abort=ctx.abort)
+            except McpCallError as exc:
+                return _stopped(exc)
             out.extend({"server": name, "uri": str(r.uri), "name": r.name,
                         "mimeType": getattr(r, "mime_type", None)} for r in listed.resources)
         return ToolResult(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode())
@@ -167,9 +172,9 @@ class ReadMcpResourceTool:
         if not isinstance(server, str) or not isinstance(uri, str):
             return ToolResult("Arguments `server` and `uri` must be strings", is_error=True)
         try:
-            result = await self.servers.read_resource(server, uri)
-        except Exception as exc:
-            return ToolResult(f"MCP server {server!r}: {exc}", is_error=True)
+            result = await self.servers.read_resource(server, uri, abort=ctx.abort)
+        except McpCallError as exc:
+            return _stopped(exc)
         texts = [getattr(c, "text", None) or f"[binary: {getattr(c, 'mime_type', '?')}]"
                  for c in result.contents]
         return ToolResult(cap_with_overflow("\n".join(texts) or "(empty)", overflow_dir=ctx.scratch_dir,
