@@ -150,6 +150,9 @@ def test_information_commands(workdir: Path, tether_home: Path, monkeypatch: pyt
                 await pilot.pause(0.1)
                 assert app.prepared.flags.permission_mode == "acceptEdits"
                 await pilot.press("shift+tab")
+                assert app.prepared.flags.permission_mode == "plan"
+                assert app.prepared.registry.get("ExitPlanMode") is not None  # the way out of plan mode
+                await pilot.press("shift+tab")
                 assert app.prepared.flags.permission_mode == "strict"
                 await submit(pilot, "/bogus")
                 await pilot.pause(0.1)

@@ -33,13 +33,24 @@ if TYPE_CHECKING:
     from tether.runtime.prepared import Prepared
 
 
+PLAN_SHOWN = ("headless run: the plan is printed for the user, who runs tether again to carry "
+              "it out")
+
+
 class HeadlessApprover:
-    """One-shot headless has nobody to ask: every `ask` is denied with the hint that would allow it."""
+    """One-shot headless has nobody to ask: every `ask` is denied with the hint that would allow it.
+    A plan handed over with ExitPlanMode (plan mode) ends the run: the plan is its result."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
+        self.plan: str | None = None
 
     async def ask(self, item: Classified, ctx: ToolContext) -> ApprovalAnswer:
+        if item.call.name == "ExitPlanMode" and ctx.permission_mode == "plan":
+            plan = item.args.get("plan")
+            self.plan = plan if isinstance(plan, str) and plan.strip() else None
+            if self.plan is not None:
+                return ApprovalAnswer(False, PLAN_SHOWN, interrupt=True)
         effect = item.tool.effect if item.tool is not None else Effect.EXEC
         message = headless_denial(item.call.name, effect, self.mode)
         return ApprovalAnswer(False, f"{message} ({item.decision.reason})")
@@ -66,10 +77,13 @@ class OneShotTurn:
         self.tool_calls = 0
         self.prompt = ""
         self.from_hook = False
+        self.approver = HeadlessApprover(flags.permission_mode)
 
     def emit(self, event: Event) -> None:
         if isinstance(event, LocalToolCall):
             self.tool_calls += 1
+        if isinstance(event, TurnError) and self.approver.plan is not None and event.stop_reason == "cancelled":
+            return  # the run stopped at the plan on purpose (see `end`)
         self.renderer.on_event(self.stop.retitle(event))
 
     @property
@@ -92,7 +106,7 @@ class OneShotTurn:
             parts += submitted.context
         return TurnPlan(
             user=user_message(parts), emit=self.emit,
-            approver=HeadlessApprover(self.flags.permission_mode), max_turns=self.flags.max_turns,
+            approver=self.approver, max_turns=self.flags.max_turns,
             on_store_unavailable=self.stop.on_store_unavailable,
         )
 
@@ -108,6 +122,11 @@ class OneShotTurn:
 
     async def end(self, batch: Sequence[Submission], outcome: TurnOutcome) -> bool:
         stop = self.stop
+        plan = self.approver.plan
+        if plan is not None and outcome.interrupted and not stop.abort.is_set():
+            outcome.error, outcome.stop_reason, outcome.last_text = None, "end_turn", plan
+            self.code = self._finish(outcome)  # the plan, printed; the run stops there
+            return False
         if outcome.error is not None:
             outcome.error = stop.retitle(outcome.error)
             outcome.stop_reason = outcome.error.stop_reason

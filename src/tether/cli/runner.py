@@ -40,6 +40,10 @@ def prepare(flags: RunFlags) -> Prepared:
         prepared = assemble(flags, spec)
     finally:
         print_warnings(spec.warnings)
+    if prepared.flags.permission_mode == "plan":  # reads only, until ExitPlanMode is approved
+        from tether.runtime.plan_mode import enter_plan_mode
+
+        enter_plan_mode(prepared)
     gc_policy.startup_done()
     return prepared
 

@@ -66,12 +66,26 @@ class ControlRequests:
                 self.respond(rid, self.list_messages(request))
             elif subtype == "recover_pending_approvals":
                 self.respond(rid, self.recover_pending_approvals())
+            elif subtype == "set_permission_mode":
+                self.respond(rid, self.set_permission_mode(request.get("mode")))
             else:
                 self.respond(rid, error=f"Unknown control request subtype: {subtype}")
         except TetherError as exc:
             self.respond(rid, error=str(exc))
 
     # --- control request handlers -----------------------------------------------------------
+
+    def set_permission_mode(self, mode: Any) -> dict[str, Any]:
+        """Claude Code's `set_permission_mode{mode}`: from the next tool call on (`plan` offers
+        ExitPlanMode, whose approval switches back)."""
+        from tether.core.permissions import normalize_mode
+        from tether.errors import UsageError
+        from tether.runtime.plan_mode import set_mode
+
+        if not isinstance(mode, str):
+            raise UsageError("set_permission_mode needs a string `mode`")
+        set_mode(self.p, normalize_mode(mode))
+        return {"mode": self.p.flags.permission_mode}
 
     def describe(self) -> dict[str, Any]:
         return {

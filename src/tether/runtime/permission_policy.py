@@ -60,7 +60,7 @@ class PermissionPolicy:
             mcp_server=_mcp_server(tool),
         )
         can_confine = (  # probed only where the read-only auto-allow could apply
-            call.command is not None and ctx.permission_mode in ("standard", "acceptEdits")
+            call.command is not None and ctx.permission_mode in ("standard", "acceptEdits", "plan")
             and self.confinable is not None and self.confinable()
         )
         return decide(call, Policy(ctx.permission_mode, self.rules, self.scope, self.guards,

@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # the runtime loads in a thread once the first frame is up
     from tether.runtime.prepared import Prepared
 
 DOUBLE_PRESS_S = 2.0
-MODE_CYCLE = ("standard", "acceptEdits", "strict")
+MODE_CYCLE = ("standard", "acceptEdits", "plan", "strict")
 HISTORY_KEEP = 500
 
 
@@ -234,6 +234,10 @@ class TetherApp(App[int]):
 
     def _session_ready(self) -> None:
         self._answer_questions_here()
+        if self.prepared.flags.permission_mode == "plan":  # started (or cycled early) into plan mode
+            from tether.runtime.plan_mode import enter_plan_mode
+
+            enter_plan_mode(self.prepared)
         self.prompt_box.prompt_history[:0] = self._read_history()
         s = self.prepared.session
         self.notice(
@@ -468,7 +472,12 @@ class TetherApp(App[int]):
         flags = self.flags
         current = flags.permission_mode
         nxt = MODE_CYCLE[(MODE_CYCLE.index(current) + 1) % len(MODE_CYCLE)] if current in MODE_CYCLE else MODE_CYCLE[0]
-        flags.permission_mode = nxt
+        if self.ready:
+            from tether.runtime.plan_mode import set_mode
+
+            set_mode(self.prepared, nxt)  # plan mode offers ExitPlanMode
+        else:
+            flags.permission_mode = nxt
         self._set_hint(f"permission mode: {nxt}")
 
     async def action_ctrl_c(self) -> None:

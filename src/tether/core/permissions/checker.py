@@ -213,6 +213,10 @@ SESSION_UNKNOWN = "unknown"
 
 
 def decide(call: Call, policy: Policy) -> Decision:
+    if policy.mode == "plan":  # reads only, until the user approves a plan
+        from tether.core.permissions.plan import decide_in_plan_mode
+
+        return decide_in_plan_mode(call, policy)
     family = canonical_tool_name(call.tool)
     if call.session is not None and family == SHELL_FAMILY and call.command is None:
         return _decide_session_write(call, family, policy)

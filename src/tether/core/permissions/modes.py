@@ -15,14 +15,15 @@ from tether.errors import UsageError
 
 Verdict = Literal["allow", "deny", "ask"]
 
-PERMISSION_MODES = ("standard", "acceptEdits", "unrestricted", "strict")
+PERMISSION_MODES = ("standard", "acceptEdits", "unrestricted", "strict", "plan")
 _MODE_ALIASES = {
     "default": "standard",
     "bypassPermissions": "unrestricted",
     "fullAccess": "unrestricted",
 }
 # From most to least restrictive: untrusted project settings may only move a mode left.
-MODE_STRICTNESS = {"strict": 0, "standard": 1, "acceptEdits": 2, "unrestricted": 3}
+# `plan` admits reads only (core/permissions/plan.py), so it ranks with `strict`.
+MODE_STRICTNESS = {"plan": 0, "strict": 0, "standard": 1, "acceptEdits": 2, "unrestricted": 3}
 
 
 @dataclass(frozen=True, slots=True)
