@@ -231,8 +231,9 @@ class Inbox:
         """Queue a new submission (see `Submission` for the fields); QueueFull / InboxClosed."""
         return self.put(Submission(parts=tuple(parts), **fields))
 
-    def put(self, item: Submission, *, front: bool = False) -> Submission:
-        """Queue `item` (at the front: it runs next); raises QueueFull or InboxClosed."""
+    def check_room(self, *, front: bool = False) -> None:
+        """Raise what `put` would (QueueFull, InboxClosed), without queueing anything: a
+        frontend that records input durably asks before it writes."""
         if self._closing is not None:
             raise InboxClosed(f"the conversation's inbox is closed ({self._closing})")
         if not front and self.max_queue is not None and len(self.queue) >= self.max_queue:
@@ -240,6 +241,10 @@ class Inbox:
                 f"the conversation's input queue is full ({self.max_queue} inputs waiting); "
                 "retry after a turn finishes"
             )
+
+    def put(self, item: Submission, *, front: bool = False) -> Submission:
+        """Queue `item` (at the front: it runs next); raises QueueFull or InboxClosed."""
+        self.check_room(front=front)
         item.done = asyncio.get_running_loop().create_future()
         if front:
             self.queue.appendleft(item)

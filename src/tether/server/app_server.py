@@ -167,6 +167,11 @@ class AppServer:
         return f"ws://{host}:{self.port}{self.path}"
 
     async def start(self) -> str:
+        """Resume what a dead server left queued (before any new input can arrive), then
+        listen."""
+        from tether.server.durable_inputs import resume_inputs
+
+        resume_inputs(self)
         bind = "127.0.0.1" if self.host == "localhost" else self.host  # one socket, one port
         self._server = await serve(
             self.handle,
@@ -198,6 +203,8 @@ class AppServer:
             await self.cron.stop()  # first: no new fires into runtimes being closed
         if self._server is not None:
             self._server.close(close_connections=False)
+        if self.bridge is not None:
+            self.bridge.stop_taking()  # before the runtimes close: their inputs are cancelled
         await asyncio.gather(*(rt.close() for rt in self.runtimes.values()), return_exceptions=True)
         self.runtimes.clear()
         if self.bridge is not None:
@@ -215,6 +222,8 @@ class AppServer:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 10)
+        if self.ctx.inputs is not None:
+            self.ctx.inputs.close()  # what still waits stays queued for the next start
 
     # --- HTTP, before any upgrade -------------------------------------------------------------
 
@@ -402,6 +411,7 @@ class AppServer:
                 created_agent=resolved.created_agent,
                 created_conversation=resolved.created_conversation,
                 recovered=recovered,
+                interrupted=rt.interrupted,
             )
         )
         for state in rt.state_frames():
@@ -496,14 +506,18 @@ def make_context(options: ServerOptions, env: dict[str, str]) -> ServerContext:
     home = tether_home(env)
     if options.cwd is not None:  # `--cwd` inside TETHER_HOME: refuse now, not at each start
         check_workspace(str(options.cwd), options.cwd, home)
+    from tether.runtime.input_queue import SqliteInputQueue
+
+    owner = new_owner()
     return ServerContext(
         store=LocalStore(home),
         checkpoints=CheckpointStore(home / "checkpoints.db"),
         env=env,
         default_cwd=options.cwd or Path.cwd(),
-        owner=new_owner(),
+        owner=owner,
         max_queue=options.max_queue,
         idle_release_after=options.idle_release_after,
+        inputs=SqliteInputQueue(home / "inputs.db", owner),
     )
 
 

@@ -35,6 +35,7 @@ class Kept:
     cwd: Path
     session_allow: tuple[Any, ...]
     sandboxed: bool
+    interrupted: tuple[Any, ...] = ()  # inputs a restart found begun (durable_inputs), reported
 
 
 def runtime_idle(rt: ConversationRuntime) -> bool:
@@ -62,6 +63,7 @@ def kept_of(rt: ConversationRuntime) -> Kept:
         cwd=rt.p.cwd,
         session_allow=policy.rules.session_allow if policy is not None else (),
         sandboxed=rt.sandboxed,
+        interrupted=tuple(rt.interrupted),
     )
 
 
@@ -69,6 +71,7 @@ def restore(rt: ConversationRuntime, kept: Kept) -> None:
     """Carry on from a released runtime of the same conversation."""
     rt.stream.resume_after(kept.last_seq)
     rt.seen.update(kept.seen)
+    rt.interrupted.extend(kept.interrupted)
     if rt.p.policy is not None:
         for rule in kept.session_allow:
             rt.p.policy.add_session_allow(rule)

@@ -78,6 +78,15 @@ class OpenAIBridge:
         """The `create_connection` for `websockets.serve`: /v1/ here, the rest to websockets."""
         return type("BridgedConnection", (HttpConnection,), {"bridge": self})
 
+    def stop_taking(self) -> None:
+        """Take no more requests and withdraw the inputs still waiting for their turn (their
+        clients get 503 and the durable queue says cancelled: nothing runs them later); a
+        running turn ends as the runtime closes it."""
+        self.closing = True
+        for conn in list(self.live):
+            if conn.watch is None or not conn.watch.started:
+                conn.notify_lost("closing")
+
     async def close(self, grace: float = 2.0) -> None:
         """Answer requests still waiting (503), give responses a moment to flush, then cut."""
         self.closing = True
@@ -451,16 +460,10 @@ class TurnWatch:
         if self.done or self.gave_up:
             return
         self.gave_up = True
-        from tether.server.runtime import QueuedInput
-
-        withdrawn = (
-            self.rt.inbox.withdraw(self.queue_item_id, _WITHDRAWN.get(why, why))
-            if self.queue_item_id is not None else None
+        withdrawn = self.queue_item_id is not None and self.rt.withdraw(
+            self.queue_item_id, _WITHDRAWN.get(why, why)
         )
-        if withdrawn is not None:
-            if isinstance(withdrawn, QueuedInput) and withdrawn.announced:
-                self.rt.broadcast(self.rt.queue_frame(removed=[withdrawn.id]))
-        elif why == "lost" and self.started:
+        if not withdrawn and why == "lost" and self.started:
             self.rt.abort(None)
         self.events.put_nowait((why, None))
 

@@ -12,7 +12,6 @@ each turn, tool calls a crashed run left open are answered from their effect che
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import sys
 import traceback
 import uuid
@@ -29,6 +28,7 @@ from tether.protocol.messages import UserMessage
 from tether.runtime.checkpoints import RecoveredEffect
 from tether.runtime.inbox import Inbox, InboxClosed, QueueFull, Submission, TurnPlan
 from tether.runtime.prepared import Prepared
+from tether.server import durable_inputs
 from tether.server.approvals import PendingApproval, RuntimeApprover
 from tether.server.auth import FULL_GRANT, Grant
 from tether.server.idle_release import runtime_idle
@@ -40,8 +40,6 @@ from tether.server.runtime_start import (
     check_workspace,
 )
 from tether.server.v2_frames import EventStream, InputAnswer, TurnFinished, error_frame
-
-_SEEN_KEYS = 1024
 
 
 class Subscriber(Protocol):
@@ -96,6 +94,8 @@ class ConversationRuntime:
         self.executing: list[str] = []
         self.approvals: dict[str, PendingApproval] = {}
         self.seen: OrderedDict[str, InputAnswer] = OrderedDict()
+        # Inputs a restart found begun in a dead server: reported at runtime_start, not re-run.
+        self.interrupted: list[durable_inputs.InterruptedInput] = []
         self.turns_finished = 0
         self._pending_state: tuple[str | None, Path | None] | None = None
         self._turn: _Turn | None = None  # the running turn's id, input and error
@@ -219,34 +219,48 @@ class ConversationRuntime:
     # --- commands from clients ---------------------------------------------------------------
 
     def submit(self, command: CreateMessage, source: str = "user") -> InputAnswer:
-        """Queue a create_message; returns what input_accepted says (a repeat is not re-run)."""
+        """Queue a create_message; returns what input_accepted says (a repeat is not re-run).
+        The input is on disk (`durable_inputs.record`) before it is accepted."""
         key = command.idempotency_key
-        if key is not None and key in self.seen:
-            return dataclasses.replace(self.seen[key], duplicate=True)
+        if key is not None and (known := durable_inputs.repeated(self, key)) is not None:
+            return known
         from tether.protocol.chunks import iso_now
 
-        item = QueuedInput(
-            idempotency_key=key, request_id=command.request_id, messages=command.messages,
-            enqueued_at=iso_now(), source=source,
-            parts=tuple(part for m in command.messages for part in m.parts),
-        )
-        started = not self.busy and not self.queue and not self._closing
         try:
-            self.inbox.put(item)
+            self.inbox.check_room()
         except QueueFull:
             return InputAnswer(False, error=f"the input queue of {self.scope.conversation_id} is "
                                f"full ({self.ctx.max_queue} inputs waiting); retry after a turn finishes")
         except InboxClosed as exc:
             return InputAnswer(False, error=f"{self.scope.conversation_id}: {exc}")
-        answer = InputAnswer(True, "started" if started else "queued", item.id)
+        item = QueuedInput(
+            idempotency_key=key, request_id=command.request_id, messages=command.messages,
+            enqueued_at=iso_now(), source=source,
+            parts=tuple(part for m in command.messages for part in m.parts),
+        )
+        started = not self.busy and not self.queue
+        disposition = "started" if started else "queued"
+        refusal = durable_inputs.record(self, item, disposition)
+        if refusal is not None:
+            return InputAnswer(False, error=refusal)
+        self.inbox.put(item)  # cannot refuse now: checked above, and nothing ran since
+        answer = InputAnswer(True, disposition, item.id)
         if key is not None:
-            self.seen[key] = answer
-            while len(self.seen) > _SEEN_KEYS:
-                self.seen.popitem(last=False)
+            durable_inputs.remember(self, key, answer)
         item.announced = not started
         # After the caller has answered input_accepted: the queue update and the turn come later.
         asyncio.get_running_loop().call_soon(self._announce, item)
         return answer
+
+    def withdraw(self, item_id: str, reason: str) -> bool:
+        """Take a waiting input out (its sender is told it did not run); False if not waiting."""
+        withdrawn = self.inbox.withdraw(item_id, reason)
+        if withdrawn is None:
+            return False
+        durable_inputs.mark(self, item_id, "cancelled", reason=reason)
+        if isinstance(withdrawn, QueuedInput) and withdrawn.announced:
+            self.broadcast(self.queue_frame(removed=[withdrawn.id]))
+        return True
 
     def _announce(self, item: QueuedInput) -> None:
         if item.announced and item in self.queue:
@@ -378,8 +392,10 @@ class ConversationRuntime:
             self.broadcast(error_frame(f"cannot rebuild the runtime for its folder: {exc}"))
         self._turn = _Turn(f"turn-{uuid.uuid4().hex[:12]}", item)
         self.active_run_ids = []
+        user = UserMessage(f"ui-msg-{now_ms()}-{item.id}", item.parts, now_ms())
+        durable_inputs.mark(self, item.id, "started", user_message_id=user.id)
         return TurnPlan(
-            user=UserMessage(f"ui-msg-{now_ms()}-{item.id}", item.parts, now_ms()),
+            user=user,
             emit=self._on_event, approver=RuntimeApprover(self),
             emit_recovered=self._broadcast_event,
             on_tool_start=self._tool_started, on_tool_end=self._tool_ended,
@@ -425,6 +441,7 @@ class ConversationRuntime:
             item.request_id if isinstance(item, QueuedInput) else None, error,
         )
         self.turns_finished += 1
+        durable_inputs.mark(self, item.id, "done")
         self.active_run_ids = []
         self._set_status("WAITING_ON_INPUT")
         self.broadcast(self.stream.turn_finished(finished))

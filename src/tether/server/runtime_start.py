@@ -28,6 +28,7 @@ from tether.runtime.prepared import Prepared
 from tether.server.protocol_v2 import RuntimeScope, RuntimeStart
 
 if TYPE_CHECKING:
+    from tether.runtime.input_queue import InputQueue
     from tether.server.auth import Grant
     from tether.server.idle_release import Kept
     from tether.server.runtime import ConversationRuntime
@@ -47,6 +48,9 @@ class ServerContext:
     # released and later rebuilt from disk; None: never released (issue 22 item 5).
     idle_release_after: float | None = 60.0
     released: OrderedDict[RuntimeScope, Kept] = field(default_factory=OrderedDict)  # idle_release
+    # Where acknowledged inputs are kept until they ran (server/durable_inputs.py); None: in
+    # memory only.
+    inputs: InputQueue | None = None
 
 
 @dataclass(frozen=True, slots=True)

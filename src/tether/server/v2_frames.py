@@ -48,6 +48,10 @@ class InputAnswer:
     queue_item_id: str | None = None
     error: str | None = None  # why not, when refused (a full queue, a closed runtime)
     duplicate: bool = False  # the same idempotency key again: this is the first answer
+    # For a duplicate the durable queue knows: where the first input is now (queued, running,
+    # done, cancelled, interrupted, not_run) and why, when it did not run.
+    state: str | None = None
+    reason: str | None = None
 
     def fields(self) -> dict[str, Any]:
         if not self.accepted:
@@ -59,6 +63,10 @@ class InputAnswer:
         }
         if self.duplicate:
             out["duplicate"] = True
+            if self.state is not None:
+                out["state"] = self.state
+            if self.reason is not None:
+                out["reason"] = self.reason
         return out
 
 
@@ -74,6 +82,17 @@ class QueueEntry(Protocol):
     messages: tuple[QueuedMessage, ...]
     source: str  # "user", or "cron": a schedule's prompt
     enqueued_at: str
+
+
+class InterruptedEntry(Protocol):
+    """An input whose turn a dead server began (`server/durable_inputs.py`)."""
+
+    queue_item_id: str
+    request_id: str | None
+    idempotency_key: str | None
+    client_message_ids: tuple[str, ...]
+    source: str
+    reason: str
 
 
 # --- frames outside any runtime -------------------------------------------------------------------
@@ -135,6 +154,7 @@ def runtime_start_response(
     created_agent: bool,
     created_conversation: bool,
     recovered: Iterable[RecoveredEffect],
+    interrupted: Iterable[InterruptedEntry] = (),
 ) -> dict[str, Any]:
     return {
         "type": "runtime_start_response",
@@ -153,6 +173,19 @@ def runtime_start_response(
                 "output": r.output,
             }
             for r in recovered
+        ],
+        # Inputs a restart found begun but unfinished: reported, not run again (durable_inputs).
+        "interrupted_inputs": [
+            {
+                "queue_item_id": i.queue_item_id,
+                "request_id": i.request_id,
+                "idempotency_key": i.idempotency_key,
+                "client_message_ids": list(i.client_message_ids),
+                "source": i.source,
+                "state": "interrupted",
+                "reason": i.reason,
+            }
+            for i in interrupted
         ],
     }
 

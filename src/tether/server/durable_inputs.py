@@ -1,0 +1,230 @@
+"""The App Server's side of the durable input queue (`runtime/input_queue.py`): an input is
+recorded before `input_accepted` (or the OpenAI bridge's turn, or a cron fire's `queued`) says
+so, its state follows its turn, an idempotency key answers `duplicate` across restarts, and a
+starting server resumes what a dead one left, in order, exactly once.
+
+At resume, the transcript decides: an input whose user message is already in it had its turn
+begin in the dead process, so its outcome is unknown and it is not run again — it is reported
+(`interrupted_inputs` in `runtime_start_response`, and the state a retried key answers with);
+every other unfinished input is queued again, in its original order, before the server takes
+any new input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tether.errors import TetherError
+from tether.runtime.input_queue import StoredInput, StoredMessage, Workspace
+
+if TYPE_CHECKING:
+    from tether.runtime.input_queue import InputQueue
+    from tether.server.app_server import AppServer
+    from tether.server.protocol_v2 import RuntimeScope
+    from tether.server.runtime import ConversationRuntime, QueuedInput
+    from tether.server.v2_frames import InputAnswer
+
+# A duplicate's answer says where the first input is now.
+_STATE_ON_WIRE = {"queued": "queued", "started": "running", "done": "done",
+                  "cancelled": "cancelled", "interrupted": "interrupted", "not_run": "not_run"}
+INTERRUPTED = (
+    "the server stopped while this input's turn ran; it was not run again (its turn may have "
+    "completed in part: see the conversation)"
+)
+SEEN_KEYS = 1024  # idempotency keys a runtime remembers in memory
+_ITEM_OF_MESSAGE = re.compile(r"^ui-msg-\d+-(q-[0-9a-f]+)$")
+
+
+@dataclass(slots=True)
+class InterruptedInput:
+    """An input a restart found begun but unfinished: reported, never re-run."""
+
+    queue_item_id: str
+    request_id: str | None
+    idempotency_key: str | None
+    client_message_ids: tuple[str, ...]
+    source: str
+    reason: str
+
+
+def conversation_key(scope: RuntimeScope) -> str:
+    return f"{scope.agent_id}/{scope.conversation_id}"
+
+
+def queue_of(rt: ConversationRuntime) -> InputQueue | None:
+    return rt.ctx.inputs
+
+
+def repeated(rt: ConversationRuntime, key: str) -> InputAnswer | None:
+    """The answer to a repeated idempotency key: the first input's, marked duplicate, with
+    where that input is now when the queue knows it (across restarts too)."""
+    from tether.server.v2_frames import InputAnswer
+
+    queue = queue_of(rt)
+    if queue is None and key in rt.seen:
+        return dataclasses.replace(rt.seen[key], duplicate=True)
+    if queue is None:
+        return None
+    stored = queue.by_key(conversation_key(rt.scope), key)
+    if stored is None:
+        return None
+    return InputAnswer(
+        True, stored.disposition, stored.item_id, duplicate=True,
+        state=_STATE_ON_WIRE.get(stored.state, stored.state), reason=stored.reason,
+    )
+
+
+def remember(rt: ConversationRuntime, key: str, answer: InputAnswer) -> None:
+    """Keep the answer to `key` in memory too (what a runtime without a queue, and `Kept`
+    across an idle release, answer from)."""
+    rt.seen[key] = answer
+    while len(rt.seen) > SEEN_KEYS:
+        rt.seen.popitem(last=False)
+
+
+def record(rt: ConversationRuntime, item: QueuedInput, disposition: str) -> str | None:
+    """Put `item` on disk before it is acknowledged; the refusal's text if it cannot be."""
+    from tether.protocol.messages import part_to_dict
+
+    queue = queue_of(rt)
+    if queue is None:
+        return None
+    flags = rt.p.flags
+    stored = StoredInput(
+        conversation=conversation_key(rt.scope), item_id=item.id, source=item.source,
+        disposition=disposition,
+        messages=tuple(
+            StoredMessage(m.client_message_id, m.content, tuple(part_to_dict(p) for p in m.parts))
+            for m in item.messages
+        ),
+        workspace=Workspace(
+            str(rt.p.cwd), flags.permission_mode if flags.permission_mode_given else None,
+            rt.sandboxed,
+        ),
+        idempotency_key=item.idempotency_key, request_id=item.request_id,
+        enqueued_at=item.enqueued_at,
+    )
+    try:
+        queue.accept(stored)
+    except TetherError as exc:
+        return str(exc)
+    except Exception as exc:  # an IntegrityError: the key raced in between (cannot on one loop)
+        return f"the input could not be recorded ({type(exc).__name__}: {exc})"
+    return None
+
+
+def mark(rt: ConversationRuntime, item_id: str, state: str, **fields: Any) -> None:
+    """Follow an input's state; a failing disk is reported, never fatal to the turn (the
+    transcript still decides at the next restart)."""
+    queue = queue_of(rt)
+    if queue is None:
+        return
+    try:
+        queue.mark(conversation_key(rt.scope), item_id, state, **fields)
+    except TetherError as exc:
+        sys.stderr.write(f"tether: input {item_id}: {exc}\n")
+
+
+def item_of(stored: StoredInput) -> QueuedInput:
+    """The queue item a stored input was (same id: its user message names it)."""
+    from tether.protocol.messages import part_from_dict
+    from tether.server.protocol_v2 import NewMessage
+    from tether.server.runtime import QueuedInput
+
+    messages = tuple(
+        NewMessage(
+            m.client_message_id,
+            tuple(part_from_dict(p, "stored input") for p in m.parts),  # type: ignore[misc]
+            m.content,
+        )
+        for m in stored.messages
+    )
+    return QueuedInput(
+        id=stored.item_id, idempotency_key=stored.idempotency_key, request_id=stored.request_id,
+        messages=messages, enqueued_at=stored.enqueued_at, source=stored.source,
+        parts=tuple(p for m in messages for p in m.parts), announced=True,
+    )
+
+
+# --- resuming what a dead server left ---------------------------------------------------------
+
+
+def resume_inputs(server: AppServer) -> int:
+    """Claim the unfinished inputs of dead owners and queue them again (or report them), each
+    conversation's in order, before the server listens. Returns how many were queued."""
+    queue = server.ctx.inputs
+    if queue is None:
+        return 0
+    try:
+        orphans = queue.claim_orphans()
+    except TetherError as exc:
+        sys.stderr.write(f"tether: cannot resume queued inputs: {exc}\n")
+        return 0
+    groups: dict[str, list[StoredInput]] = {}
+    for stored in orphans:
+        groups.setdefault(stored.conversation, []).append(stored)
+    queued = 0
+    for conversation, items in groups.items():
+        queued += _resume_conversation(server, queue, conversation, items)
+    return queued
+
+
+def _resume_conversation(
+    server: AppServer, queue: InputQueue, conversation: str, items: Sequence[StoredInput]
+) -> int:
+    from tether.server.auth import FULL_GRANT
+    from tether.server.protocol_v2 import RuntimeStart
+    from tether.server.runtime_start import start_runtime
+
+    agent_id, _, conversation_id = conversation.partition("/")
+    ws = items[-1].workspace  # where the conversation last took input
+    frame = RuntimeStart(
+        request_id=f"resume-{uuid.uuid4().hex[:8]}", agent_id=agent_id, create_agent=None,
+        conversation_id=conversation_id, create_conversation=None, cwd=ws.cwd, mode=ws.mode,
+        workspace_sandbox=ws.sandboxed,
+    )
+    try:
+        rt, _ = start_runtime(server.ctx, server.runtimes, server.instance, FULL_GRANT, frame)
+        begun = _begun_items(rt)
+    except (TetherError, OSError) as exc:
+        why = f"the server restarted and could not resume this conversation: {exc}"
+        sys.stderr.write(f"tether: {conversation}: {len(items)} queued input(s) not run: {exc}\n")
+        for stored in items:
+            queue.mark(conversation, stored.item_id, "not_run", reason=why)
+        return 0
+    again: list[StoredInput] = []
+    for stored in items:
+        if stored.item_id in begun:
+            queue.mark(conversation, stored.item_id, "interrupted", reason=INTERRUPTED)
+            rt.interrupted.append(InterruptedInput(
+                stored.item_id, stored.request_id, stored.idempotency_key,
+                tuple(m.client_message_id for m in stored.messages), stored.source, INTERRUPTED,
+            ))
+            continue
+        if stored.state != "queued":
+            queue.mark(conversation, stored.item_id, "queued")
+        again.append(stored)
+    # At the front, last first: in their order, past `--max-queue` if it shrank since (they
+    # were accepted), and nothing can run between these puts (no await).
+    for stored in reversed(again):
+        rt.inbox.put(item_of(stored), front=True)
+    return len(again)
+
+
+def _begun_items(rt: ConversationRuntime) -> set[str]:
+    """Queue item ids whose user message the conversation's transcript holds."""
+    from tether.protocol.messages import UserMessage
+
+    scope = rt.scope
+    transcript = rt.p.store.transcript(scope.agent_id, scope.conversation_id)
+    found = set()
+    for message in transcript.load():
+        if isinstance(message, UserMessage) and (m := _ITEM_OF_MESSAGE.match(message.id)):
+            found.add(m.group(1))
+    return found

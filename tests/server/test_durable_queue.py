@@ -1,0 +1,204 @@
+"""kill -9 of the real `tether server` with inputs queued (issue 29 item 1): after a restart each
+acknowledged input is in the transcript exactly once, in order; the one whose turn was running
+is reported as interrupted, never run again; a retried idempotency key is a duplicate; the
+OpenAI bridge's queued input survives too."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from websockets.asyncio.client import connect
+
+from tests.e2e.support import transcript_lines
+from tests.server.support import MODEL, Client, ServerProcess, server_env
+from tether.backends.local.store import LocalStore
+from tether.testing.fake_provider import FakeProvider
+
+
+def _user_texts(home: Path) -> list[str]:
+    texts = []
+    for line in transcript_lines(home):
+        message = line.get("message", {})
+        if message.get("role") == "user":
+            texts.append(" ".join(p["text"] for p in message["content"] if p["type"] == "text"))
+    return texts
+
+
+def _assistant_texts(home: Path) -> list[str]:
+    out = []
+    for line in transcript_lines(home):
+        message = line.get("message", {})
+        if message.get("role") == "assistant":
+            out.append("".join(p.get("text", "") for p in message["content"]))
+    return out
+
+
+def _wait_until(check: Any, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _states(home: Path) -> list[tuple[str | None, str]]:
+    """(request_id, state) of each input the server recorded, oldest first."""
+    if not (home / "inputs.db").exists():
+        return []
+    db = sqlite3.connect(home / "inputs.db")
+    try:
+        return [(r[0], r[1]) for r in db.execute("SELECT request_id, state FROM inputs ORDER BY seq")]
+    except sqlite3.OperationalError:  # no table yet
+        return []
+    finally:
+        db.close()
+
+
+def _kill_9(server: ServerProcess) -> None:
+    os.kill(server.proc.pid, signal.SIGKILL)
+    assert server.stop() == -signal.SIGKILL
+
+
+def test_kill_9_with_inputs_queued_runs_each_once_in_order(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    home = tmp_path / "tether-home"
+    script = [
+        {"fault": {"hang": True}},  # the first input's turn: running when the server dies
+        {"text": "two done"},
+        {"text": "three done"},
+        {"text": "four done"},
+    ]
+    with FakeProvider(script) as fake:
+        env = server_env(fake.url, home, tmp_path)
+        first = ServerProcess(env, project)
+
+        async def queue_three() -> dict[str, str]:
+            async with connect(first.url) as ws:
+                c = Client(ws)
+                runtime = (await c.start(project))["runtime"]
+                for n, text in enumerate(("one", "two", "three"), 1):
+                    await c.say(runtime, text, request_id=f"in-{n}")
+                    accepted = await c.of_type("input_accepted", request_id=f"in-{n}")
+                    assert accepted["accepted"], accepted
+                    assert accepted["disposition"] == ("started" if n == 1 else "queued")
+                return runtime
+
+        try:
+            runtime = asyncio.run(queue_three())
+            _wait_until(lambda: len(fake.requests) == 1, "the first turn's provider request")
+            _kill_9(first)
+        finally:
+            first.stop()
+        assert _user_texts(home) == ["one"]  # the running turn's input reached the transcript
+
+        second = ServerProcess(env, project)
+        try:
+
+            async def after_restart() -> tuple[dict[str, Any], dict[str, Any]]:
+                async with connect(second.url) as ws:
+                    c = Client(ws)
+                    started = await c.start(project, **runtime)
+                    await c.say(runtime, "two again", request_id="in-2")  # a retried send
+                    duplicate = await c.of_type("input_accepted", request_id="in-2")
+                    _wait_until(lambda: "three done" in _assistant_texts(home), "the resumed turns")
+                    await c.say(runtime, "four", request_id="in-4")
+                    await c.of_type("turn_finished", request_id="in-4", timeout=30)
+                    return started, duplicate
+
+            started, duplicate = asyncio.run(after_restart())
+        finally:
+            assert second.stop() == 0
+    assert _user_texts(home) == ["one", "two", "three", "four"]  # each once, in order
+    assert _assistant_texts(home) == ["two done", "three done", "four done"]
+    assert len(fake.requests) == 4 and fake.violations == []  # nothing ran twice
+    (interrupted,) = started["interrupted_inputs"]
+    assert interrupted["request_id"] == "in-1" and interrupted["state"] == "interrupted"
+    assert "not run again" in interrupted["reason"]
+    assert duplicate["accepted"] and duplicate["duplicate"] is True
+    assert duplicate["state"] in ("queued", "running", "done")
+    assert _states(home) == [
+        ("in-1", "interrupted"), ("in-2", "done"), ("in-3", "done"), ("in-4", "done")
+    ]
+
+
+def test_sigterm_keeps_queued_inputs_for_the_next_start(tmp_path: Path) -> None:
+    """A clean stop cancels the running turn (its client gets turn_finished) and keeps what
+    waits: the next start runs it, once."""
+    project = tmp_path / "project"
+    project.mkdir()
+    home = tmp_path / "tether-home"
+    script = [{"fault": {"hang": True}}, {"text": "two done"}]
+    with FakeProvider(script) as fake:
+        env = server_env(fake.url, home, tmp_path)
+        first = ServerProcess(env, project)
+
+        async def queue_two() -> None:
+            async with connect(first.url) as ws:
+                c = Client(ws)
+                runtime = (await c.start(project))["runtime"]
+                for n, text in enumerate(("one", "two"), 1):
+                    await c.say(runtime, text, request_id=f"in-{n}")
+                    assert (await c.of_type("input_accepted", request_id=f"in-{n}"))["accepted"]
+
+        try:
+            asyncio.run(queue_two())
+            _wait_until(lambda: len(fake.requests) == 1, "the first turn's provider request")
+        finally:
+            assert first.stop() == 0
+        second = ServerProcess(env, project)
+        try:
+            _wait_until(lambda: "two done" in _assistant_texts(home), "the kept input's turn")
+        finally:
+            assert second.stop() == 0
+    assert _user_texts(home) == ["one", "two"]
+    assert len(fake.requests) == 2
+    assert [state for _, state in _states(home)] == ["done", "done"]
+
+
+def test_kill_9_keeps_the_openai_bridge_input_waiting_behind_a_turn(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    home = tmp_path / "tether-home"
+    script = [{"fault": {"hang": True}}, {"text": "queued one ran"}]
+    with FakeProvider(script) as fake:
+        env = server_env(fake.url, home, tmp_path)
+        agent = LocalStore(home).create_agent(model=MODEL, system="test", name="t").id
+        first = ServerProcess(env, project, "--openai-api")
+        base = first.url.replace("ws://", "http://").removesuffix("/ws")
+
+        def post(text: str) -> None:
+            body = {"model": agent, "messages": [{"role": "user", "content": text}]}
+            try:
+                httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30)
+            except httpx.HTTPError:
+                pass  # the server is killed under it
+
+        running = threading.Thread(target=post, args=("hanging",))
+        running.start()
+        _wait_until(lambda: len(fake.requests) == 1, "the first turn's provider request")
+        waiting = threading.Thread(target=post, args=("waiting",))
+        waiting.start()
+        try:
+            _wait_until(lambda: len(_states(home)) == 2, "the second input on disk")
+            _kill_9(first)
+        finally:
+            first.stop()
+            running.join(10)
+            waiting.join(10)
+        second = ServerProcess(env, project, "--openai-api")
+        try:
+            _wait_until(lambda: "queued one ran" in _assistant_texts(home), "the resumed turn")
+        finally:
+            assert second.stop() == 0
+    assert _user_texts(home) == ["hanging", "waiting"]
+    assert len(fake.requests) == 2
+    assert [state for _, state in _states(home)] == ["interrupted", "done"]
