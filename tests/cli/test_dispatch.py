@@ -36,7 +36,8 @@ def test_required_subcommands_are_in_the_table(name: str) -> None:
 @pytest.mark.parametrize(
     ("word", "expected"),
     [("udpate", "update"), ("mdoels", "models"), ("agnets", "agents"), ("crn", "cron"),
-     ("serve", "server"), ("memroy", "memory"), ("connnect", "connect"), ("trsut", "trust")],
+     ("serve", "server"), ("memroy", "memory"), ("connnect", "connect"), ("trsut", "trust"),
+     ("skils", "skills"), ("instal", "install")],
 )
 def test_near_misses_exit_2_with_a_suggestion(
     word: str, expected: str, capsys: pytest.CaptureFixture[str], tether_home: Path
@@ -58,7 +59,8 @@ def test_reference_commands_tether_lacks_exit_2(
 
 
 @pytest.mark.parametrize("word", ["run", "test", "fix", "explain", "why", "add", "list", "make",
-                                  "review", "refactor", "summarise", "write"])
+                                  "review", "refactor", "summarise", "write", "remove", "rename",
+                                  "instead", "settle", "ends"])
 def test_everyday_first_words_are_not_taken_for_commands(word: str) -> None:
     assert cli_main._refuse_near_miss(word) is None
 

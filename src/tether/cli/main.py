@@ -58,6 +58,8 @@ REFERENCE_ONLY = (
     "environments", "envs", "teleport", "setup", "install", "skills", "shared-memory",
     "local-backend", "trajectories", "remote", "app-server",
 )
+# Those a typo is taken for; not `remote` or `envs`, whose near misses are words ("remove").
+NEAR_MISS_REFERENCE = tuple(n for n in REFERENCE_ONLY if n not in ("remote", "envs"))
 NOT_AVAILABLE = 2  # exit code: unknown command, or one this build does not ship
 NO_TERMINAL = 2  # exit code: the interactive app was asked for with no terminal to draw on
 # Kept for callers that imported the old constant.
@@ -191,7 +193,7 @@ def _refuse_near_miss(word: str) -> int | None:
     limit = 2 if len(lowered) > 4 else 1
     scored = sorted(
         (d, name)
-        for name in (*command_names(), *REFERENCE_ONLY)
+        for name in (*command_names(), *NEAR_MISS_REFERENCE)
         if (d := _edit_distance(lowered, name)) <= limit
     )
     if not scored:
