@@ -164,7 +164,7 @@ def test_agent_from_the_agents_shell(tether_home: Path, agent: str) -> None:
             ],
             "No conversation 'local-conv-999'",
         ),
-        (["--agent", "{agent}", "--prompt", "p", "--every", "5m"], "--name"),
+        (["--agent", "{agent}", "--name", " ", "--prompt", "p", "--every", "5m"], "--name must"),
     ],
 )
 def test_bad_input_is_named(tether_home: Path, agent: str, args: list[str], why: str) -> None:

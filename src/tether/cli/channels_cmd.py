@@ -15,6 +15,12 @@ import orjson
 
 from tether.errors import TetherError, UsageError
 
+# The platform SDK each bundled channel imports when the gateway starts (the `channels` extra).
+BUNDLED_SDKS: dict[str, tuple[str, str] | None] = {
+    "telegram": ("telegram", "python-telegram-bot"),
+    "slack": ("slack_sdk", "slack-sdk"),
+    "webhook": None,
+}
 TRUST_NOTE = ("an installed channel is trusted code, like a mod: the gateway imports it and it "
               "runs with your rights")
 
@@ -27,8 +33,10 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> _Parser:
     p = _Parser(prog="tether channels")
     sub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
-    inst = sub.add_parser("install", help="install a custom channel folder (trusted code)")
-    inst.add_argument("folder")
+    inst = sub.add_parser(
+        "install", help="check a bundled channel (telegram, slack, webhook) is ready, or install "
+        "a custom channel folder (trusted code)")
+    inst.add_argument("folder", metavar="CHANNEL|FOLDER")
     conf = sub.add_parser("configure", help="create or change a channel account")
     conf.add_argument("channel")
     conf.add_argument("--account", default="default")
@@ -95,7 +103,13 @@ def _run(ns: argparse.Namespace) -> Any:
     home = tether_home(os.environ)
     accounts, routes = config.AccountStore(home), config.RouteTable(home)
     if ns.action == "install":
-        installed = plugins.install(home, Path(ns.folder))
+        source = Path(ns.folder)
+        if ns.folder in plugins.BUNDLED and not (source / "channel.json").exists():
+            return _bundled(home, ns.folder)
+        if not source.is_dir():
+            raise UsageError(f"{ns.folder!r} is neither a bundled channel "
+                             f"({', '.join(plugins.BUNDLED)}) nor a channel folder")
+        installed = plugins.install(home, source)
         return {**installed, "note": TRUST_NOTE}
     if ns.action == "configure":
         plugin = plugins.load_plugin(home, ns.channel)
@@ -166,6 +180,32 @@ def _run(ns: argparse.Namespace) -> Any:
     if not routes.remove(ns.channel, ns.account, ns.chat):
         raise UsageError(f"no route for {ns.channel}/{ns.account}/{ns.chat}")
     return {"removed": f"{ns.channel}/{ns.account}/{ns.chat}"}
+
+
+def _bundled(home: Path, channel: str) -> dict[str, Any]:
+    """A bundled channel ships with tether: installing it checks that its platform SDK is
+    importable and says what to configure next."""
+    import importlib.util
+
+    from tether.channels import plugins
+
+    sdk = BUNDLED_SDKS.get(channel)
+    if sdk is not None and importlib.util.find_spec(sdk[0]) is None:
+        raise TetherError(
+            f"the {channel} channel needs the {sdk[1]} package, which is not installed in "
+            f"tether's environment ({sys.executable}): pip install 'tether[channels]'"
+        )
+    plugin = plugins.load_plugin(home, channel)
+    required = [f["key"] for f in plugin.metadata.config_schema if f.get("required")]
+    sets = " ".join(f"--set {key}=…" for key in required)
+    return {
+        "id": channel,
+        "displayName": plugin.metadata.display_name,
+        "bundled": True,
+        "sdk": sdk[1] if sdk else None,
+        "config_schema": plugin.metadata.config_schema,
+        "next": f"tether channels configure {channel} {sets}".rstrip(),
+    }
 
 
 def _agent(home: Path, agent_id: str) -> str:

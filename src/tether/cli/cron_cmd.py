@@ -36,7 +36,7 @@ def _parser() -> _Parser:
         default="new",
         help="new (a fresh conversation each fire), default, or a conversation id",
     )
-    add.add_argument("--name", required=True)
+    add.add_argument("--name", help="a short label (default: the prompt's first words)")
     add.add_argument("--description", default="")
     add.add_argument("--prompt", required=True)
     add.add_argument("--every", help="5m, 2h, 1d … (recurring)")
@@ -118,7 +118,7 @@ def _add(ns: argparse.Namespace, home: Any, store: Any, now_ms: int) -> dict[str
     task, first_slot = new_task(
         agent_id=agent_id,
         conversation_id=ns.conversation,
-        name=ns.name,
+        name=ns.name if ns.name is not None else default_name(ns.prompt),
         description=ns.description,
         prompt=ns.prompt,
         every=ns.every,
@@ -128,6 +128,18 @@ def _add(ns: argparse.Namespace, home: Any, store: Any, now_ms: int) -> dict[str
         now_ms=now_ms,
     )
     return store.add(task, now_ms, first_slot)
+
+
+def default_name(prompt: str, limit: int = 40) -> str:
+    """A task's name when `--name` is not given: the prompt's first line, spaces collapsed, cut
+    at a word boundary to `limit` characters (an ellipsis says it was cut)."""
+    first = " ".join((prompt.strip().splitlines() or [""])[0].split())
+    if len(first) <= limit:
+        return first
+    head = first[: limit - 1]
+    if " " in head:
+        head = head.rsplit(" ", 1)[0]
+    return head.rstrip(" ,.;:") + "…"
 
 
 def _trigger(ns: argparse.Namespace, store: Any, clock: Any) -> int:
