@@ -186,3 +186,17 @@ def test_mcp_command_and_server_prompts(workdir: Path, monkeypatch: pytest.Monke
                 await settle(pilot, app, timeout=60)
         run(scenario())
         assert "Please review the-tests carefully." in json.dumps(fake.requests[0]["body"])
+
+
+def test_an_mcp_server_that_fails_to_start_is_said_on_screen(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = json.dumps({"mcpServers": {"broken": {"command": "/nonexistent/mcp-server-binary"}}})
+    with FakeProvider([{"text": "never"}]) as fake:
+        point_at(fake.url, monkeypatch)
+
+        async def scenario() -> None:
+            app = make_app("--mcp-config", config)
+            async with app.run_test(size=SIZE) as pilot:
+                await wait_for(pilot, lambda: "MCP server 'broken' failed to start" in app.transcript.plain_text(),
+                               timeout=60, what="the failure notice")
+        run(scenario())
+        assert fake.requests == []

@@ -256,8 +256,17 @@ class TetherApp(App[int]):
             self.transcript.show_history(messages)
         self.refresh_status()
         self.spawn(self._session_start(is_new=not messages))
+        if self.prepared.services.mcp is not None:
+            self.spawn(self._report_failed_servers())
         if self.prepared.settings.ignored and not self.flags.trust:
             self.spawn(self.offer_trust())
+
+    async def _report_failed_servers(self) -> None:
+        """MCP servers start in the background; one that does not start is said on screen."""
+        for server in await self.prepared.start_tool_sources():
+            if server.get("status") == "failed":
+                self.notice(f"MCP server {server.get('name')!r} failed to start: "
+                            f"{server.get('error') or 'no reason given'} (/mcp for details)", "error")
 
     async def offer_trust(self) -> bool:
         """The interactive side of folder trust: the project's settings asked for more than an
