@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 from pathlib import Path
 
 import orjson
@@ -279,12 +278,9 @@ def test_entries_returns_raw_entries(tmp_path: Path) -> None:
     assert header is not None and header["type"] == "session"
 
 
-def test_loading_100k_entries_is_fast(tmp_path: Path) -> None:
+def test_loading_100k_entries(tmp_path: Path) -> None:
     path = tmp_path / "messages.jsonl"
     write_big_transcript(path, 100_000)
-    started = time.perf_counter()
     view = Transcript(path).load()
-    elapsed = time.perf_counter() - started
     assert len(view) == 100_000
-    # Loose on purpose (CI noise); the real figure comes from tests/backends/bench_transcript.py.
-    assert elapsed < 3.0, f"loading 100k entries took {elapsed:.2f}s"
+    # How long it takes is bench/transcript.py's job, never a unit test's.

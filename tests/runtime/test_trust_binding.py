@@ -228,20 +228,14 @@ def test_a_folder_trusted_in_the_old_format_must_be_trusted_again(
     assert "run `tether trust` again" in store.explain(folder)[0]
 
 
-def test_the_digest_is_cheap_on_repeat(folder: Path, tether_home: Path) -> None:
-    """Measured, not a benchmark: 2,000 skill files, the second look reuses the hashes."""
+def test_a_folder_of_2000_skill_files_stays_trusted(folder: Path, tether_home: Path) -> None:
+    """2,000 skill files; what the first and the cached digest cost is bench/trust.py's job."""
     for n in range(200):
         for m in range(10):
             write(folder / ".tether" / "skills" / f"s{n}" / f"f{m}.md", f"{n}-{m}\n" * 50)
     store = TrustStore(tether_home)
-    t0 = time.perf_counter()
     store.trust(folder)
-    first = time.perf_counter() - t0
-    t0 = time.perf_counter()
     assert store.state(folder) == "trusted"
-    again = time.perf_counter() - t0
-    print(f"trust digest, 2000 files: first {first * 1000:.1f} ms, cached {again * 1000:.1f} ms")
-    assert again < 2.0  # generous: only a pathological regression fails this
 
 
 def test_bytecode_python_would_run_unchecked_is_bound_but_its_own_cache_is_not(

@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -96,10 +95,8 @@ def test_the_cache_notices_changes_to_what_git_reads(tmp_path: Path) -> None:
     repo = benign_repo(world)
     evil = evil_program(world)
     assert git_hazard(repo) is None
-    start = time.perf_counter()
     for _ in range(20):
-        assert git_hazard(repo) is None
-    assert (time.perf_counter() - start) / 20 < 0.002, "a cached answer should cost no git run"
+        assert git_hazard(repo) is None  # cached: what that costs is bench/git_safety.py's job
 
     # an include whose target does not exist yet, then appears
     git(repo, "config", "include.path", "../later.cfg", home=world.home)
