@@ -30,7 +30,9 @@ be), so a line holding a whole entry plus more bytes (two records fused by a los
 at the end) is damage too: those records were committed, and nothing is cut. So are NUL bytes
 inside a committed line, and an entry repeating an earlier entry's id and parentId (the same
 record twice; entry ids are unique, parentId and firstKeptEntryId name them). A message entry
-for a message already in view is no duplicate: it replaces that snapshot (see above).
+for a message already in view is no duplicate: it replaces that snapshot (see above). A reader
+seeded by the resume index knows the ids from the last compaction on, so a copy of an older
+record placed after it is found by a full read (`entries()`, or any read without the index).
 """
 
 from __future__ import annotations
