@@ -82,6 +82,10 @@ class InputStoreUnavailable(StoreUnwritable):
         )
 
 
+class KeyTaken(StoreError):
+    """Another input of the conversation already holds this idempotency key."""
+
+
 @dataclass(frozen=True, slots=True)
 class Workspace:
     """Where the input's conversation ran, so a restart rebuilds its runtime the same way."""
@@ -121,8 +125,9 @@ class InputQueue(Protocol):
     """What a server needs of durable input: accept before acknowledging, find an idempotency
     key, follow an input's state, and claim what a dead predecessor left."""
 
-    def accept(self, item: StoredInput) -> None:
-        """Record `item` durably (state queued); returns only once it is on disk."""
+    def accept_many(self, items: Sequence[StoredInput]) -> list[str | None]:
+        """Record `items` durably (state queued) in one commit; returns once they are on disk,
+        per item None or "key" (its idempotency key is taken: not recorded)."""
         ...
 
     def by_key(self, conversation: str, key: str) -> StoredInput | None: ...
@@ -235,16 +240,45 @@ class SqliteInputQueue:
     # --- writes -------------------------------------------------------------------------------
 
     def accept(self, item: StoredInput) -> None:
-        body = orjson.dumps(_body(item))
+        if self.accept_many([item]) != [None]:
+            raise KeyTaken(f"idempotency key {item.idempotency_key!r} is taken in {item.conversation}")
+
+    def accept_many(self, items: Sequence[StoredInput]) -> list[str | None]:
+        """Record `items` in one transaction (one fsync: a group commit); per item None, or
+        "key" when its idempotency key is taken (that one alone is not recorded)."""
+        import sqlite3
+
+        rows = [
+            (i.conversation, i.item_id, i.idempotency_key, i.request_id, i.source, i.disposition,
+             orjson.dumps(_body(i)), self.owner)
+            for i in items
+        ]
         now = time.time()
+        out: list[str | None] = []
         with self._lock, _store_errors(self.path):
-            self._db.execute(
-                "INSERT INTO inputs (conversation, item_id, idempotency_key, request_id, source,"
-                " disposition, state, body, owner, enqueued_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)",
-                (item.conversation, item.item_id, item.idempotency_key, item.request_id,
-                 item.source, item.disposition, body, self.owner, now, now),
-            )
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for row in rows:
+                    db.execute("SAVEPOINT one")
+                    try:
+                        db.execute(
+                            "INSERT INTO inputs (conversation, item_id, idempotency_key,"
+                            " request_id, source, disposition, state, body, owner, enqueued_at,"
+                            " updated_at) VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)",
+                            (*row, now, now),
+                        )
+                        out.append(None)
+                    except sqlite3.IntegrityError:
+                        db.execute("ROLLBACK TO one")
+                        out.append("key")
+                    db.execute("RELEASE one")
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        return out
 
     def mark(
         self, conversation: str, item_id: str, state: str, *,
@@ -287,7 +321,8 @@ class SqliteInputQueue:
                 ).fetchall()
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
                 raise
         return [_row(r) for r in rows]
 

@@ -22,7 +22,7 @@ import time
 import traceback
 import uuid
 import weakref
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -222,6 +222,8 @@ class AppServer:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 10)
+        if self.ctx.input_writer is not None:
+            self.ctx.input_writer.close()
         if self.ctx.inputs is not None:
             self.ctx.inputs.close()  # what still waits stays queued for the next start
 
@@ -280,7 +282,9 @@ class AppServer:
         writer = asyncio.ensure_future(conn.pump())
         try:
             async for raw in ws:
-                self.dispatch(conn, raw)
+                pending = self.dispatch(conn, raw)
+                if pending is not None:  # an input being recorded: this client's next frame
+                    await pending  # waits for it, so its frames keep their order
         except ConnectionClosed:
             pass
         finally:
@@ -293,21 +297,56 @@ class AppServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await writer
 
-    def dispatch(self, conn: Connection, raw: str | bytes) -> None:
+    def dispatch(self, conn: Connection, raw: str | bytes) -> Awaitable[None] | None:
+        """Act on one client frame; an input returns what to await (its durable commit)."""
         try:
             frame = protocol_v2.parse_frame(raw)
+            if isinstance(frame, CreateMessage):
+                return self._create_message(conn, frame)
             self._dispatch(conn, frame)
-        except FrameError as exc:
+        except Exception as exc:
+            self._report(conn, exc)
+        return None
+
+    def _report(self, conn: Connection, exc: Exception) -> None:
+        if isinstance(exc, FrameError):
             conn.send_frame(
                 v2_frames.error_frame(
                     exc.message, request_id=exc.request_id, frame_type=exc.frame_type
                 )
             )
-        except Exception as exc:  # a server bug: say so, keep the connection and the server
-            traceback.print_exc(file=sys.stderr)
-            conn.send_frame(
-                v2_frames.error_frame(f"internal server error ({type(exc).__name__}: {exc})")
+            return
+        traceback.print_exc(file=sys.stderr)  # a server bug: say so, keep the connection
+        conn.send_frame(
+            v2_frames.error_frame(f"internal server error ({type(exc).__name__}: {exc})")
+        )
+
+    async def _create_message(self, conn: Connection, frame: CreateMessage) -> None:
+        """Queue an input; `input_accepted` goes out once it is on disk."""
+        try:
+            rt = self._runtime_of(conn, frame)
+            # Another client may have moved the runtime to a mode this one may not use.
+            refusal = conn.grant.mode_refusal(rt.p.flags.permission_mode)
+            if refusal is not None:
+                raise FrameError(
+                    f"{refusal}: this conversation's runtime runs in it now",
+                    request_id=frame.request_id, frame_type="input",
+                )
+            answer = await rt.enqueue(frame)
+            if frame.request_id is not None:
+                conn.send_frame(rt.stream.input_accepted(frame.request_id, answer))
+        except Exception as exc:
+            self._report(conn, exc)
+
+    def _runtime_of(self, conn: Connection, frame: Any) -> ConversationRuntime:
+        rt = conn.runtimes.get(frame.runtime)
+        if rt is None:
+            raise FrameError(
+                f"runtime {frame.runtime.agent_id}/{frame.runtime.conversation_id} is not started on "
+                "this connection; send runtime_start first",
+                request_id=frame.request_id,
             )
+        return rt
 
     def _dispatch(self, conn: Connection, frame: protocol_v2.ClientFrame) -> None:
         if isinstance(frame, AppServerInfo):
@@ -333,25 +372,8 @@ class AppServer:
                     problem, request_id=frame.request_id, frame_type="external_tool_call_response"
                 )
             return
-        rt = conn.runtimes.get(frame.runtime)
-        if rt is None:
-            raise FrameError(
-                f"runtime {frame.runtime.agent_id}/{frame.runtime.conversation_id} is not started on "
-                "this connection; send runtime_start first",
-                request_id=frame.request_id,
-            )
-        if isinstance(frame, CreateMessage):
-            # Another client may have moved the runtime to a mode this one may not use.
-            refusal = conn.grant.mode_refusal(rt.p.flags.permission_mode)
-            if refusal is not None:
-                raise FrameError(
-                    f"{refusal}: this conversation's runtime runs in it now",
-                    request_id=frame.request_id, frame_type="input",
-                )
-            answer = rt.submit(frame)
-            if frame.request_id is not None:
-                conn.send_frame(rt.stream.input_accepted(frame.request_id, answer))
-        elif isinstance(frame, ApprovalResponse):
+        rt = self._runtime_of(conn, frame)
+        if isinstance(frame, ApprovalResponse):
             problem = rt.answer_approval(frame)
             if problem is not None:
                 raise FrameError(problem, request_id=frame.request_id, frame_type="input")

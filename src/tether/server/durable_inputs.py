@@ -12,6 +12,7 @@ any new input.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import re
 import sys
@@ -88,15 +89,12 @@ def remember(rt: ConversationRuntime, key: str, answer: InputAnswer) -> None:
         rt.seen.popitem(last=False)
 
 
-def record(rt: ConversationRuntime, item: QueuedInput, disposition: str) -> str | None:
-    """Put `item` on disk before it is acknowledged; the refusal's text if it cannot be."""
+def stored_of(rt: ConversationRuntime, item: QueuedInput, disposition: str) -> StoredInput:
+    """What the queue keeps of `item`: its messages, key, and where its conversation runs."""
     from tether.protocol.messages import part_to_dict
 
-    queue = queue_of(rt)
-    if queue is None:
-        return None
     flags = rt.p.flags
-    stored = StoredInput(
+    return StoredInput(
         conversation=conversation_key(rt.scope), item_id=item.id, source=item.source,
         disposition=disposition,
         messages=tuple(
@@ -110,13 +108,73 @@ def record(rt: ConversationRuntime, item: QueuedInput, disposition: str) -> str 
         idempotency_key=item.idempotency_key, request_id=item.request_id,
         enqueued_at=item.enqueued_at,
     )
+
+
+def record(rt: ConversationRuntime, item: QueuedInput, disposition: str) -> str | None:
+    """Put `item` on disk before it is acknowledged, on this thread (a cron fire: rare); the
+    refusal's text if it cannot be, "key" if its idempotency key is taken."""
+    queue = queue_of(rt)
+    if queue is None:
+        return None
     try:
-        queue.accept(stored)
+        return queue.accept_many([stored_of(rt, item, disposition)])[0]
     except TetherError as exc:
         return str(exc)
-    except Exception as exc:  # an IntegrityError: the key raced in between (cannot on one loop)
-        return f"the input could not be recorded ({type(exc).__name__}: {exc})"
-    return None
+
+
+async def record_grouped(rt: ConversationRuntime, item: QueuedInput, disposition: str) -> str | None:
+    """`record`, with the fsync off the event loop and shared by the inputs that arrive while
+    the previous commit runs (one commit per batch, in arrival order)."""
+    queue = queue_of(rt)
+    if queue is None:
+        return None
+    writer = rt.ctx.input_writer
+    if writer is None:
+        writer = rt.ctx.input_writer = GroupCommit(queue)
+    try:
+        return await writer.accept(stored_of(rt, item, disposition))
+    except TetherError as exc:
+        return str(exc)
+
+
+class GroupCommit:
+    """One writer thread committing the inputs that wait, all at once: each caller resumes
+    after the commit that holds its input, in arrival order."""
+
+    def __init__(self, queue: InputQueue) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.queue = queue
+        self._pending: list[tuple[StoredInput, asyncio.Future[str | None]]] = []
+        self._writer: asyncio.Future[None] | None = None
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="tether-inputs")
+
+    async def accept(self, item: StoredInput) -> str | None:
+        done: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        self._pending.append((item, done))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.ensure_future(self._drain())
+        return await done
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                results = await loop.run_in_executor(
+                    self._thread, self.queue.accept_many, [item for item, _ in batch]
+                )
+            except Exception as exc:
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(exc)
+                continue
+            for (_, done), result in zip(batch, results, strict=True):
+                if not done.done():
+                    done.set_result(result)
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=True)
 
 
 def mark(rt: ConversationRuntime, item_id: str, state: str, **fields: Any) -> None:

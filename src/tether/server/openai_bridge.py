@@ -200,7 +200,7 @@ class OpenAIBridge:
         stream = _stream_field(body)
         options = body.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
-        watch = self._start_turn(conn, agent_id, parts, last.get("content"))
+        watch = await self._start_turn(conn, agent_id, parts, last.get("content"))
         ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         base = {"id": ident, "created": created, "model": agent_id, "system_fingerprint": None}
 
@@ -257,7 +257,7 @@ class OpenAIBridge:
             where, value = f"{where}.content", value.get("content")
         parts = _parts(value, where, "input_text", "input_image")
         stream = _stream_field(body)
-        watch = self._start_turn(conn, agent_id, parts, value)
+        watch = await self._start_turn(conn, agent_id, parts, value)
         rid, mid = f"resp_{uuid.uuid4().hex}", f"msg_{uuid.uuid4().hex}"
         created = int(time.time())
 
@@ -367,7 +367,7 @@ class OpenAIBridge:
                            "sandbox_required")
         return rt
 
-    def _start_turn(
+    async def _start_turn(
         self, conn: HttpConnection, agent_id: str, parts: tuple[UserPart, ...], content: Any
     ) -> TurnWatch:
         if self.closing:
@@ -381,7 +381,7 @@ class OpenAIBridge:
         watch = TurnWatch(rt, f"openai-{next(self._ids)}")
         rt.subscribe(watch)
         message = NewMessage(f"cm-{uuid.uuid4().hex[:12]}", parts, content)
-        answer = rt.submit(CreateMessage(watch.request_id, None, rt.scope, (message,)))
+        answer = await rt.enqueue(CreateMessage(watch.request_id, None, rt.scope, (message,)))
         if not answer.accepted:
             rt.unsubscribe(watch)
             raise ApiError(429, str(answer.error), None, "conversation_queue_full")

@@ -36,8 +36,11 @@ from tether.server.protocol_v2 import ApprovalResponse, CreateMessage
 from tether.server.runtime_start import (
     ServerContext,
     build_prepared,
+    carry_external_tools,
     check_scoped_folder,
     check_workspace,
+    folder_trusted,
+    rebuild_if_untrusted,
 )
 from tether.server.v2_frames import EventStream, InputAnswer, TurnFinished, error_frame
 
@@ -104,7 +107,7 @@ class ConversationRuntime:
         self._release_timer: asyncio.TimerHandle | None = None
         self.inbox = Inbox(prepared, self, max_queue=ctx.max_queue, keep_going=True,
                            on_idle=self._inbox_idle)
-        self._built_trusted = self._folder_trusted()
+        self._built_trusted = folder_trusted(ctx, prepared.cwd)
 
     # --- the inbox's state, under the names the server's modules use -------------------------
 
@@ -220,12 +223,27 @@ class ConversationRuntime:
 
     def submit(self, command: CreateMessage, source: str = "user") -> InputAnswer:
         """Queue a create_message; returns what input_accepted says (a repeat is not re-run).
-        The input is on disk (`durable_inputs.record`) before it is accepted."""
+        The input is on disk before it is accepted, written on this thread (a cron fire);
+        `enqueue` does the same with the commit off the event loop."""
+        item = self._new_input(command, source)
+        if isinstance(item, InputAnswer):
+            return item
+        return self._queued(item, durable_inputs.record(self, item, self._disposition()))
+
+    async def enqueue(self, command: CreateMessage, source: str = "user") -> InputAnswer:
+        """`submit` for clients (websocket, OpenAI bridge): the commit runs in the queue's
+        writer thread, one fsync for every input that arrived meanwhile."""
+        item = self._new_input(command, source)
+        if isinstance(item, InputAnswer):
+            return item
+        refusal = await durable_inputs.record_grouped(self, item, self._disposition())
+        return self._queued(item, refusal)
+
+    def _new_input(self, command: CreateMessage, source: str) -> QueuedInput | InputAnswer:
+        """The queue item for `command`, or the answer without one (a repeat, no room)."""
         key = command.idempotency_key
         if key is not None and (known := durable_inputs.repeated(self, key)) is not None:
             return known
-        from tether.protocol.chunks import iso_now
-
         try:
             self.inbox.check_room()
         except QueueFull:
@@ -233,18 +251,31 @@ class ConversationRuntime:
                                f"full ({self.ctx.max_queue} inputs waiting); retry after a turn finishes")
         except InboxClosed as exc:
             return InputAnswer(False, error=f"{self.scope.conversation_id}: {exc}")
-        item = QueuedInput(
+        from tether.protocol.chunks import iso_now
+
+        return QueuedInput(
             idempotency_key=key, request_id=command.request_id, messages=command.messages,
             enqueued_at=iso_now(), source=source,
             parts=tuple(part for m in command.messages for part in m.parts),
         )
-        started = not self.busy and not self.queue
-        disposition = "started" if started else "queued"
-        refusal = durable_inputs.record(self, item, disposition)
+
+    def _disposition(self) -> str:
+        return "started" if not self.busy and not self.queue else "queued"
+
+    def _queued(self, item: QueuedInput, refusal: str | None) -> InputAnswer:
+        """Into the inbox once on disk (`refusal` None); what input_accepted says."""
+        key = item.idempotency_key
+        if refusal == "key" and key is not None:  # the same key raced in while we wrote
+            return durable_inputs.repeated(self, key) or InputAnswer(False, error="key taken")
         if refusal is not None:
             return InputAnswer(False, error=refusal)
-        self.inbox.put(item)  # cannot refuse now: checked above, and nothing ran since
-        answer = InputAnswer(True, disposition, item.id)
+        started = self._disposition() == "started"
+        try:
+            self.inbox.put(item)
+        except (QueueFull, InboxClosed) as exc:  # filled or closed while the commit ran
+            durable_inputs.mark(self, item.id, "cancelled", reason=str(exc))
+            return InputAnswer(False, error=f"{self.scope.conversation_id}: {exc}")
+        answer = InputAnswer(True, "started" if started else "queued", item.id)
         if key is not None:
             durable_inputs.remember(self, key, answer)
         item.announced = not started
@@ -310,8 +341,8 @@ class ConversationRuntime:
                 self.ctx, self.scope, cwd, mode or old.flags.permission_mode,
                 workspace_sandbox=self.sandboxed,
             )
-            self._built_trusted = self._folder_trusted()
-            self._carry_external_tools(old)
+            self._built_trusted = folder_trusted(self.ctx, self.p.cwd)
+            carry_external_tools(old, self.p)
             asyncio.ensure_future(old.shutdown())
         elif mode is not None:
             self.p.flags.permission_mode = mode
@@ -349,45 +380,13 @@ class ConversationRuntime:
         if not self.subscribers:
             self.release_when_idle()
 
-    def _carry_external_tools(self, old: Prepared) -> None:
-        """Tools a client registered (server/external_tools.py) belong to the runtime, not to
-        its folder: a rebuilt runtime keeps them."""
-        for tool in old.registry.tools().values():
-            if getattr(tool, "external", False) and self.p.registry.get(tool.name) is None:
-                self.p.registry.register(tool)
-
-    def _folder_trusted(self) -> bool:
-        from tether.runtime.trust import TrustStore
-
-        return TrustStore(self.ctx.store.home).state(self.p.cwd) == "trusted"
-
-    def _recheck_trust(self) -> None:
-        """Trust binds to what runs, also in a long-lived runtime: if the files its folder was
-        trusted for (settings, hook scripts, mods, skills) changed since it was built, build it
-        again before the next turn, so the project's settings, hooks and mods stop applying."""
-        if not self._built_trusted or self._folder_trusted():
-            return
-        old = self.p
-        given = old.flags.permission_mode if old.flags.permission_mode_given else None
-        self.p = build_prepared(
-            self.ctx, self.scope, old.cwd, given, workspace_sandbox=self.sandboxed
-        )
-        self._built_trusted = False
-        self._carry_external_tools(old)
-        asyncio.ensure_future(old.shutdown())
-        self.broadcast(error_frame(
-            f"{old.cwd} changed since it was trusted (run `tether trust --status` there to see "
-            "which file); its project settings, hooks and mods no longer apply to this runtime"
-        ))
-        self.broadcast(self.device_status_frame())
-
     async def begin(self, batch: Sequence[Submission], abort: asyncio.Event) -> TurnPlan:
         """The inbox starts `batch` (one input: the server does not coalesce)."""
         item = batch[0]
         if isinstance(item, QueuedInput) and item.announced:
             self.broadcast(self.queue_frame(removed=[item.id]))
         try:
-            self._recheck_trust()
+            rebuild_if_untrusted(self)
         except TetherError as exc:
             self.broadcast(error_frame(f"cannot rebuild the runtime for its folder: {exc}"))
         self._turn = _Turn(f"turn-{uuid.uuid4().hex[:12]}", item)

@@ -30,6 +30,7 @@ from tether.server.protocol_v2 import RuntimeScope, RuntimeStart
 if TYPE_CHECKING:
     from tether.runtime.input_queue import InputQueue
     from tether.server.auth import Grant
+    from tether.server.durable_inputs import GroupCommit
     from tether.server.idle_release import Kept
     from tether.server.runtime import ConversationRuntime
 
@@ -51,6 +52,7 @@ class ServerContext:
     # Where acknowledged inputs are kept until they ran (server/durable_inputs.py); None: in
     # memory only.
     inputs: InputQueue | None = None
+    input_writer: GroupCommit | None = None  # its group commit, made on the first input
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +227,43 @@ def build_prepared(
         raise UsageError("workspace_sandbox was asked for but the run has no shell sandbox")
     _hide_state_from_shell(prepared, ctx.store.home)
     return prepared
+
+
+def folder_trusted(ctx: ServerContext, cwd: Path) -> bool:
+    from tether.runtime.trust import TrustStore
+
+    return TrustStore(ctx.store.home).state(cwd) == "trusted"
+
+
+def carry_external_tools(old: Prepared, new: Prepared) -> None:
+    """Tools a client registered (server/external_tools.py) belong to the runtime, not to
+    its folder: a rebuilt runtime keeps them."""
+    for tool in old.registry.tools().values():
+        if getattr(tool, "external", False) and new.registry.get(tool.name) is None:
+            new.registry.register(tool)
+
+
+def rebuild_if_untrusted(rt: ConversationRuntime) -> None:
+    """Trust binds to what runs, also in a long-lived runtime: if the files its folder was
+    trusted for (settings, hook scripts, mods, skills) changed since it was built, build it
+    again before the next turn, so the project's settings, hooks and mods stop applying."""
+    import asyncio
+
+    from tether.server.v2_frames import error_frame
+
+    if not rt._built_trusted or folder_trusted(rt.ctx, rt.p.cwd):
+        return
+    old = rt.p
+    given = old.flags.permission_mode if old.flags.permission_mode_given else None
+    rt.p = build_prepared(rt.ctx, rt.scope, old.cwd, given, workspace_sandbox=rt.sandboxed)
+    rt._built_trusted = False
+    carry_external_tools(old, rt.p)
+    asyncio.ensure_future(old.shutdown())
+    rt.broadcast(error_frame(
+        f"{old.cwd} changed since it was trusted (run `tether trust --status` there to see "
+        "which file); its project settings, hooks and mods no longer apply to this runtime"
+    ))
+    rt.broadcast(rt.device_status_frame())
 
 
 def _as_kept(
