@@ -90,6 +90,8 @@ def test_opening_the_checkpoint_database_on_a_full_disk_names_it(tmp_path: Path)
         store = CheckpointStore(disk / "checkpoints.db")
         with pytest.raises(DiskFull) as exc:
             store.record_before("a/c", "call-1", "Write", {"file_path": "x"}, "me")
+        (disk / "filler").unlink()  # not sticky: the same store works once there is room
+        store.record_before("a/c", "call-2", "Write", {"file_path": "x"}, "me")
         store.close()
     message = str(exc.value)
     assert_names_the_full_disk(message, disk / "checkpoints.db", disk)
@@ -106,6 +108,9 @@ def test_a_checkpoint_write_that_fills_the_disk_names_it(tmp_path: Path) -> None
         with pytest.raises(DiskFull) as exc:
             for i in range(1, 1000):
                 store.record_before("a/c", f"call-{i}", "Write", {"content": "y" * 4000}, "me")
+        (disk / "filler").unlink()
+        store.record_before("a/c", "later", "Write", {"file_path": "x"}, "me")
+        assert {"call-0", "later"} <= set(store.for_conversation("a/c"))
         store.close()
     assert_names_the_full_disk(str(exc.value), disk / "checkpoints.db", disk)
 
@@ -119,7 +124,10 @@ def test_the_channels_journal_on_a_full_disk_names_it(tmp_path: Path) -> None:
         with pytest.raises(DiskFull) as exc:
             for i in range(1, 1000):
                 journal.receive(_inbound(i))
+        (disk / "filler").unlink()
+        assert journal.receive(_inbound(1000))
         journal.close()
+        fill(disk, leave=0)
         with pytest.raises(DiskFull) as at_open:
             Journal(disk / "channels" / "other.db")
     assert_names_the_full_disk(str(exc.value), path, disk)
@@ -135,8 +143,10 @@ def test_the_cron_store_on_a_full_disk_names_it(tmp_path: Path) -> None:
         with pytest.raises(DiskFull) as exc:
             for i in range(1, 50):
                 store.add(_task(i), 0, 60_000)
+        (disk / "filler").unlink()
+        store.add(_task(100), 0, 60_000)
         store.close()
-        fill(disk, leave=0)  # closing gave the write-ahead log's space back
+        fill(disk, leave=0)
         (disk / "second").mkdir()
         with pytest.raises(DiskFull) as at_open:
             CronStore(disk / "second").tasks()
