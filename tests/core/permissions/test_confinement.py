@@ -104,7 +104,8 @@ def test_words_known_only_at_run_time_need_the_whole_command_confined(proj, mode
     """The read-only analysis lets `cat "$x"` through because the kernel holds it; when a rule
     or the mode makes the command run unconfined, nothing would."""
     d = shell(policy(*proj, ruleset, mode), command)
-    assert d.verdict == "ask" and "named only at run time" in d.reason, d
+    # (a loop over one glob binds its variable to the glob: `~/.ssh/*` is then seen as such)
+    assert d.verdict == "ask" and not d.confine, d
     # the same read alone is fine: it runs confined
     alone = shell(policy(*proj, rules(), "standard"), 'for x in *; do cat "$x"; done')
     assert alone.verdict == "allow" and alone.confine

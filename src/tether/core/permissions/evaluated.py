@@ -21,6 +21,9 @@ from tether.core.permissions.readonly import test_problem
 Argv = tuple[str | None, ...]
 
 DECLARATIONS = frozenset({"declare", "typeset", "local", "export", "readonly"})
+# Builtins whose operands name variables they set: the walker forgets what it knew of those.
+NAME_SETTERS = DECLARATIONS | {"read", "printf", "mapfile", "readarray", "getopts", "wait",
+                               "unset", "let"}
 UNKNOWN_VALUE = "\x00"  # a declaration's `NAME=<value known only at run time>` (see the walker)
 
 _PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\[(?:\d+|@|\*)\])?$")

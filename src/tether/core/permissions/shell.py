@@ -20,6 +20,8 @@ The analysis never executes anything and never looks at the disk.
 
 from __future__ import annotations
 
+import glob
+import os
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -28,7 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from tether.core.permissions.evaluated import UNKNOWN_VALUE, evaluated_problem
+from tether.core.permissions.evaluated import NAME_SETTERS, UNKNOWN_VALUE, evaluated_problem
 from tether.core.permissions.readonly import (
     ARITHMETIC_TESTS,
     NAME_TESTS,
@@ -36,6 +38,7 @@ from tether.core.permissions.readonly import (
     test_problem,
 )
 from tether.core.permissions.words import (
+    Glob,
     brace_words,
     code_hazard,
     literal_assignment,
@@ -43,7 +46,7 @@ from tether.core.permissions.words import (
     splits,
     static,
 )
-from tether.core.permissions.wrappers import Argv, cd_target, find_exec, peel
+from tether.core.permissions.wrappers import Argv, find_exec, moved_to, peel
 
 MAX_NESTING = 5  # `bash -c` inside `bash -c` …; deeper is opaque
 
@@ -99,8 +102,12 @@ def _suspicious_character(command: str) -> str | None:
 
 
 @lru_cache(maxsize=4096)
-def analyse(command: str, cwd: Path, home: Path) -> ShellAnalysis:
-    walker = _Walker(home)
+def analyse(
+    command: str, cwd: Path, home: Path, known: tuple[tuple[str, str], ...] = ()
+) -> ShellAnalysis:
+    """`known`: variables whose values the run sets (`TETHER_HOME`), read as static words until
+    the command assigns them; `$PWD` is the directory the walk has tracked."""
+    walker = _Walker(home, dict(known))
     walker.run(command, cwd, depth=0)
     return ShellAnalysis(tuple(walker.commands), tuple(walker.redirects), tuple(walker.opaque))
 
@@ -108,10 +115,32 @@ def analyse(command: str, cwd: Path, home: Path) -> ShellAnalysis:
 @dataclass
 class _Walker:
     home: Path
+    known: dict[str, str] = field(default_factory=dict)
     commands: list[SimpleCommand] = field(default_factory=list)
     redirects: list[Redirect] = field(default_factory=list)
     opaque: list[str] = field(default_factory=list)
     cwd: Path | None = None
+    forgotten: set[str] = field(default_factory=set)  # known names the command assigns
+    cdpath: bool = False  # the command sets CDPATH: a relative `cd` may go anywhere
+
+    @property
+    def vars(self) -> dict[str, str]:
+        """The variables whose values are known here: the run's, less those the command assigned,
+        and `$PWD` while the directory is tracked."""
+        out = {k: v for k, v in self.known.items() if k not in self.forgotten}
+        if self.cwd is not None and "PWD" not in self.forgotten:
+            out["PWD"] = str(self.cwd)
+        return out
+
+    def forget(self, name: str | None) -> None:
+        """The command assigns `name` (None: a name known only at run time)."""
+        if name is None:
+            self.forgotten.update((*self.known, "PWD"))
+            self.cdpath = True
+            return
+        name = name.split("=", 1)[0].split("[", 1)[0].split("+", 1)[0]
+        self.forgotten.add(name)
+        self.cdpath = self.cdpath or name == "CDPATH"
 
     def run(self, command: str, cwd: Path | None, depth: int) -> None:
         why = _suspicious_character(command)
@@ -181,12 +210,25 @@ class _Walker:
             if child.is_named:
                 if child.type in _WORDLIKE:
                     self.word(child)
-                elif child.type == "variable_name":
-                    continue
+                elif child.type == "variable_name":  # `for NAME in …`
+                    self.forget(child.text.decode())
+                    self._loop_over(node, child.text.decode())
                 else:
                     self.statement(child)
         if self.cwd != saved:
             self.cwd = None
+
+    def _loop_over(self, node: Any, name: str) -> None:
+        """`for f in *.py`: one glob as the only value, so `$f` is one of its matches."""
+        values = [c for i, c in enumerate(node.children) if node.field_name_for_child(i) == "value"]
+        value = static(values[0], self.home, self.vars) if len(values) == 1 else None
+        if isinstance(value, Glob) and (self.cwd is not None or value.startswith("/")):
+            if self.cwd is not None and not value.startswith("/"):
+                # matched where the loop starts, whatever `cd` follows
+                value = Glob(os.path.join(self.cwd, value),
+                             os.path.join(glob.escape(str(self.cwd)), value.pattern))
+            self.forgotten.discard(name)
+            self.known[name] = value
 
     def redirected(self, node: Any) -> None:
         redirects = [c for i, c in enumerate(node.children)
@@ -218,11 +260,11 @@ class _Walker:
                 operands = [c for c in current.named_children if c.type != "test_operator"]
                 if current.type == "binary_expression" and operator in ARITHMETIC_TESTS:
                     for operand in operands:
-                        if not literal_number(operand, self.home):
+                        if not literal_number(operand, self.home, self.vars):
                             raise _Opaque(f"compares `{_clip(operand)}` arithmetically, which "
                                           "evaluates names and subscripts in it as code")
                 elif current.type == "unary_expression" and operator in NAME_TESTS:
-                    name = static(operands[0], self.home) if operands else None
+                    name = static(operands[0], self.home, self.vars) if operands else None
                     if not is_plain_name(name):
                         raise _Opaque(f"tests the variable named by `{_clip(node)}`, whose "
                                       "subscript bash evaluates as code")
@@ -235,7 +277,7 @@ class _Walker:
         for leaf in _test_leaves(node):
             if leaf.type in _WORDLIKE:
                 split = split or splits(leaf)
-                args.append(static(leaf, self.home))
+                args.append(static(leaf, self.home, self.vars))
             else:
                 args.append(leaf.text.decode())
         problem = test_problem(args, split)
@@ -245,6 +287,7 @@ class _Walker:
     def assignment(self, node: Any) -> None:
         self.substitutions(node)
         name = node.child_by_field_name("name")
+        self.forget(name.text.decode() if name is not None else None)
         label = _clip(node)
         self.commands.append(
             SimpleCommand(
@@ -265,10 +308,10 @@ class _Walker:
                 checked.append(child.type)
             elif child.type == "variable_assignment":
                 self.substitutions(child)
-                argv.append(literal_assignment(child, self.home))
+                argv.append(literal_assignment(child, self.home, self.vars))
                 name = child.child_by_field_name("name")
                 value = child.child_by_field_name("value")
-                known = static(value, self.home) if value is not None else ""
+                known = static(value, self.home, self.vars) if value is not None else ""
                 checked.append(f"{name.text.decode() if name else ''}="
                                f"{UNKNOWN_VALUE if known is None else known}")
             elif child.type == "variable_name":  # `unset x`, `readonly X`: a literal name
@@ -302,7 +345,7 @@ class _Walker:
 
     def word(self, node: Any) -> str | None:
         self.substitutions(node)
-        return static(node, self.home)
+        return static(node, self.home, self.vars)
 
     # -- commands --------------------------------------------------------------------------
 
@@ -321,7 +364,7 @@ class _Walker:
                 name = child.child_by_field_name("name")
                 value = child.child_by_field_name("value")
                 assignments.append(
-                    (name.text.decode() if name else "?", static(value, self.home) if value else "")
+                    (name.text.decode() if name else "?", static(value, self.home, self.vars) if value else "")
                 )
             elif field_name == "redirect" or child.type.endswith("_redirect"):
                 argv.extend(self.redirect(child))
@@ -344,7 +387,7 @@ class _Walker:
                 if re.match(r"~[^/]", child.text.decode()):
                     # `~user`, `~+`, `~-`: another home or directory, known only at run time
                     raise _Opaque(f"names the directory `{_clip(child)}`, known only at run time")
-                argv.extend(brace_words(child, self.home))
+                argv.extend(brace_words(child, self.home, self.vars))
         if not argv:
             return
         self.add(tuple(argv), node, assignments, blocked=spelled, split=split)
@@ -368,7 +411,8 @@ class _Walker:
             self.commands.append(
                 SimpleCommand(argv, peeled.forms, peeled.cwd, source, role="wrapper")
             )
-            inner = _Walker(self.home)
+            inner = _Walker(self.home, {k: v for k, v in self.vars.items() if k != "PWD"},
+                            cdpath=self.cdpath)
             inner.run(peeled.nested_script, peeled.cwd, self.depth + 1)
             self.commands.extend(inner.commands)
             self.redirects.extend(inner.redirects)
@@ -390,8 +434,14 @@ class _Walker:
         for inner_argv in find_exec(peeled.argv):
             self.add_argv(inner_argv, source)
         final = peeled.argv
-        if final and final[0] == "cd":
-            self.cwd = cd_target(final, self.cwd, self.home)
+        head = final[0] if final else None
+        if head in NAME_SETTERS:
+            for word in final[1:]:
+                if word is None or not word.startswith("-"):
+                    self.forget(word)
+        if head in ("cd", "pushd", "popd"):
+            cdpath = self.cdpath or any(name == "CDPATH" for name, _ in assignments or [])
+            self.cwd = moved_to(final, self.cwd, self.home, cdpath=cdpath)
 
     def add_argv(self, argv: Argv, source: str) -> None:
         peeled = peel(argv, self.cwd, self.home, [])

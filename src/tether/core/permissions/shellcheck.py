@@ -36,6 +36,7 @@ from tether.core.permissions.rules import (
     families_covered,
 )
 from tether.core.permissions.shell import ShellAnalysis, SimpleCommand, analyse
+from tether.core.permissions.state_paths import state_cwd, state_unseen
 from tether.core.permissions.words import Glob
 
 Argv = tuple[str | None, ...]
@@ -123,7 +124,9 @@ class ShellCheck:
         self.rules = policy.rules
         self.cwd = call.cwd or self.scope.cwd
         assert call.command is not None
-        self.analysis: ShellAnalysis = analyse(call.command, self.cwd, self.scope.home)
+        state = policy.guards.state_root
+        known = (("TETHER_HOME", str(state)),) if state is not None else ()
+        self.analysis: ShellAnalysis = analyse(call.command, self.cwd, self.scope.home, known)
         self.commands = [c for c in self.analysis.commands if c.role == "command"]
         self._words: dict[tuple[int, bool], list[PathRef]] = {}  # path words, resolved once
         self._globs: dict[tuple[str, str], list[str] | None] = {}  # glob matches on disk
@@ -149,6 +152,9 @@ class ShellCheck:
             if launcher is not None and self._has_relevant_denies():
                 return Decision("ask", f"`{_show(launcher.argv)}` launches a command tether cannot "
                                        "read out of it to check against your deny rules")
+            unseen = state_unseen(self)
+            if unseen is not None:
+                return Decision("ask", unseen)
             for redirect in self.analysis.redirects:
                 if redirect.write and redirect.target is not None and redirect.cwd is not None:
                     problem, _ = self._redirect_problem(redirect.target, True, redirect.cwd)
@@ -216,6 +222,8 @@ class ShellCheck:
         if guards.active:
             for command in self.commands:
                 guarded = guards.state_check("Read", self._path_words(command))
+                if guarded is None:
+                    guarded = state_cwd(self, command)
                 if guarded is not None:
                     return guarded
             for redirect in self.analysis.redirects:

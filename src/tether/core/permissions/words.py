@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import glob as _glob
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+Known = Mapping[str, str] | None  # variables whose value is known before the command runs
 
 MAX_BRACE_WORDS = 64
 
@@ -29,8 +32,9 @@ class Glob(str):
         return made
 
 
-def static(node: Any, home: Path) -> str | None:
-    """The word's value when it does not depend on run time; a `Glob` when bash will glob it."""
+def static(node: Any, home: Path, known: Known = None) -> str | None:
+    """The word's value when it does not depend on run time; a `Glob` when bash will glob it.
+    `$HOME` is `home`; a variable in `known` (`$TETHER_HOME`, `$PWD`) is its value there."""
     kind = node.type
     text = node.text.decode()
     if kind == "word":
@@ -47,12 +51,14 @@ def static(node: Any, home: Path) -> str | None:
             if child.type == "string_content":
                 parts.append(unescape_double(child.text.decode()))
             elif child.type in ("simple_expansion", "expansion"):
-                value = _expansion(child, home)
+                value = _expansion(child, home, known)
                 if value is None:
                     return None
                 parts.append(value)
             else:
                 return None
+        if len(parts) == 1 and isinstance(parts[0], Glob):
+            return parts[0]  # `"$f"` in `for f in *.py`: one of the glob's matches
         return "".join(parts)
     if kind == "concatenation":
         if _has_brace_expansion(text):
@@ -73,7 +79,7 @@ def static(node: Any, home: Path) -> str | None:
                 if piece is None:
                     return None
             else:
-                piece = static(child, home)
+                piece = static(child, home, known)
                 if piece is None:
                     return None
             if isinstance(piece, Glob):
@@ -85,21 +91,21 @@ def static(node: Any, home: Path) -> str | None:
         text = "".join(texts)
         return Glob(text, "".join(patterns)) if globbed else text
     if kind in ("simple_expansion", "expansion"):
-        return _expansion(node, home)
+        return _expansion(node, home, known)
     return None
 
 
-def brace_words(node: Any, home: Path) -> list[str | None]:
+def brace_words(node: Any, home: Path, known: Known = None) -> list[str | None]:
     """An argument's words after brace expansion: `{.env,x}` is two words, both static."""
     if node.type == "word":
         pieces = [node]
     elif node.type == "concatenation" and all(c.type == "word" for c in node.children):
         pieces = list(node.children)
     else:
-        return [static(node, home)]
+        return [static(node, home, known)]
     text = "".join(p.text.decode() for p in pieces)
     if not _has_brace_expansion(text):
-        return [static(node, home)]
+        return [static(node, home, known)]
     expanded = expand_braces(text)
     if expanded is None:
         return [None]
@@ -249,11 +255,14 @@ def _bracket(expression: str) -> str:
     return expression
 
 
-def _expansion(node: Any, home: Path) -> str | None:
+def _expansion(node: Any, home: Path, known: Known) -> str | None:
     names = list(node.named_children)
-    if len(names) == 1 and names[0].type == "variable_name" and names[0].text == b"HOME":
+    if len(names) != 1 or names[0].type != "variable_name" or len(node.children) > 3:
+        return None  # `${x:-w}` and friends: their value depends on more than the name
+    name = names[0].text.decode()
+    if name == "HOME":
         return str(home)
-    return None
+    return known.get(name) if known else None
 
 
 def _has_brace_expansion(text: str) -> bool:
@@ -272,10 +281,10 @@ def unescape_double(text: str) -> str:
     return re.sub(r"\\([$`\"\\\n])", lambda m: "" if m.group(1) == "\n" else m.group(1), text)
 
 
-def literal_assignment(node: Any, home: Path) -> str | None:
+def literal_assignment(node: Any, home: Path, known: Known = None) -> str | None:
     name = node.child_by_field_name("name")
     value = node.child_by_field_name("value")
-    value_text = static(value, home) if value is not None else ""
+    value_text = static(value, home, known) if value is not None else ""
     if name is None or value_text is None:
         return None
     return f"{name.text.decode()}={value_text}"
@@ -310,7 +319,7 @@ def is_number(value: str | None) -> bool:
     return value is not None and _NUMBER.match(value) is not None
 
 
-def literal_number(node: Any, home: Path) -> bool:
+def literal_number(node: Any, home: Path, known: Known = None) -> bool:
     """A test or arithmetic operand that is a number as written (or `$?`, `$#`), never a name."""
     if node.type == "simple_expansion":
         special = [c for c in node.named_children if c.type == "special_variable_name"]
@@ -319,8 +328,8 @@ def literal_number(node: Any, home: Path) -> bool:
         # `${#x}`, `${#a[@]}`: a length is always a number (its subscript must be safe too)
         return all(code_hazard(n) is None for n in (node, *node.named_children))
     if node.type == "string" and len(node.named_children) == 1:
-        return literal_number(node.named_children[0], home)
-    return is_number(static(node, home))
+        return literal_number(node.named_children[0], home, known)
+    return is_number(static(node, home, known))
 
 
 def code_hazard(node: Any) -> str | None:

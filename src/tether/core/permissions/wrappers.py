@@ -355,6 +355,20 @@ def cd_target(argv: Argv, cwd: Path | None, home: Path) -> Path | None:
     return _join(cwd, target, home)
 
 
+def moved_to(argv: Argv, cwd: Path | None, home: Path, *, cdpath: bool) -> Path | None:
+    """Where `cd`/`pushd`/`popd` leave the shell; None when only the run can say (the directory
+    stack, `-`, a glob, or a relative name while the command has set CDPATH)."""
+    operands = [w for w in argv[1:] if w is None or not w.startswith("-") or w == "-"]
+    if argv[0] == "popd" or (argv[0] == "pushd" and (
+            not operands or any(w is None or w[:1] in "+-" for w in argv[1:]))):
+        return None
+    target = operands[0] if operands else None
+    if cdpath and target is not None and target not in (".", "..") and not target.startswith(
+            ("/", "./", "../", "~")):
+        return None
+    return cd_target(argv, cwd, home)
+
+
 def _is_glob(word: str) -> bool:
     from tether.core.permissions.words import Glob
 
