@@ -184,7 +184,8 @@ def test_headless_does_not_run_the_interactive_only_events(workdir: Path, tether
     })
     run, _ = run_with(workdir, [{"text": "ok"}])
     assert run.code == 0, run.stderr
-    assert sorted(p.name for p in workdir.iterdir()) == []
+    # UserPromptSubmit and Stop do run headless, as in Claude Code (tests/cli/test_prompt_hooks.py)
+    assert sorted(p.name for p in workdir.iterdir()) == ["Stop.ran", "UserPromptSubmit.ran"]
 
 
 def test_trusted_project_hooks_fire_for_a_subagents_tool_calls(workdir: Path, tether_home: Path) -> None:
