@@ -9,7 +9,10 @@ byte. Where no tmpfs can be mounted the tests fail rather than skip.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ import pytest
 from tests.backends.support import user
 from tests.e2e.support import run_tether, tether_env
 from tests.e2e.test_faults import fill, tmpfs
+from tether.backends.local.disk_full import disk_full
 from tether.backends.local.store import LocalStore
 from tether.backends.local.transcript import Transcript
 from tether.channels.journal import Journal
@@ -161,6 +165,35 @@ def _task(i: int) -> dict[str, object]:
 
 def _inbound(i: int) -> InboundMessage:
     return InboundMessage("telegram", "acct", "chat", "someone", "y" * 4000, float(i), f"m{i}")
+
+
+# --- which errors are a full disk ----------------------------------------------------------
+
+
+def _sqlite_error(message: str, name: str) -> sqlite3.Error:
+    exc = sqlite3.OperationalError(message)
+    exc.sqlite_errorname = name  # what sqlite3 sets on the errors it raises
+    return exc
+
+
+def test_an_io_error_on_a_disk_with_room_is_not_called_full(tmp_path: Path) -> None:
+    io_error = _sqlite_error("disk I/O error", "SQLITE_IOERR_WRITE")
+    assert disk_full(tmp_path / "x.db", io_error) is None  # the test folder's disk has room
+    assert disk_full(tmp_path / "x.db", _sqlite_error("database is locked", "SQLITE_BUSY")) is None
+    assert disk_full(tmp_path / "x", OSError(errno.EIO, "Input/output error")) is None
+    with tmpfs(tmp_path / "fs", "1m") as disk:
+        fill(disk, leave=0)
+        full = disk_full(disk / "x.db", io_error, "write the test database")
+    assert full is not None
+    assert_names_the_full_disk(str(full), disk / "x.db", disk)
+    assert "cannot write the test database" in str(full) and "SQLite: disk I/O error" in str(full)
+
+
+def test_a_used_up_quota_says_so(tmp_path: Path) -> None:
+    full = disk_full(tmp_path / "f", OSError(errno.EDQUOT, os.strerror(errno.EDQUOT)), "append to")
+    assert full is not None and isinstance(full, OSError) and full.errno == errno.EDQUOT
+    assert str(full).startswith(f"the disk quota is used up: cannot append to {tmp_path / 'f'} (")
+    assert f"free on {Path(full.mount or '')}" in str(full) and full.mount
 
 
 # --- the real command ---------------------------------------------------------------------
