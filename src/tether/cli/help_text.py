@@ -54,8 +54,9 @@ OPTION_HELP: dict[str, tuple[str, str]] = {
     "include_partial_messages": ("headless output", "stream-json: also emit partial text and "
                                  "reasoning deltas as they arrive"),
     "permission_mode": ("permissions", "standard (default: reads run, writes and shell ask), "
-                        "acceptEdits (file edits run), strict (everything asks), unrestricted "
-                        "(everything runs); env TETHER_PERMISSION_MODE"),
+                        "acceptEdits (file edits run), plan (reads only, until you approve "
+                        "the plan the agent hands over with ExitPlanMode), strict (everything "
+                        "asks), unrestricted (everything runs); env TETHER_PERMISSION_MODE"),
     "yolo": ("permissions", "same as --permission-mode unrestricted"),
     "trust": ("permissions", "apply this folder's project settings (rules, hooks, mods, MCP) "
               "for this run; see `tether trust` to trust it for good"),
