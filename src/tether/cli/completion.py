@@ -218,7 +218,9 @@ def _zsh(spec: tuple[list[_Option], list[tuple[str, str]]]) -> str:
         if opt.takes_value:
             value = f":value:({' '.join(opt.values)})" if opt.values else ":value:_files"
             if opt.listed:
-                value = f":{opt.listed[:-1]}:($(tether completion --list {opt.listed} 2>/dev/null))"
+                # {…} is evaluated when completing (a (…) list is literal words)
+                value = (f":{opt.listed[:-1]}:{{compadd -- $(tether completion --list "
+                         f"{opt.listed} 2>/dev/null)}}")
         lines.append(f"    '{exclusive}'{names}'[{_zsh_text(opt.help)}]{value}'")
     described = "\n".join(f"        '{c}:{_zsh_text(s)}'" for c, s in commands)
     specs = " \\\n".join(lines)
