@@ -127,6 +127,18 @@ def test_nul_bytes_inside_a_committed_line_are_damage_naming_the_line(tmp_path) 
         assert path.read_bytes() == damaged
 
 
+def test_nuls_inside_the_last_committed_line_are_damage_not_a_torn_tail(tmp_path) -> None:
+    """Its newline made it to disk, so the whole record before the NULs was committed."""
+    path = _four(tmp_path)
+    damaged = path.read_bytes()[:-1] + b"\0" * 8 + b"\n"
+    path.write_bytes(damaged)
+    for action in (lambda t: t.load(), lambda t: t.append([user("u5")]), lambda t: t.tail(1)):
+        with pytest.raises(TranscriptCorrupt) as exc:
+            action(Transcript(path))
+        assert exc.value.line == 5 and "8 NUL bytes at column" in str(exc.value)
+        assert path.read_bytes() == damaged
+
+
 def test_a_zero_filled_block_before_a_whole_record_is_damage_not_a_fused_line(tmp_path) -> None:
     path = _four(tmp_path)
     raw = path.read_bytes()

@@ -19,10 +19,9 @@ _ENTRY_TYPES = ("session", "message", "compaction", "rollback")
 def fused_records(line: bytes) -> str | None:
     """Why `line` is damage rather than a torn write, if it holds a complete entry followed or
     preceded by more bytes (two records fused by a lost newline); None otherwise. A line that is
-    exactly one entry is not fused (a write cut just before its newline was never acknowledged),
-    nor is one entry followed only by NUL padding (its newline fell in a zero-filled block).
+    exactly one entry is not fused (a write cut just before its newline was never acknowledged).
     """
-    text = line.rstrip(b"\0").decode("utf-8", errors="replace")
+    text = line.decode("utf-8", errors="replace")
     decoder = json.JSONDecoder()
     start = text.find('{"type":')
     while start != -1:
@@ -43,6 +42,12 @@ def fused_records(line: bytes) -> str | None:
             )
         start = text.find('{"type":', stop)
     return None
+
+
+def torn_tail_damage(tail: bytes) -> str | None:
+    """Why the bytes after the last newline are damage rather than a torn write (`fused_records`),
+    after the NUL padding a zero-filled block leaves (where even the newline may have been)."""
+    return fused_records(tail.rstrip(b"\0"))
 
 
 def nul_run(line: bytes) -> str | None:

@@ -25,7 +25,7 @@ import orjson
 
 from tether.backends.local import resume_index
 from tether.backends.local.backward import ShortRead, backward_lines, first_line_json
-from tether.backends.local.damage import fused_records
+from tether.backends.local.damage import fused_records, torn_tail_damage
 from tether.backends.local.replacements import Coverage
 from tether.errors import ProtocolError
 from tether.protocol.messages import Message, message_from_dict
@@ -143,7 +143,7 @@ def _good_end(fd: int, lo: int, size: int) -> tuple[int, bool]:
     if cut < 0 and n < size - lo:
         raise _Unproven  # a torn line longer than a block: let the full read judge it
     torn = block[cut + 1 :]
-    if torn and fused_records(torn):
+    if torn and torn_tail_damage(torn):
         raise _Unproven
     return (size - n + cut + 1 if cut >= 0 else lo), not torn
 

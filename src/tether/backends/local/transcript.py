@@ -50,7 +50,12 @@ from typing import Any, NoReturn, TypeVar, cast
 import orjson
 
 from tether.backends.local import replacements, resume_index
-from tether.backends.local.damage import duplicated_record, fused_records, nul_run
+from tether.backends.local.damage import (
+    duplicated_record,
+    fused_records,
+    nul_run,
+    torn_tail_damage,
+)
 from tether.backends.local.durable import append_durably
 from tether.backends.local.entry_format import entry_bytes, entry_timestamp, session_header
 from tether.backends.local.locks import create_exclusive
@@ -263,7 +268,7 @@ class Transcript(ActiveView):
         if torn_tail:
             # A cut-short write is a prefix of one entry; a whole entry inside it means a
             # committed record lost its newline: damage, never a tail to cut off.
-            fused = fused_records(data[end:])
+            fused = torn_tail_damage(data[end:])
             if fused:
                 self._corrupt(base + len(lines) + 1, fused)
         self._good_size += good
