@@ -141,9 +141,13 @@ class CheckpointStore:
             conn = sqlite3.connect(
                 self.path, check_same_thread=False, isolation_level=None, timeout=10
             )
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")  # a commit is on disk before the tool runs
-            conn.execute(_SCHEMA)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")  # a commit is on disk before the tool runs
+                conn.execute(_SCHEMA)
+            except BaseException:
+                conn.close()  # a full disk: the next call opens it afresh
+                raise
             self._conn = conn
         return self._conn
 
