@@ -189,6 +189,15 @@ def test_an_io_error_on_a_disk_with_room_is_not_called_full(tmp_path: Path) -> N
     assert "cannot write the test database" in str(full) and "SQLite: disk I/O error" in str(full)
 
 
+def test_a_full_disk_error_naming_no_file_names_no_other_disk() -> None:
+    full = disk_full("TETHER_HOME", OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+    assert full is not None and full.mount is None and " free on " not in str(full)
+    assert str(full) == (
+        "the disk is full: cannot write TETHER_HOME (No space left on device); free some space "
+        "on that disk, or point TETHER_HOME at another disk"
+    )
+
+
 def test_a_used_up_quota_says_so(tmp_path: Path) -> None:
     full = disk_full(tmp_path / "f", OSError(errno.EDQUOT, os.strerror(errno.EDQUOT)), "append to")
     assert full is not None and isinstance(full, OSError) and full.errno == errno.EDQUOT

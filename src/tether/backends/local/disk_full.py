@@ -53,7 +53,9 @@ def disk_full(
 
 
 def _full(path: str, doing: str, cause: str, code: int, consequence: str) -> DiskFull:
-    room = _room(path)
+    # A path that is no path ("TETHER_HOME" for an error that named no file) names no disk:
+    # asking about the current folder's instead could name the wrong one.
+    room = _room(path) if os.path.isabs(path) else None
     mount, free, inodes = room if room is not None else (None, None, True)
     return DiskFull(
         path, doing=doing, cause=cause, code=code, mount=mount, free_bytes=free,
