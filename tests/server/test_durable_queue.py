@@ -202,3 +202,106 @@ def test_kill_9_keeps_the_openai_bridge_input_waiting_behind_a_turn(tmp_path: Pa
     assert _user_texts(home) == ["hanging", "waiting"]
     assert len(fake.requests) == 2
     assert [state for _, state in _states(home)] == ["interrupted", "done"]
+
+
+MESSAGE_CHANNEL = {
+    "name": "MessageChannel",
+    "description": "Send a message to the chat",
+    "parameters": {"type": "object", "properties": {"text": {"type": "string"}}},
+}
+
+
+def test_a_resumed_input_calls_the_client_tool_once_its_client_is_back(tmp_path: Path) -> None:
+    """A channel's message queued behind a running turn: after kill -9 and a restart its turn
+    runs with the conversation's client-executed tool registered again, and the call goes to
+    the client when it reconnects (not to nobody, not twice)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    home = tmp_path / "tether-home"
+    script = [
+        {"fault": {"hang": True}},
+        {"tool_calls": [{"name": "MessageChannel", "arguments": {"text": "reply to two"}}]},
+        {"text": "replied"},
+    ]
+    tools = [{"scope_id": "chat-1", "tools": [MESSAGE_CHANNEL]}]
+    with FakeProvider(script) as fake:
+        env = server_env(fake.url, home, tmp_path)
+        first = ServerProcess(env, project)
+
+        async def queue_two() -> dict[str, str]:
+            async with connect(first.url) as ws:
+                c = Client(ws)
+                runtime = (await c.start(project, external_tools=tools))["runtime"]
+                for n, text in enumerate(("one", "two"), 1):
+                    await c.say(runtime, text, request_id=f"msg-{n}")
+                    assert (await c.of_type("input_accepted", request_id=f"msg-{n}"))["accepted"]
+                return runtime
+
+        try:
+            runtime = asyncio.run(queue_two())
+            _wait_until(lambda: len(fake.requests) == 1, "the first turn's provider request")
+            _kill_9(first)
+        finally:
+            first.stop()
+        second = ServerProcess(env, project)
+        try:
+            # The resumed turn reaches its tool call before the client is back.
+            _wait_until(lambda: len(fake.requests) >= 2, "the resumed turn's provider request")
+
+            async def come_back() -> tuple[dict[str, Any], dict[str, Any]]:
+                async with connect(second.url) as ws:
+                    c = Client(ws)
+                    await c.start(project, external_tools=tools, **runtime)
+                    request = await c.of_type("external_tool_call_request")
+                    await c.send({"type": "external_tool_call_response",
+                                  "request_id": request["request_id"], "result": "sent"})
+                    return request, await c.of_type("turn_finished", request_id="msg-2")
+
+            request, finished = asyncio.run(come_back())
+        finally:
+            assert second.stop() == 0
+    assert request["tool_name"] == "MessageChannel" and request["input"] == {"text": "reply to two"}
+    assert finished["stop_reason"] == "end_turn"
+    assert _user_texts(home) == ["one", "two"]
+    assert len(fake.requests) == 3 and fake.violations == []
+
+
+def test_inputs_arriving_together_share_one_commit_in_order(tmp_path: Path) -> None:
+    """The group commit: inputs that arrive while a commit runs go to disk in the next one,
+    in arrival order, and each caller resumes only after its own input is on disk."""
+    from tether.runtime.input_queue import SqliteInputQueue, StoredInput, StoredMessage, Workspace
+    from tether.server.durable_inputs import GroupCommit
+
+    queue = SqliteInputQueue(tmp_path / "inputs.db", "owner")
+    batches: list[int] = []
+    accept_many = queue.accept_many
+
+    def counting(items: Any) -> Any:
+        batches.append(len(items))
+        return accept_many(items)
+
+    queue.accept_many = counting  # type: ignore[method-assign]
+
+    def item(n: int, key: str | None = None) -> StoredInput:
+        return StoredInput(
+            conversation="a/c", item_id=f"q-{n}", source="user", disposition="queued",
+            messages=(StoredMessage("cm", "x", ({"type": "text", "text": str(n)},)),),
+            workspace=Workspace("/p", None, False), idempotency_key=key,
+        )
+
+    async def scenario() -> list[str | None]:
+        writer = GroupCommit(queue)
+        try:
+            return list(await asyncio.gather(
+                *(writer.accept(item(n, "same" if n in (3, 7) else None)) for n in range(10))
+            ))
+        finally:
+            writer.close()
+
+    results = asyncio.run(scenario())
+    assert results == [None, None, None, None, None, None, None, "key", None, None]
+    assert sum(batches) == 10 and len(batches) < 10  # grouped: fewer commits than inputs
+    assert [s.item_id for s in queue.of_conversation("a/c")] == [
+        f"q-{n}" for n in range(10) if n != 7
+    ]
+    queue.close()

@@ -93,6 +93,9 @@ class Workspace:
     cwd: str
     mode: str | None  # the permission mode a client chose (None: the settings' default)
     sandboxed: bool
+    # Client-executed tools registered on it ({scope_id, name, description, parameters}): a
+    # restart registers them again, their calls waiting for the client to come back.
+    external_tools: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,7 +362,8 @@ def _body(item: StoredInput) -> dict[str, Any]:
             {"client_message_id": m.client_message_id, "content": m.content, "parts": list(m.parts)}
             for m in item.messages
         ],
-        "workspace": {"cwd": ws.cwd, "mode": ws.mode, "sandboxed": ws.sandboxed},
+        "workspace": {"cwd": ws.cwd, "mode": ws.mode, "sandboxed": ws.sandboxed,
+                      "external_tools": list(ws.external_tools)},
         "enqueued_at": item.enqueued_at,
     }
 
@@ -374,7 +378,10 @@ def _row(row: tuple[Any, ...]) -> StoredInput:
     )
     return StoredInput(
         conversation=conversation, item_id=item_id, source=source, disposition=disposition,
-        messages=messages, workspace=Workspace(ws["cwd"], ws["mode"], bool(ws["sandboxed"])),
+        messages=messages,
+        workspace=Workspace(
+            ws["cwd"], ws["mode"], bool(ws["sandboxed"]), tuple(ws.get("external_tools") or ())
+        ),
         idempotency_key=key, request_id=request_id, enqueued_at=data.get("enqueued_at", ""),
         state=state, user_message_id=umid, reason=why, seq=seq,
     )

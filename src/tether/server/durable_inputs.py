@@ -103,11 +103,32 @@ def stored_of(rt: ConversationRuntime, item: QueuedInput, disposition: str) -> S
         ),
         workspace=Workspace(
             str(rt.p.cwd), flags.permission_mode if flags.permission_mode_given else None,
-            rt.sandboxed,
+            rt.sandboxed, _external_tools(rt),
         ),
         idempotency_key=item.idempotency_key, request_id=item.request_id,
         enqueued_at=item.enqueued_at,
     )
+
+
+def _external_tools(rt: ConversationRuntime) -> tuple[dict[str, Any], ...]:
+    from tether.server.external_tools import ServerExternalTool
+
+    return tuple(
+        {"scope_id": t.spec.scope_id, "name": t.spec.name, "description": t.spec.description,
+         "parameters": t.spec.parameters}
+        for t in rt.p.registry.tools().values() if isinstance(t, ServerExternalTool)
+    )
+
+
+def _register_external_tools(server: AppServer, rt: ConversationRuntime, ws: Workspace) -> None:
+    """The client tools the conversation had, served by nobody yet: a call waits (the broker's
+    grace) for the client to come back and register them again."""
+    from tether.server.external_tools import ExternalToolSpec, ServerExternalTool
+
+    for t in ws.external_tools:
+        if rt.p.registry.get(t["name"]) is None:
+            spec = ExternalToolSpec(t["scope_id"], t["name"], t["description"], t["parameters"])
+            rt.p.registry.register(ServerExternalTool(server.external, rt.scope, spec))
 
 
 def record(rt: ConversationRuntime, item: QueuedInput, disposition: str) -> str | None:
@@ -249,6 +270,7 @@ def _resume_conversation(
     )
     try:
         rt, _ = start_runtime(server.ctx, server.runtimes, server.instance, FULL_GRANT, frame)
+        _register_external_tools(server, rt, ws)
         begun = _begun_items(rt)
     except (TetherError, OSError) as exc:
         why = f"the server restarted and could not resume this conversation: {exc}"
