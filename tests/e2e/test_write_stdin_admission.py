@@ -1,6 +1,6 @@
-"""write_stdin through the real `tether` (issue 19): a write to an exec_command session inherits
-how that session was admitted. A session a rule admitted is written to without asking (the
-effect lands on disk); strict mode still asks (nobody answers headless: nothing is written); a
+"""write_stdin through the real `tether` (issue 19, 30.1): a write to an exec_command session is
+judged by how that session was admitted. A session admitted for any command (`Bash`, yolo) is
+written to without asking (the effect lands on disk); one a narrow rule admitted asks; strict mode still asks (nobody answers headless: nothing is written); a
 session started read-only by the auto-allow runs on, confined, and takes input without asking;
 writing to a session that does not exist is an error. Checked on disk and in the tool returns."""
 
@@ -42,13 +42,26 @@ def _returns(run: Run) -> list[dict[str, Any]]:
 MAKE_FILE = "open('made-by-session.txt', 'w').write('from the session')\n"
 
 
-def test_a_session_a_rule_admitted_is_written_to_without_asking(workdir: Path) -> None:
+@pytest.mark.parametrize("flags", [("--allowedTools", "Bash"), ("--yolo",)])
+def test_a_session_admitted_for_any_command_is_written_to_without_asking(
+    workdir: Path, flags: tuple[str, ...]
+) -> None:
     run = _run(workdir, [PYTHON, _write(1, "print(6 * 7)\n"), _write(1, MAKE_FILE), _write(1, "exit()\n")],
-               "--allowedTools", "Bash(python3 -q)")
+               *flags)
     returns = _returns(run)
     assert [r["status"] for r in returns] == ["success"] * 4, returns
     assert "42" in returns[1]["tool_return"]
     assert (workdir / "made-by-session.txt").read_text() == "from the session"
+
+
+def test_a_session_a_narrow_rule_admitted_asks_for_its_input(workdir: Path) -> None:
+    """`Bash(python3 -q)` admits starting the interpreter, not the code typed into it (issue
+    30.1): each write asks, and headless nobody answers."""
+    run = _run(workdir, [PYTHON, _write(1, MAKE_FILE), _write(1, "\u0003")],
+               "--allowedTools", "Bash(python3 -q)")
+    returns = _returns(run)
+    assert [r["status"] for r in returns] == ["success", "error", "success"], returns
+    assert not (workdir / "made-by-session.txt").exists()
 
 
 def test_strict_mode_still_asks_for_each_write(workdir: Path) -> None:

@@ -48,6 +48,7 @@ class PermissionPolicy:
         key = "cmd" if tool.name == "exec_command" else "command"  # Codex's shell names it cmd
         command = args.get(key) if canonical_tool_name(tool.name) == "Bash" else None
         admission = getattr(tool, "session_admission", None)  # write_stdin: its session's start
+        start = getattr(tool, "session_start", None)
         call = Call(
             tool.name,
             args,
@@ -58,6 +59,7 @@ class PermissionPolicy:
             read_only_hint=bool(getattr(tool, "read_only_auto", False)),
             session=admission(args) if callable(admission) else None,
             mcp_server=_mcp_server(tool),
+            session_start=start(args) if callable(start) else None,
         )
         can_confine = (  # probed only where the read-only auto-allow could apply
             call.command is not None and ctx.permission_mode in ("standard", "acceptEdits", "plan")

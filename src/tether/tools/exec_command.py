@@ -7,9 +7,20 @@ finish, and returns what it printed; a command still running stays open as a ses
 sandbox as Bash (`bash.sandbox_service`: the workspace sandbox, or the read-only confinement for
 calls admitted only as read-only) and are recorded in the shell-group ledger before the command
 is let go, so a killed run's sessions are reaped by the next one. Sessions are killed when the
-runtime closes them (`ExecSessions.close_all`) or the process exits. A `write_stdin` call is
-judged by how its session was admitted (`WriteStdinTool.session_admission`, `Call.session`):
-it never asks again for a session already admitted, and an unknown session is refused.
+runtime closes them (`ExecSessions.close_all`) or the process exits.
+
+A `write_stdin` call is judged by its session (`WriteStdinTool.session_admission` and
+`session_start`, read into `Call.session` / `Call.session_start`; the rules are in
+`core/permissions/sessions.py`). Text written to a session is input to
+whatever program runs there, and tether cannot read a pager's, an editor's or an interpreter's
+command language (`less`'s `!cmd`, `ed`'s `!cmd`, `python3 -i`): so admitting the command that
+started the session says nothing about what is typed into it. Either the session runs confined,
+as its first command did when only the read-only auto-allow admitted it (then its input is data
+to a program that cannot write or reach the network), or each write is decided as a new command:
+it asks unless what admitted the session admits any command (unrestricted mode, a rule for every
+shell command, a person who approved the session), and it asks even then when deny rules exist
+that the input could dodge; input that, read as a shell command line, a deny rule covers is
+denied. Polling and Ctrl-C / Ctrl-D / Ctrl-\\ are always allowed; an unknown session is refused.
 """
 
 from __future__ import annotations
@@ -97,8 +108,10 @@ class ExecSession:
     """One running command: its process group, its output fd (pty master or pipe), its buffer."""
 
     def __init__(self, sid: int, proc: subprocess.Popen[bytes], out_fd: int, in_fd: int | None,
-                 secrets: list[str]) -> None:  # fmt: skip
+                 secrets: list[str], command: str = "", cwd: Path | None = None) -> None:  # fmt: skip
         self.id = sid
+        self.command = command  # what started it, re-judged when input is written to it
+        self.cwd = cwd
         self.proc = proc
         self.out_fd = out_fd
         self.in_fd = in_fd  # the pty master again for tty sessions; None: stdin is closed
@@ -190,6 +203,11 @@ class ExecSessions:
         if session is None:
             return SESSION_UNKNOWN
         return SESSION_CONFINED if session.confined else SESSION_ALLOWED
+
+    def start(self, sid: int | None) -> tuple[str, Path | None] | None:
+        """The command that started session `sid` and its folder, or None for no such session."""
+        session = self.sessions.get(sid) if sid is not None else None
+        return (session.command, session.cwd) if session is not None else None
 
     async def close_all(self) -> None:
         for session in list(self.sessions.values()):
@@ -330,7 +348,8 @@ class ExecCommandTool:
             return error_result(sandbox_refusal(exc))
         except OSError as exc:
             return error_result(f"Could not start bash: {exc.strerror or exc}")
-        session = ExecSession(sessions.next_id(), proc, out_fd, in_fd, secret_values(env))
+        session = ExecSession(sessions.next_id(), proc, out_fd, in_fd, secret_values(env),
+                              command, cwd)
         session.confined = ctx.confined
         sessions.sessions[session.id] = session
         await session.wait(wait_s, ctx.abort)
@@ -356,11 +375,12 @@ class WriteStdinTool:
     def session_admission(self, args: Mapping[str, Any]) -> str:
         """What the permission check judges this call by (it carries no command): how its
         session was admitted when exec_command started it (`ExecSessions.admission`)."""
-        try:
-            sid = optional_int(args, "session_id", minimum=1)
-        except ToolFailure:
-            sid = None
-        return self._exec._sessions.admission(sid)
+        return self._exec._sessions.admission(_session_id(args))
+
+    def session_start(self, args: Mapping[str, Any]) -> tuple[str, Path | None] | None:
+        """The command (and folder) that started the session this call writes to: its input
+        is decided against what admitted that command (`Call.session_start`)."""
+        return self._exec._sessions.start(_session_id(args))
 
     async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
         try:
@@ -389,6 +409,13 @@ class WriteStdinTool:
                 return error_result(f"Could not write to session {sid}: {exc.strerror or exc}")
         await session.wait(wait_s, ctx.abort)
         return await _report(sessions, session, max_tokens)
+
+
+def _session_id(args: Mapping[str, Any]) -> int | None:
+    try:
+        return optional_int(args, "session_id", minimum=1)
+    except ToolFailure:
+        return None
 
 
 def exec_tools() -> dict[str, Callable[[], Tool]]:

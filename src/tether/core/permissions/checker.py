@@ -23,8 +23,10 @@ part tether cannot see into makes it ask, even in unrestricted mode when deny ru
 hidden part could be dodging. Path words of shell commands and redirection targets are held to the
 file deny rules too (`cat .env` under `deny: Read(.env)`).
 
-A write to a running exec_command session (`write_stdin`, `Call.session`) inherits how the session
-was admitted when it started (see `_decide_session_write`); an unknown session is denied.
+A write to a running exec_command session (`write_stdin`, `Call.session`) is input to whatever
+program runs there: a confined session stays confined, otherwise the input is decided as a new
+command against what admitted the session's first command (see `sessions.py`); an
+unknown session is denied.
 
 Confinement: a shell call allowed only by step 6 (every command read-only, no rule or mode
 admitted any part of it, nor a redirection) comes back `Decision(..., confine=True)`: the runner
@@ -205,6 +207,8 @@ class Call:
     # None for every other call.
     session: str | None = None
     mcp_server: str | None = None  # an MCP tool: its server's configured name (rules match it)
+    # write_stdin: the command that started the session, and its folder (None: not known)
+    session_start: tuple[str, Path | None] | None = None
 
 
 SESSION_ALLOWED = "allowed"  # by a rule, the mode, a hook or a human
@@ -219,7 +223,9 @@ def decide(call: Call, policy: Policy) -> Decision:
         return decide_in_plan_mode(call, policy)
     family = canonical_tool_name(call.tool)
     if call.session is not None and family == SHELL_FAMILY and call.command is None:
-        return _decide_session_write(call, family, policy)
+        from tether.core.permissions.sessions import decide_session_write
+
+        return decide_session_write(call, family, policy)
     if family == SHELL_FAMILY and call.command is not None:
         # the shell analysis (and tree-sitter) loads on the first shell call only
         from tether.core.permissions.shellcheck import ShellCheck
@@ -298,34 +304,6 @@ def _decide_tool(call: Call, family: str, policy: Policy, refs: list[PathRef]) -
                                    "links) that may be outside the workspace or under a deny rule")
         return Decision("ask", f"{call.tool} touches {outside}, outside the workspace")
     return Decision("ask", f"{call.tool} needs approval in permission mode {mode}")
-
-
-def _decide_session_write(call: Call, family: str, policy: Policy) -> Decision:
-    """write_stdin carries no command: what runs is the session's, admitted when it started.
-    Deny and alwaysAsk rules still bind, strict still asks (unless a rule admits the tool);
-    otherwise the write inherits the session's admission, and a confined session stays in the
-    read-only sandbox it runs in. No such session: an error, never a prompt."""
-    rules, scope = policy.rules, policy.scope
-    sid = call.args.get("session_id")
-    for rule in rules.denies:
-        if _tool_rule(rule, family, call, (), scope, deny=True):
-            return Decision("deny", f"Permission denied by rule: {rule}", rule.text)
-    if call.session not in (SESSION_ALLOWED, SESSION_CONFINED):
-        return Decision("deny", f"No running exec_command session {sid}: start one with "
-                                "exec_command, then write to the session id it returns")
-    for rule in rules.always_ask:
-        if _tool_rule(rule, family, call, (), scope, deny=True):
-            return Decision("ask", f"{rule} always asks", rule.text, sticky=True)
-    if policy.mode == "strict":
-        for rule in (*rules.cli_allow, *rules.session_allow, *rules.allow):
-            if _tool_rule(rule, family, call, (), scope, deny=False):
-                return Decision("allow", f"allowed by rule {rule}", rule.text)
-        return Decision("ask", "permission mode strict asks for every call")
-    if call.session == SESSION_CONFINED:
-        return Decision("allow", f"exec_command session {sid} runs in the read-only confinement "
-                                 "it was started in", confine=True)
-    return Decision("allow", f"exec_command session {sid} was admitted when it started; "
-                             "writing to it inherits that")
 
 
 def _arming_write(
