@@ -144,3 +144,19 @@ def test_completion_lists_models_agents_and_conversations(workdir: Path, tether_
     for shell in ("zsh", "fish"):
         text = run_tether(["completion", shell], env=env, cwd=workdir).stdout
         assert "tether completion --list agents" in text and "tether completion --list models" in text
+
+
+def test_continue_falls_back_to_the_folders_last_agent(workdir: Path, tether_home: Path) -> None:
+    """State written before conversations were remembered per folder: the folder's last agent."""
+    with FakeProvider([{"text": "the first answer"}, {"text": "the second answer"}]) as fake:
+        env = tether_env(fake.url, MODEL)
+        first = run_tether(["-p", "remember pelican", "--model", MODEL, "--output-format", "stream-json"],
+                           env=env, cwd=workdir)
+        state = tether_home / "state" / "last-agents.json"
+        doc = json.loads(state.read_text())
+        del doc["recent"]
+        state.write_text(json.dumps(doc))
+        second = run_tether(["-c", "-p", "what word?", "--model", MODEL, "--output-format", "stream-json"],
+                            env=env, cwd=workdir)
+    assert second.code == 0, second.stderr
+    assert second.events[-1]["conversation_id"] == first.events[-1]["conversation_id"]

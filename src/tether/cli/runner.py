@@ -50,19 +50,25 @@ def prepare(flags: RunFlags) -> Prepared:
 
 def apply_continue(flags: RunFlags) -> None:
     """`-c/--continue`: point the flags at the most recent conversation of this folder that has
-    messages (an opened-and-left one is skipped); none is a `UsageError` saying so."""
+    messages (an opened-and-left one is skipped); none is a `UsageError` saying so. Folders
+    last used before conversations were remembered per folder fall back to their last agent's
+    most recently written conversation."""
     from tether.backends.local.store import LocalStore
-    from tether.errors import NotFound, UsageError
-    from tether.runtime.session import recent_conversations, tether_home
+    from tether.errors import UsageError
+    from tether.runtime.session import _read_state, recent_conversations, tether_home
 
     store = LocalStore(tether_home(os.environ))
     cwd = Path.cwd()
-    for agent_id, conversation_id in recent_conversations(store, cwd):
-        path = store.conversation_dir(agent_id, conversation_id) / "messages.jsonl"
-        try:
-            if not path.exists() or not store.transcript(agent_id, conversation_id).load():
-                continue
-        except NotFound:
+    candidates = recent_conversations(store, cwd)
+    if not candidates:
+        projects = _read_state(store).get("projects")
+        agent_id = projects.get(str(cwd)) if isinstance(projects, dict) else None
+        if isinstance(agent_id, str):
+            written = [(_mtime(store.conversation_dir(agent_id, c.id) / "messages.jsonl"), c.id)
+                       for c in store.list_conversations(agent_id)]
+            candidates = [(agent_id, c) for _m, c in sorted(written, reverse=True)]
+    for agent_id, conversation_id in candidates:
+        if not _has_messages(store.conversation_dir(agent_id, conversation_id) / "messages.jsonl"):
             continue
         if conversation_id == "default":
             flags.agent, flags.conversation = agent_id, "default"
@@ -71,6 +77,23 @@ def apply_continue(flags: RunFlags) -> None:
         return
     raise UsageError(f"-c/--continue: no conversation to continue in {cwd}; start one with "
                      '`tether -p "…"` or `tether`')
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _has_messages(transcript: Path) -> bool:
+    """A line after the session header (read no further: transcripts can be long)."""
+    try:
+        with transcript.open("rb") as f:
+            f.readline()
+            return bool(f.readline().strip())
+    except OSError:
+        return False
 
 
 def print_warnings(warnings: list[str]) -> None:
