@@ -26,6 +26,11 @@ def preview_diffs(tool_name: str, args: Mapping[str, Any], cwd: Path) -> list[di
         return None
     path = Path(raw) if Path(raw).is_absolute() else cwd / raw
     try:
+        if path.exists() and path.stat().st_nlink > 1:
+            # another name may be a secret (a hard link into tether's state): the approver,
+            # perhaps a scoped client, is not shown what the file tool itself would refuse
+            return [{"mode": "unpreviewable", "fileName": str(path),
+                     "reason": "the file has other names (hard links)"}]
         old = path.read_text(encoding="utf-8") if path.exists() else ""
     except (UnicodeDecodeError, OSError) as exc:
         return [{"mode": "unpreviewable", "fileName": str(path), "reason": f"cannot read the file: {exc}"}]

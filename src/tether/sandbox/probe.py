@@ -257,6 +257,7 @@ def wrap_command(
     check_layout(policy)
     status = status or probe()
     home = _tether_home(child_env)
+    _refuse_state_aliases(home)
     if backend == "auto":  # callers without settings (the memory subagent) follow the variable
         backend = env.get(BACKEND_ENV, "").strip().lower() or "auto"
     chosen, why = choose_backend(status, backend, home)
@@ -301,6 +302,22 @@ def wrap_command(
 
 
 _FAIL_CLOSED = ("workspace", "confined")
+
+
+def _refuse_state_aliases(home: Path) -> None:
+    """No sandboxed command runs while a secret of tether's state has another name: mounts and
+    Landlock hide paths, but a hard link elsewhere (the workspace, /tmp) reaches the same inode,
+    and file modes cannot tell the sandboxed command from tether (`core.permissions.aliases`)."""
+    from tether.core.permissions.aliases import linked_state_files
+
+    linked = linked_state_files(home)
+    if linked:
+        # Which file is not said: for a scoped client it would be another conversation's name.
+        raise SandboxError(
+            f"refusing to run sandboxed commands: a file of tether's own state ({home}) has "
+            "another name, a hard link somewhere the sandbox cannot hide, through which a command "
+            f"could read it. `find {home} -type f -links +1` lists it; remove its other name."
+        )
 
 
 def _wrap_landlock(

@@ -13,7 +13,8 @@ path of what they opened (never the spelled one, which a symlink can point anywh
   workspace may itself live under tether's home).
 
 A deeper root wins over a shallower one (as mounts do), an allowed root wins a tie, and the
-"always" entries win over anything.
+"always" entries win over anything. Whatever the roots say, a file that is also a file in
+tether's state under another name (a hard link) is never opened (`alias_refusal`).
 """
 
 from __future__ import annotations
@@ -79,10 +80,11 @@ class ReadBoundary:
     """The roots that decide, for a real path, whether a file tool may show or change it."""
 
     # A plain class, not a dataclass: it is imported on every run's start-up path.
-    __slots__ = ("roots", "_top", "_all")
+    __slots__ = ("roots", "state", "_top", "_all")
 
-    def __init__(self, roots: tuple[Root, ...]) -> None:
+    def __init__(self, roots: tuple[Root, ...], state: str | None = None) -> None:
         self.roots = roots
+        self.state = state  # $TETHER_HOME: no file with another name in it is opened
         self._top: str | None = None  # see `narrowed`
         self._all = roots
 
@@ -90,7 +92,7 @@ class ReadBoundary:
         """The same boundary, faster for paths under the real directory `top` (a walk's root):
         only roots above or below it can decide there; other paths still see every root."""
         keep = tuple(r for r in self.roots if _within(r.path, top) or _within(top, r.path))
-        narrow = ReadBoundary(keep)
+        narrow = ReadBoundary(keep, self.state)
         narrow._top, narrow._all = top, self._all
         return narrow
 
@@ -134,6 +136,21 @@ class ReadBoundary:
             from tether.errors import ToolFailure
 
             raise ToolFailure(self.refusal(tool, root, real) or f"{tool} refused: {root}")
+
+    def alias_refusal(self, tool: str, shown: Path | str, info: os.stat_result, real: str) -> str | None:
+        """The error for an open file that is also a file in tether's state under another name
+        (a hard link: every path check, and the kernel sandbox, sees only the name), or None."""
+        if self.state is None or info.st_nlink < 2:
+            return None
+        from tether.core.permissions.aliases import state_name_of
+
+        if state_name_of(info, real, self.state) is None:
+            return None
+        return (
+            f"{tool} refused: {shown} is a hard link to a file in tether's own state "
+            f"({self.state}), the same file under another name. File tools never read or write "
+            "through such a link; remove it (`rm` the workspace name) if it should not be there."
+        )
 
     def refusal(self, tool: str, shown: Path | str, real: str) -> str | None:
         """The error a tool returns for `shown` (whose real path is `real`), or None if allowed."""
@@ -212,4 +229,4 @@ def boundary_for(ctx: ToolRunContext) -> ReadBoundary:
             entries.append((denied, _HIDDEN, f"a path the sandbox hides ({denied})"))
         for writable in getattr(policy, "writable_roots", ()):
             entries.append((writable, _ALLOWED, "the sandbox's writable roots"))
-    return ReadBoundary(_roots(entries))
+    return ReadBoundary(_roots(entries), _real(home))

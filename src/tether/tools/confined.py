@@ -101,7 +101,8 @@ def open_regular(
         raise ToolFailure(f"Could not read {spelled}: {exc.strerror or exc}") from exc
     try:
         # The name may have been swapped since the stat: judge what was opened.
-        mode = os.fstat(fd).st_mode
+        opened = os.fstat(fd)
+        mode = opened.st_mode
         if not stat.S_ISREG(mode):
             raise _not_regular(spelled, describe_kind(mode) or "a directory", tool)
         if boundary is not None or judged:
@@ -111,6 +112,8 @@ def open_regular(
                     f"{tool} refused: {spelled} now leads to {real}, not to the file that was "
                     "approved; read that path by its own name if you need it")
             refusal = boundary.refusal(tool, spelled, real) if boundary is not None else None
+            if refusal is None and boundary is not None:
+                refusal = boundary.alias_refusal(tool, spelled, opened, real)
             if refusal is not None:
                 raise ToolFailure(refusal)
     except BaseException:
@@ -283,7 +286,8 @@ class FileAccess:
         """The content of the file `tool` will rewrite, read without following a new symlink.
 
         Raises FileNotFoundError when it does not exist, IsADirectoryError, or ToolFailure."""
-        parent, name = _split(self.target(path, tool))
+        real = self.target(path, tool)
+        parent, name = _split(real)
         dir_fd = open_directory(parent, create=False)
         try:
             # Looked at before opening: opening a device or socket already does something.
@@ -303,12 +307,16 @@ class FileAccess:
         finally:
             os.close(dir_fd)
         try:
-            mode = os.fstat(fd).st_mode
+            opened = os.fstat(fd)
+            mode = opened.st_mode
             if stat.S_ISDIR(mode):
                 raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
             kind = describe_kind(mode)
             if kind is not None:
                 raise _not_regular(path, kind, tool)
+            refusal = self.boundary.alias_refusal(tool, path, opened, real)
+            if refusal is not None:
+                raise ToolFailure(refusal)
             return read_fd(fd)
         finally:
             os.close(fd)
@@ -343,6 +351,9 @@ class FileAccess:
                 kind = describe_kind(info.st_mode)
                 if kind is not None:
                     raise ToolFailure(f"{tool} refused: {path} is {kind}, not a regular file.")
+                refusal = self.boundary.alias_refusal(tool, path, info, real)
+                if refusal is not None:
+                    raise ToolFailure(refusal)
                 mode, created = stat.S_IMODE(info.st_mode), False
             _replace_in(dir_fd, name, data, mode)
         finally:
