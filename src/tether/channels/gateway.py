@@ -8,6 +8,10 @@ external tool `MessageChannel`; the agent replies only by calling it, so a reply
 under the permission engine, hooks and effect checkpoints, and the gateway sends it once
 (journal) to a chat that belongs to that runtime. Approvals the server asks for
 (`control_request{can_use_tool}`) are asked in the chat and answered there by an allowed user.
+Across a server restart the link reconnects, every route's runtime is started again (a runtime
+started on an earlier connection is never used; a "not started on this connection" refusal
+starts it and re-sends, it is never the user's answer), and `turns.py` decides what becomes of
+the messages whose turn had not ended; a message is marked handled only once it was answered.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from tether.channels.config import Account, AccountStore, PairingStore, Route, R
 from tether.channels.journal import Journal
 from tether.channels.link import Frame, ServerLink
 from tether.channels.plugins import Adapter, InboundMessage, OutboundMessage, load_plugin
+from tether.channels.turns import MessageTurns
 from tether.errors import TetherError, UsageError
 
 SEND_ATTEMPTS = 3
@@ -55,10 +60,15 @@ MESSAGE_CHANNEL = {
 }
 
 
+NOT_STARTED = "is not started on this connection"  # the server's words for a stale runtime
+SUBMIT_ATTEMPTS = 3
+
+
 @dataclass
 class RuntimeHandle:
     route: Route
     runtime: dict[str, str]  # {agent_id, conversation_id}
+    generation: int = 0  # the link connection it was started on
 
 
 @dataclass
@@ -87,6 +97,7 @@ class Gateway:
         self.account_of: dict[tuple[str, str], Account] = {}
         self.runtimes: dict[str, RuntimeHandle] = {}  # route key -> runtime
         self.asks: dict[str, PendingAsk] = {}
+        self.turns = MessageTurns(self.journal, self.say)
         self.link = ServerLink(self.server_url, self.token, self.on_frame, self.on_connect)
         self.commands = ChatCommands(self)
         self._wake = asyncio.Event()
@@ -136,8 +147,10 @@ class Gateway:
 
     async def on_connect(self) -> None:
         """(Re)start every route's runtime with MessageChannel, so calls waiting for a
-        gateway (one that crashed mid-reply) come to this one."""
+        gateway (one that crashed mid-reply) come to this one; messages whose turn had not
+        ended when the last connection went away are submitted again (same idempotency key)."""
         self.runtimes.clear()
+        generation = self.link.generation
         info = await self.link.call({"type": "app_server_info",
                                      "request_id": self.link.request_id("info")})
         if not (info.get("capabilities") or {}).get("runtime_external_tools_update"):
@@ -154,6 +167,8 @@ class Gateway:
                     await self.ensure_runtime(route)
                 except TetherError as exc:  # this route waits; the others work
                     print(f"channel-gateway: {exc}", flush=True)
+        # After the starts, which report what a restarted server will not run again.
+        self.turns.requeue_stale(generation)
         self._wake.set()
 
     # --- inbound ---------------------------------------------------------------------------
@@ -169,7 +184,7 @@ class Gateway:
             self._wake.clear()
             for seq, msg in self.journal.queued():
                 try:
-                    state = await self.handle(msg)
+                    state = await self.handle(msg, seq)
                 except (ConnectionError, TimeoutError) as exc:
                     print(f"channel-gateway: message {msg.message_id} waits: {exc}", flush=True)
                     await asyncio.sleep(1)
@@ -185,7 +200,7 @@ class Gateway:
                     state = "handled:error"
                 self.journal.handled(seq, state)
 
-    async def handle(self, msg: InboundMessage) -> str:
+    async def handle(self, msg: InboundMessage, seq: int = 0) -> str:
         account = self.account_of.get((msg.channel, msg.account_id))
         if account is None:
             return "handled:no-account"
@@ -218,28 +233,53 @@ class Gateway:
                 f"tether channels route add {msg.channel} {msg.chat_id} --agent <agent-id>"
             ))
             return "handled:unrouted"
-        handle = await self.ensure_runtime(route)
-        answer = await self.link.call({
-            "type": "input",
-            "request_id": self.link.request_id("in"),
-            "idempotency_key": f"channel:{msg.channel}:{msg.account_id}:{msg.message_id}",
-            "runtime": handle.runtime,
-            "payload": {"kind": "create_message", "messages": [
-                {"role": "user", "content": agent_text(msg),
-                 "client_message_id": f"channel-{msg.message_id}"}
-            ]},
-        })
+        answer, generation = await self.submit(route, msg, seq)
         if answer.get("type") == "error" or not answer.get("accepted", False):
             why = answer.get("message") or answer.get("error") or "refused"
             await self.say(msg, f"The agent could not take your message: {why}")
             return "handled:refused"
-        return f"submitted:{route.key()}"
+        if generation != self.link.generation:
+            return "queued"  # accepted on a link that is gone: `on_connect` missed it, send again
+        state = await self.turns.accepted(msg, answer, route.key())
+        if state.startswith("submitted:"):
+            self.turns.submitted(seq, generation)
+        return state
+
+    async def submit(self, route: Route, msg: InboundMessage, seq: int) -> tuple[Frame, int]:
+        """Send the message to the route's runtime; a runtime the server does not know on this
+        connection (it restarted, or the link came back before the runtime was started again)
+        is started again and the message re-sent, never refused to the user."""
+        for _ in range(SUBMIT_ATTEMPTS):
+            handle = await self.ensure_runtime(route)
+            answer = await self.link.call({
+                "type": "input",
+                # The turn's `turn_finished` carries it back: which message's turn ended.
+                "request_id": self.link.request_id(f"in-{seq}"),
+                "idempotency_key": f"channel:{msg.channel}:{msg.account_id}:{msg.message_id}",
+                "runtime": handle.runtime,
+                "payload": {"kind": "create_message", "messages": [
+                    {"role": "user", "content": agent_text(msg),
+                     "client_message_id": f"channel-{msg.message_id}"}
+                ]},
+            })
+            if answer.get("type") != "error" or NOT_STARTED not in str(answer.get("message")):
+                return answer, handle.generation
+            async with self._start_lock:
+                if self.runtimes.get(route.key()) is handle:
+                    del self.runtimes[route.key()]
+        raise ConnectionError(f"route {route.key()}: the server keeps forgetting its runtime")
 
     async def ensure_runtime(self, route: Route) -> RuntimeHandle:
+        handle, interrupted = await self._start_runtime(route)
+        if interrupted:
+            await self.turns.interrupted(interrupted)
+        return handle
+
+    async def _start_runtime(self, route: Route) -> tuple[RuntimeHandle, Any]:
         async with self._start_lock:
             handle = self.runtimes.get(route.key())
-            if handle is not None:
-                return handle
+            if handle is not None and handle.generation == self.link.generation:
+                return handle, None
             frame: Frame = {
                 "type": "runtime_start", "request_id": self.link.request_id("start"),
                 "agent_id": route.agent_id,
@@ -261,13 +301,13 @@ class Gateway:
                     f"route {route.key()}: runtime_start failed: "
                     f"{answer.get('error') or answer.get('message')}"
                 )
-            handle = RuntimeHandle(route, answer["runtime"])
+            handle = RuntimeHandle(route, answer["runtime"], self.link.generation)
             if route.conversation_id == "new":
                 self.journal.remember_conversation(
                     route.key(), route.agent_id, answer["runtime"]["conversation_id"]
                 )
             self.runtimes[route.key()] = handle
-            return handle
+            return handle, answer.get("interrupted_inputs")
 
     async def say(self, msg: InboundMessage, text: str) -> None:
         adapter = self.adapters[(msg.channel, msg.account_id)]
@@ -286,6 +326,8 @@ class Gateway:
             await self.send_reply(frame)
         elif kind == "control_request":
             await self.ask_in_chat(frame)
+        elif kind == "turn_finished":
+            await self.turns.finished(frame)
 
     def _route_of(self, runtime: dict[str, Any]) -> RuntimeHandle | None:
         for handle in self.runtimes.values():

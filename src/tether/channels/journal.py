@@ -1,7 +1,11 @@
 """The gateway's durable journal (`$TETHER_HOME/channels/gateway.db`, SQLite WAL,
 synchronous=FULL): inbound messages keyed by platform message id (an adapter acknowledges the
 platform only after `receive` has committed; a redelivery is recognised and dropped), their
-progress (queued → handled), and outbound replies keyed by the agent's tool call id
+progress (queued → submitted:<route> when the server accepted it → answered:<route> when its
+turn ended; handled:<why> when the gateway itself answered: a refusal, a command, pairing; a
+message submitted on a link that went away is queued again when the link comes back, since a
+server that restarted may have lost it, and its idempotency key keeps a server that did not
+from running it twice), and outbound replies keyed by the agent's tool call id
 (`sending` before the platform is called, `sent` with the platform's message id after), so a
 reply is never sent twice: a retried call finds `sent` and answers from it, and one found
 `sending` after a crash may have gone out and is not sent again.
@@ -77,17 +81,41 @@ class Journal:
     def handled(self, seq: int, state: str = "handled") -> None:
         self.db.execute("UPDATE inbox SET state = ? WHERE seq = ?", (state, seq))
 
+    def message(self, seq: int) -> tuple[str, InboundMessage] | None:
+        row = self.db.execute("SELECT state, body FROM inbox WHERE seq = ?", (seq,)).fetchone()
+        return None if row is None else (str(row[0]), InboundMessage(**orjson.loads(row[1])))
+
+    def answered(self, seq: int, state: str | None = None) -> bool:
+        """A submitted message's turn ended: `answered:<route>` (or `state`). False when the
+        message was not waiting for its turn."""
+        cur = self.db.execute(
+            "UPDATE inbox SET state = COALESCE(?, 'answered:' || substr(state, 11))"
+            " WHERE seq = ? AND state LIKE 'submitted:%'",
+            (state, seq),
+        )
+        return cur.rowcount == 1
+
+    def requeue(self, seq: int) -> bool:
+        """A submitted message whose turn has not ended goes back to the queue (the link it
+        was submitted on went away: the server may have restarted without it)."""
+        cur = self.db.execute(
+            "UPDATE inbox SET state = 'queued' WHERE seq = ? AND state LIKE 'submitted:%'",
+            (seq,),
+        )
+        return cur.rowcount == 1
+
     def last_chat(self, route: str) -> dict[str, Any] | None:
         """The newest message handed to a route's runtime (where its approvals are asked)."""
         row = self.db.execute(
-            "SELECT body FROM inbox WHERE state = ? ORDER BY seq DESC LIMIT 1",
-            (f"submitted:{route}",),
+            "SELECT body FROM inbox WHERE state IN (?, ?) ORDER BY seq DESC LIMIT 1",
+            (f"submitted:{route}", f"answered:{route}"),
         ).fetchone()
         return orjson.loads(row[0]) if row else None
 
     def chats_of(self, route: str) -> set[tuple[str, str, str]]:
         rows = self.db.execute(
-            "SELECT body FROM inbox WHERE state = ?", (f"submitted:{route}",)
+            "SELECT body FROM inbox WHERE state IN (?, ?)",
+            (f"submitted:{route}", f"answered:{route}"),
         ).fetchall()
         out = set()
         for (body,) in rows:

@@ -1,6 +1,7 @@
 """The gateway's websocket link to `tether server` (protocol v2): connect with the bearer
 token, send frames, wait for the response to a request id, and hand every other frame to the
-gateway; reconnects with backoff when the server goes away."""
+gateway; reconnects with backoff when the server goes away. Each connection has a number
+(`generation`): a runtime started on an earlier one is not started on this one."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class ServerLink:
         self.ws: Any = None
         self.waiting: dict[str, asyncio.Future[Frame]] = {}
         self.connected = asyncio.Event()
+        self.generation = 0  # which connection this is (runtimes are per connection)
         self._ids = itertools.count(1)
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -57,6 +59,7 @@ class ServerLink:
                     delay = min(delay * 2, 10.0)
                     continue
                 delay = 1.0
+                self.generation += 1
                 self.connected.set()
                 asyncio.ensure_future(self._announce())
             try:
