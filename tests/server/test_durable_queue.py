@@ -305,3 +305,56 @@ def test_inputs_arriving_together_share_one_commit_in_order(tmp_path: Path) -> N
         f"q-{n}" for n in range(10) if n != 7
     ]
     queue.close()
+
+
+def test_openai_idempotency_key_is_kept_across_kill_9(tmp_path: Path) -> None:
+    """A retried OpenAI request (same Idempotency-Key) after kill -9: the one whose turn had
+    begun is 409 interrupted, the resumed one is followed to its answer while it runs and is
+    409 done after; nothing runs twice."""
+    project = tmp_path / "project"
+    project.mkdir()
+    home = tmp_path / "tether-home"
+    script = [{"fault": {"hang": True}}, {"text": "answer to b", "delay_ms": 4000}]
+    with FakeProvider(script) as fake:
+        env = server_env(fake.url, home, tmp_path)
+        agent = LocalStore(home).create_agent(model=MODEL, system="test", name="t").id
+
+        def post(base: str, text: str, key: str) -> httpx.Response | None:
+            body = {"model": agent, "messages": [{"role": "user", "content": text}]}
+            try:
+                return httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30,
+                                  headers={"Idempotency-Key": key})
+            except httpx.HTTPError:
+                return None  # the server is killed under it
+
+        first = ServerProcess(env, project, "--openai-api")
+        base = first.url.replace("ws://", "http://").removesuffix("/ws")
+        running = threading.Thread(target=post, args=(base, "a", "key-a"))
+        running.start()
+        _wait_until(lambda: len(fake.requests) == 1, "the first turn's provider request")
+        waiting = threading.Thread(target=post, args=(base, "b", "key-b"))
+        waiting.start()
+        try:
+            _wait_until(lambda: len(_states(home)) == 2, "the second input on disk")
+            _kill_9(first)
+        finally:
+            first.stop()
+            running.join(10)
+            waiting.join(10)
+        second = ServerProcess(env, project, "--openai-api")
+        base = second.url.replace("ws://", "http://").removesuffix("/ws")
+        try:
+            _wait_until(lambda: len(fake.requests) == 2, "the resumed turn's provider request")
+            joined = post(base, "b", "key-b")  # while the resumed turn runs
+            again_b = post(base, "b", "key-b")  # after it finished
+            again_a = post(base, "a", "key-a")
+        finally:
+            assert second.stop() == 0
+    assert joined is not None and joined.status_code == 200, joined and joined.text
+    assert joined.json()["choices"][0]["message"]["content"] == "answer to b"
+    assert again_b is not None and again_b.status_code == 409
+    assert "is done" in again_b.json()["error"]["message"]
+    assert again_a is not None and again_a.status_code == 409
+    assert "interrupted" in again_a.json()["error"]["message"]
+    assert _user_texts(home) == ["a", "b"]
+    assert len(fake.requests) == 2

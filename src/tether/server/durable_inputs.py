@@ -81,6 +81,13 @@ def repeated(rt: ConversationRuntime, key: str) -> InputAnswer | None:
     )
 
 
+def first_request_id(rt: ConversationRuntime, key: str) -> str | None:
+    """The request id of the input that holds idempotency key `key`."""
+    queue = queue_of(rt)
+    stored = queue.by_key(conversation_key(rt.scope), key) if queue is not None else None
+    return stored.request_id if stored is not None else None
+
+
 def remember(rt: ConversationRuntime, key: str, answer: InputAnswer) -> None:
     """Keep the answer to `key` in memory too (what a runtime without a queue, and `Kept`
     across an idle release, answer from)."""

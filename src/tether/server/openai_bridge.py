@@ -46,7 +46,7 @@ from tether.server.protocol_v2 import (
     NewMessage,
     RuntimeScope,
 )
-from tether.server.v2_frames import EventStream, TurnFinished
+from tether.server.v2_frames import EventStream, InputAnswer, TurnFinished
 
 if TYPE_CHECKING:
     from tether.core.turn import Event
@@ -71,6 +71,7 @@ class OpenAIBridge:
     def __init__(self, server: AppServer) -> None:
         self.server = server
         self.live: set[HttpConnection] = set()
+        self.keys: dict[HttpConnection, str] = {}  # a request's Idempotency-Key header
         self.closing = False
         self._ids = itertools.count(1)
 
@@ -126,6 +127,7 @@ class OpenAIBridge:
                 conn.watch.rt.unsubscribe(conn.watch)
             conn.finish()
             self.live.discard(conn)
+            self.keys.pop(conn, None)
 
     async def read_request(self, conn: HttpConnection) -> tuple[str, str, bytes] | None:
         """(method, path, body) of an authorized request; the body is read only after the
@@ -141,6 +143,11 @@ class OpenAIBridge:
         if isinstance(checked, auth.Rejection):
             raise ApiError(checked.status, checked.message)
         conn.grant = checked
+        key = next((v for k, v in headers if k.lower() == "idempotency-key"), None)
+        if key is not None:
+            if not key or len(key) > 255:
+                raise ApiError(400, "the Idempotency-Key header must be 1-255 characters")
+            self.keys[conn] = key
         limit = server.options.max_frame_bytes
         if length > limit:
             raise ApiError(
@@ -381,13 +388,35 @@ class OpenAIBridge:
         watch = TurnWatch(rt, f"openai-{next(self._ids)}")
         rt.subscribe(watch)
         message = NewMessage(f"cm-{uuid.uuid4().hex[:12]}", parts, content)
-        answer = await rt.enqueue(CreateMessage(watch.request_id, None, rt.scope, (message,)))
+        key = self.keys.get(conn)
+        answer = await rt.enqueue(CreateMessage(watch.request_id, key, rt.scope, (message,)))
         if not answer.accepted:
             rt.unsubscribe(watch)
             raise ApiError(429, str(answer.error), None, "conversation_queue_full")
+        if answer.duplicate and key is not None:
+            _join_first(watch, key, answer)
         watch.queue_item_id = answer.queue_item_id
         conn.watch = watch
         return watch
+
+
+def _join_first(watch: TurnWatch, key: str, answer: InputAnswer) -> None:
+    """A retried request (the same Idempotency-Key, across a restart too): it follows the
+    first request's input while that waits or runs (from where the turn is now); once that
+    input is finished, nothing runs again and 409 says where it went."""
+    from tether.server.durable_inputs import first_request_id
+
+    if answer.state in ("queued", "running"):
+        watch.request_id = first_request_id(watch.rt, key) or watch.request_id
+        return
+    watch.rt.unsubscribe(watch)
+    why = f": {answer.reason}" if answer.reason else ""
+    raise ApiError(
+        409,
+        f"a request with Idempotency-Key {key!r} was already received and its input is "
+        f"{answer.state}{why}; it is not run again (its answer, if any, is in the agent's "
+        "conversation)", None, "idempotency_key_reused",
+    )
 
 
 class TurnWatch:
