@@ -88,3 +88,19 @@ def test_sdk_session_runs_prompt_and_stop_hooks(workdir: Path, tether_home: Path
     assert len(bodies) == 2 and "the secret" not in bodies[0]
     assert "the user prefers short answers" in bodies[0] and "also say goodbye" in bodies[1]
     assert [s["stop_hook_active"] for s in payloads(workdir / "stops.jsonl")] == [False, True]
+
+
+def test_a_subagents_task_is_not_a_user_prompt(workdir: Path, tether_home: Path) -> None:
+    """The child's prompt is the parent's task: only the parent's prompt and stop run the hooks."""
+    write_user_hooks(tether_home, {"UserPromptSubmit": "cat >> prompts.jsonl; echo >> prompts.jsonl",
+                                   "Stop": "cat >> stops.jsonl; echo >> stops.jsonl"})
+    agent = {"name": "Agent", "arguments": {"description": "delegate", "prompt": "child task",
+                                            "subagent_type": "general-purpose", "run_in_background": False}}
+    script = [{"tool_calls": [agent]}, {"text": "child report"}, {"text": "parent done"}]
+    with FakeProvider(script) as fake:
+        run = run_tether(["-p", "delegate it", "--model", MODEL, "--yolo"], env=tether_env(fake.url, MODEL),
+                         cwd=workdir, timeout=90)
+    assert run.code == 0, run.stderr
+    assert run.stdout == "parent done\n"
+    assert [p["prompt"] for p in payloads(workdir / "prompts.jsonl")] == ["delegate it"]
+    assert [s["assistant_message"] for s in payloads(workdir / "stops.jsonl")] == ["parent done"]

@@ -88,8 +88,12 @@ class OneShotTurn:
 
     @property
     def hooks(self) -> TurnHooks:
+        """The session's prompt and Stop hooks; none in a subagent (its prompt is the parent's
+        task, not a user's, and its end is the parent's SubagentStop)."""
         assert self.inbox is not None
-        return TurnHooks(self.inbox.prepared.hooks)
+        prepared = self.inbox.prepared
+        subagent = prepared.env.get("TETHER_AGENT_ROLE") == "subagent"
+        return TurnHooks(None if subagent else prepared.hooks)
 
     async def begin(self, batch: Sequence[Submission], abort: asyncio.Event) -> TurnPlan | None:
         parts = [p for item in batch for p in item.parts]
@@ -230,7 +234,7 @@ def run_headless(flags: RunFlags) -> int:
         turn = OneShotTurn(flags, renderer, stop, started)
         inbox = turn.inbox = Inbox(prepared, turn)
         try:
-            servers = await prepared.start_tool_sources()  # connected or failed, each bounded
+            servers = await prepared.start_tool_sources(abort)  # connected or failed, each bounded
             if flags.output_format != "stream-json":  # no init event to read it from
                 report_failed_servers(servers)
             renderer.emit_init(**init_fields(prepared))
