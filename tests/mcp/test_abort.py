@@ -136,6 +136,7 @@ def test_a_server_timeout_is_read_in_milliseconds() -> None:
     [server] = parse_servers({"x": {"command": "srv", "timeout": 2500}}, source="user",
                              origin="settings.json", env={}, base=Path("/"))
     assert server.timeout_s == 2.5
+    assert server.describe()["timeout"] == 2500  # what `tether mcp get` shows
 
 
 def test_the_setting_is_validated_and_held_to_trust(tmp_path: Path) -> None:

@@ -39,6 +39,15 @@ def settings(home: Path, mark: Path, *, server: dict[str, Any] | None = None, **
     (home / "settings.json").write_text(json.dumps({"mcpServers": {"hang": hang}, **top}))
 
 
+def mute_settings(home: Path, mark: Path) -> None:
+    """A server that starts and never says a word: its handshake waits the 30 s start limit."""
+    mute = {"command": sys.executable,
+            "args": ["-c", "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); "
+                     "time.sleep(300)", str(mark)]}
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "settings.json").write_text(json.dumps({"mcpServers": {"mute": mute}}))
+
+
 def wait_for_file(path: Path, timeout: float = 60) -> int:
     """The pid the hanging server wrote as the call reached it."""
     deadline = time.monotonic() + timeout
@@ -92,7 +101,12 @@ def test_a_signal_ends_a_hung_call_and_the_run(workdir: Path, tether_home: Path,
         try:
             server = wait_for_file(mark)
             proc.send_signal(sig)
-            out, err = proc.communicate(timeout=PROMPTLY)
+            try:
+                out, err = proc.communicate(timeout=PROMPTLY)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+                raise AssertionError(f"tether did not exit after {sig!r}: {err[-3000:]}") from None
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -209,3 +223,55 @@ def test_app_server_abort_message_ends_a_hung_call(workdir: Path, tmp_path: Path
     assert recorded_result(home)["content"][0]["text"] == "Interrupted by user"
     assert checkpoint(home)[0] == "after"
     assert gone(int(mark.read_text()))
+
+
+def test_app_server_abort_message_ends_a_turn_waiting_for_a_server_to_start(
+    workdir: Path, tmp_path: Path
+) -> None:
+    from websockets.asyncio.client import connect
+
+    from tests.server.support import Client, ServerProcess, server_env
+
+    home, mark = tmp_path / "th", tmp_path / "mute.pid"
+    mute_settings(home, mark)
+    with FakeProvider([{"text": "never asked"}, {"text": "after the abort"}]) as fake:
+        proc = ServerProcess(server_env(fake.url, home, tmp_path), workdir)
+        try:
+            async def scenario() -> None:
+                async with connect(proc.url) as ws:
+                    c = Client(ws)
+                    runtime = (await c.start(workdir, mode="bypassPermissions"))["runtime"]
+                    await c.say(runtime, "go")
+                    await asyncio.to_thread(wait_for_file, mark)  # the turn waits for the server
+                    await c.send({"type": "abort_message", "request_id": "ab", "runtime": runtime})
+                    finished = await c.of_type("turn_finished", timeout=PROMPTLY)
+                    assert finished["stop_reason"] == "cancelled"
+
+            asyncio.run(scenario())
+        finally:
+            code = proc.stop(signal.SIGTERM)
+        assert fake.requests == []
+    assert code == 0
+    assert gone(int(mark.read_text()))
+
+
+def test_a_signal_while_a_server_starts_ends_the_run(workdir: Path, tether_home: Path,
+                                                     tmp_path: Path) -> None:
+    mark = tmp_path / "mute.pid"
+    mute_settings(tether_home, mark)
+    with FakeProvider([{"text": "never asked"}]) as fake:
+        proc = subprocess.Popen([TETHER, "-p", "go", "--model", MODEL], cwd=workdir,
+                                env=tether_env(fake.url, MODEL), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            server = wait_for_file(mark)
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=PROMPTLY)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert fake.requests == []
+    assert proc.returncode == 130, err
+    assert "Interrupted by SIGINT" in err
+    assert gone(server)

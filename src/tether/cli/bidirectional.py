@@ -309,7 +309,7 @@ async def serve(prepared: Prepared) -> int:
     inbox = session.inbox
     reader: asyncio.Future[None] | None = None
     try:
-        await prepared.start_tool_sources()  # MCP servers: connected or failed, each bounded
+        await prepared.start_tool_sources(stop)  # MCP servers: connected or failed, each bounded
         renderer.emit_init(**init_fields(prepared))
         reader = asyncio.ensure_future(session.read_stdin())
         stopped = asyncio.ensure_future(stop.wait())

@@ -13,7 +13,8 @@ passes (`McpCallTimedOut`): the server's `timeout`, else `MCP_TOOL_TIMEOUT`, els
 `mcpToolTimeout` setting (all milliseconds), else 600 s. The SDK's request is cancelled in its own
 task (it tells the server `notifications/cancelled`) and never waited on for long.
 
-`close()` stops them all, promptly: a server whose call was abandoned is killed at once, the others
+`close()` stops them all, promptly: a server whose call was abandoned, or that is still starting,
+is killed at once, the others
 get `CLOSE_GRACE_S` to end on closed stdin, then stdio servers' whole process groups are killed
 (`leash.kill_leash`) and remote sessions cancelled.
 """
@@ -121,10 +122,21 @@ class McpServers:
         for name, state in self.states.items():
             self._tasks[name] = asyncio.ensure_future(self._serve(state))
 
-    async def ready(self) -> None:
-        """Until every server is connected or has failed (each bounded by its start timeout)."""
+    async def ready(self, abort: asyncio.Event | None = None) -> None:
+        """Until every server is connected or has failed (each bounded by its start timeout), or
+        `abort` is set (the servers still starting go on in the background)."""
         self.start()
-        await asyncio.gather(*(s.ready.wait() for s in self.states.values()))
+        started: asyncio.Future[Any] = asyncio.ensure_future(
+            asyncio.gather(*(s.ready.wait() for s in self.states.values())))
+        if abort is None:
+            await started
+            return
+        stop: asyncio.Future[Any] = asyncio.ensure_future(abort.wait())
+        try:
+            await asyncio.wait({started, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for future in (started, stop):
+                future.cancel()
 
     def status(self) -> list[dict[str, Any]]:
         return [s.describe() for s in self.states.values()]
@@ -169,7 +181,7 @@ class McpServers:
         for future in self._abandoned:
             future.cancel()
         for state in self.states.values():
-            if state.abandoned:
+            if state.abandoned or state.status == "pending":  # stuck, or not started: no grace
                 self._kill(state)
         running = {name: t for name, t in self._tasks.items() if not t.done()}
         if running:
@@ -246,8 +258,12 @@ class McpServers:
 
     def _kill(self, state: ServerState) -> None:
         """Kill a stdio server's whole process group now (remote servers have none)."""
-        if state.leash is not None:
-            kill_leash(state.leash, self._leash_token(state))
+        if state.config.transport != "stdio":
+            return
+        token = self._leash_token(state)
+        pid = state.leash if state.leash is not None else find_leash(token)
+        if pid is not None:
+            kill_leash(pid, token)
 
     def _leash_token(self, state: ServerState) -> str:
         return f"{self._token}-{state.config.name}"

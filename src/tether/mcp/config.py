@@ -68,6 +68,8 @@ class McpServerConfig:
                 out["cwd"] = str(self.cwd)
         else:
             out.update(url=self.url, headers=sorted(self.headers))
+        if self.timeout_s is not None:
+            out["timeout"] = round(self.timeout_s * 1000)
         return out
 
 

@@ -8,6 +8,7 @@ import asyncio
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,13 +61,14 @@ class Prepared:
         value = self.env.get("TETHER_SCRATCHPAD")
         return Path(value) if value else self.store.home / "tmp" / self.session.conversation_id
 
-    async def start_tool_sources(self) -> list[dict[str, Any]]:
-        """Start the run's MCP servers and wait (each within its start timeout) until they are
-        connected or failed; their status, for the init event. Nothing when none is configured."""
+    async def start_tool_sources(self, abort: asyncio.Event | None = None) -> list[dict[str, Any]]:
+        """Start the run's MCP servers and wait (each within its start timeout, or until `abort`)
+        until they are connected or failed; their status, for the init event. Nothing when none
+        is configured."""
         mcp = self.services.mcp
         if mcp is None:
             return []
-        await mcp.ready()
+        await mcp.ready(abort)
         return mcp.status()
 
     def add_session_rule(self, text: str) -> None:
@@ -179,7 +181,7 @@ class Prepared:
             max_turns=max_turns,
             tool_hooks=tool_hooks,
             permission_hooks=permission_hooks,
-            before_turn=self.services.mcp.ready if self.services.mcp is not None else None,
+            before_turn=partial(self.services.mcp.ready, abort) if self.services.mcp is not None else None,
         )
         if self.mods is not None:
             deps = self.mods.attach(deps)
