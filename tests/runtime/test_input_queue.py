@@ -90,3 +90,27 @@ def test_an_unwritable_queue_refuses_with_the_path(tmp_path: Path) -> None:
     with pytest.raises(InputStoreUnavailable, match="cannot be written") as caught:
         queue.accept(_item("q-1"))
     assert "not-a-dir" in str(caught.value)
+
+
+def test_finished_inputs_keep_their_key_but_not_their_content(tmp_path: Path) -> None:
+    queue = SqliteInputQueue(tmp_path / "inputs.db", "owner-a")
+    queue.accept(_item("q-1", key="k-1"))
+    queue.mark("agent-1/conv-1", "q-1", "cancelled", reason="the client went away")
+    found = queue.by_key("agent-1/conv-1", "k-1")
+    assert found is not None and found.state == "cancelled" and found.messages == ()
+    assert found.reason == "the client went away"
+    queue.close()
+
+
+def test_a_dead_owners_lock_file_is_swept_and_a_live_ones_kept(tmp_path: Path) -> None:
+    live = SqliteInputQueue(tmp_path / "inputs.db", "owner-live")
+    live.open()
+    stale = tmp_path / "inputs.owners" / "0123456789abcdef.lock"
+    stale.write_text("")  # a killed owner's file: nobody holds its lock
+    newcomer = SqliteInputQueue(tmp_path / "inputs.db", "owner-new")
+    newcomer.open()
+    names = {p.name for p in (tmp_path / "inputs.owners").iterdir()}
+    assert stale.name not in names and len(names) == 2
+    live.close()
+    newcomer.close()
+    assert list((tmp_path / "inputs.owners").iterdir()) == []

@@ -251,7 +251,9 @@ def test_a_resumed_input_calls_the_client_tool_once_its_client_is_back(tmp_path:
             async def come_back() -> tuple[dict[str, Any], dict[str, Any]]:
                 async with connect(second.url) as ws:
                     c = Client(ws)
-                    await c.start(project, external_tools=tools, **runtime)
+                    await c.send({"type": "runtime_start", "request_id": "back",
+                                  "cwd": str(project), "external_tools": tools, **runtime})
+                    # The waiting call goes out as the tool is registered: it may come first.
                     request = await c.of_type("external_tool_call_request")
                     await c.send({"type": "external_tool_call_response",
                                   "request_id": request["request_id"], "result": "sent"})

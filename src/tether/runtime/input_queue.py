@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 PENDING = ("queued", "started")
 TERMINAL = ("done", "cancelled", "interrupted", "not_run")
 KEEP_FINISHED_S = 24 * 3600  # finished rows (and so their idempotency keys) kept this long
+PRUNE_EVERY = 1000  # marks between two prunes of a long-lived queue
+_FINISHED_BODY = b'{"messages": [], "workspace": null}'
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS inputs (
@@ -171,6 +173,7 @@ class SqliteInputQueue:
         self._conn: sqlite3.Connection | None = None
         self._closed = False
         self._owner_fd: int | None = None
+        self._marks = 0
 
     # --- the database and this process's owner lock ------------------------------------------
 
@@ -189,10 +192,7 @@ class SqliteInputQueue:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.executescript(_SCHEMA)
-            conn.execute(
-                "DELETE FROM inputs WHERE state IN ('done', 'cancelled', 'interrupted', 'not_run')"
-                " AND updated_at < ?", (time.time() - KEEP_FINISHED_S,),
-            )
+            self._prune(conn, time.time())
             self._conn = conn
         return self._conn
 
@@ -203,25 +203,40 @@ class SqliteInputQueue:
         if self._owner_fd is not None:
             return
         self.owners.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self._owner_file(self.owner), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a fresh owner id: nobody else has it
+        for stale in self.owners.glob("*.lock"):  # owners that died with nothing pending
+            self._unlink_if_unlocked(stale)
+        path = self._owner_file(self.owner)
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # a fresh id: only a sweep holds it, for a moment
+            try:  # another process's sweep may have unlinked it between open and flock
+                if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)
         self._owner_fd = fd
 
     def _owner_alive(self, owner: str) -> bool:
-        path = self._owner_file(owner)
+        return not self._unlink_if_unlocked(self._owner_file(owner))
+
+    @staticmethod
+    def _unlink_if_unlocked(path: Path) -> bool:
+        """True (and the file gone) when no live process holds `path`'s lock."""
         try:
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         except FileNotFoundError:
-            return False
+            return True
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            return False
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()  # its owner is gone; the file only named it
             return True
         finally:
             os.close(fd)
-        with contextlib.suppress(OSError):
-            path.unlink()  # its owner is gone; the file only named it
-        return False
 
     def open(self) -> None:
         """Open the database now (a server does, to fail at start rather than at an input)."""
@@ -289,19 +304,33 @@ class SqliteInputQueue:
     ) -> None:
         if state not in PENDING + TERMINAL:
             raise ValueError(f"unknown input state {state!r}")
+        # A finished input keeps its key and state, not its content (an image can be large).
+        body = _FINISHED_BODY if state in TERMINAL else None
+        now = time.time()
         with self._lock, _store_errors(self.path):
             db = self._db
             db.execute("PRAGMA synchronous=NORMAL")  # no fsync of its own (module docstring)
             try:
                 db.execute(
                     "UPDATE inputs SET state = ?, user_message_id = COALESCE(?, user_message_id),"
-                    " reason = COALESCE(?, reason), updated_at = ?"
+                    " reason = COALESCE(?, reason), body = COALESCE(?, body), updated_at = ?"
                     " WHERE conversation = ? AND item_id = ? AND owner = ?",
-                    (state, user_message_id, reason, time.time(), conversation, item_id,
+                    (state, user_message_id, reason, body, now, conversation, item_id,
                      self.owner),
                 )
+                self._marks += 1
+                if self._marks % PRUNE_EVERY == 0:
+                    self._prune(db, now)
             finally:
                 db.execute("PRAGMA synchronous=FULL")
+
+    @staticmethod
+    def _prune(db: sqlite3.Connection, now: float) -> None:
+        """Forget finished inputs (and so their idempotency keys) after KEEP_FINISHED_S."""
+        db.execute(
+            "DELETE FROM inputs WHERE state IN ('done', 'cancelled', 'interrupted', 'not_run')"
+            " AND updated_at < ?", (now - KEEP_FINISHED_S,),
+        )
 
     def claim_orphans(self) -> list[StoredInput]:
         with self._lock, _store_errors(self.path):
@@ -371,7 +400,7 @@ def _body(item: StoredInput) -> dict[str, Any]:
 def _row(row: tuple[Any, ...]) -> StoredInput:
     seq, conversation, item_id, key, request_id, source, disposition, state, body, umid, why = row
     data = orjson.loads(body)
-    ws = data["workspace"]
+    ws = data["workspace"] or {"cwd": "", "mode": None, "sandboxed": False}  # None: finished
     messages = tuple(
         StoredMessage(m["client_message_id"], m["content"], tuple(m["parts"]))
         for m in data["messages"]
