@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -128,3 +129,66 @@ def test_a_server_killed_mid_message_and_restarted_answers_every_message_once(
     assert ["first question" in a for a in asked] == [True] + [False] * 6
     assert "queued question" in asked[1] and "second question" in asked[3]
     assert "third question" in asked[5]
+
+
+def test_gateway_and_server_both_killed_mid_message_answer_each_message_once(
+    tmp_path: Path, tether_home: Path, workdir: Path, receiver: Recorder
+) -> None:
+    """The next gateway process asks the restarted server about what the dead one had
+    submitted (same keys): the cut turn is reported once; a queued one whose turn ended
+    before the new gateway connected is known answered; one that replies waits for it."""
+    ws_port = free_port()
+    script: list[dict[str, Any]] = [
+        {"text": "cut off by the kill", "delay_ms": 8000},  # m1's turn
+        {"text": "noted, no reply needed"},  # q: its turn ends before a gateway is back
+        reply("answer r"), {"text": "done"},  # r: its reply waits for the new gateway
+    ]
+    with FakeProvider(script) as fake:
+        listen = ("--listen", f"ws://127.0.0.1:{ws_port}")
+        stack = Stack(fake.url, tether_home, tmp_path, workdir, *listen)
+        try:
+            port = free_port()
+            agent = stack.agent()
+            stack.channels(
+                "configure", "webhook", "--set", f"secret={SECRET}",
+                "--set", f"outbound_url={receiver.url}/out", "--set", f"port={port}",
+                "--allow", "u1",
+            )
+            stack.channels("route", "add", "webhook", "c1", "--agent", agent)
+            stack.start_gateway()
+            assert post_webhook(port, inbound("m1", "first question")) == 200
+            wait_until(lambda: fake.requests, what="m1's turn to start")
+            for m in ("q", "r"):
+                assert post_webhook(port, inbound(m, f"question {m}")) == 200
+                wait_until(
+                    lambda m=m: journal_states(tether_home).get(m) == "submitted:webhook/default/c1",
+                    20, f"{m} to be accepted behind m1",
+                )
+            stack.kill_gateway()
+            os.kill(stack.server.proc.pid, signal.SIGKILL)
+            assert stack.server.stop() == -signal.SIGKILL
+            stack.server = ServerProcess(stack.env, workdir, *listen)
+            wait_until(lambda: len(fake.requests) >= 2, 30, "q's turn, with no gateway")
+            stack.start_gateway()
+            wait_until(
+                lambda: all(
+                    not s.startswith(("submitted:", "queued"))
+                    for s in journal_states(tether_home).values()
+                ),
+                60, "every message to be settled",
+            )
+            time.sleep(1.0)  # nothing more comes
+        finally:
+            stack.stop()
+        log = "".join(stack.gateway_lines)
+    texts = [c[1]["text"] for c in receiver.calls]
+    assert len(texts) == 2 and "answer r" in texts, (texts, log)
+    assert any(t.startswith("The agent was interrupted while answering") for t in texts), texts
+    assert journal_states(tether_home) == {
+        "m1": "handled:interrupted",
+        "q": "answered:webhook/default/c1",
+        "r": "answered:webhook/default/c1",
+    }
+    asked = [json.dumps(r["body"]["messages"][-1]) for r in fake.requests]
+    assert ["first question" in a for a in asked] == [True, False, False, False], asked
+    assert "question q" in asked[1] and "question r" in asked[2]

@@ -78,6 +78,13 @@ class Journal:
         ).fetchall()
         return [(seq, InboundMessage(**orjson.loads(body))) for seq, body in rows]
 
+    def unanswered(self) -> list[int]:
+        """Messages a server accepted whose turn is not known to have ended."""
+        rows = self.db.execute(
+            "SELECT seq FROM inbox WHERE state LIKE 'submitted:%' ORDER BY seq"
+        ).fetchall()
+        return [int(seq) for (seq,) in rows]
+
     def handled(self, seq: int, state: str = "handled") -> None:
         self.db.execute("UPDATE inbox SET state = ? WHERE seq = ?", (state, seq))
 

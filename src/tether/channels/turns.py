@@ -29,9 +29,10 @@ class MessageTurns:
     def __init__(self, journal: Journal, say: Say) -> None:
         self.journal = journal
         self.say = say
-        # Messages this process submitted whose turn has not ended: seq -> the link connection
-        # (generation) it went on.
-        self.awaiting: dict[int, int] = {}
+        # Messages submitted whose turn has not ended: seq -> the link connection (generation)
+        # it went on; 0 for those an earlier gateway process submitted (asked again on the
+        # first connection: the server's answer to their key says where they got).
+        self.awaiting: dict[int, int] = dict.fromkeys(journal.unanswered(), 0)
 
     def submitted(self, seq: int, generation: int) -> None:
         self.awaiting[seq] = generation
