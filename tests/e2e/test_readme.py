@@ -130,7 +130,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             PIP_DISABLE_PIP_VERSION_CHECK="1", TETHER_HOME=str(tmp / "tether-home"),
             HOME=str(tmp / "home"), TETHER_DEV_CACHE=str(tmp / "dev-cache"),
             ANTHROPIC_BASE_URL=fake.url, OPENAI_BASE_URL=fake.url + "/v1",
-            OPENAI_API_KEY="sk-test", OLLAMA_BASE_URL=fake.url, DISABLE_AUTOUPDATER="1",
+            OPENAI_API_KEY="sk-test", OLLAMA_BASE_URL=fake.url, ANTHROPIC_API_KEY="sk-test",
+            DISABLE_AUTOUPDATER="1",
             TERM="xterm-256color",
         )
         world = World(tmp, clone, env, fake)
@@ -148,6 +149,8 @@ def stop(world: World) -> None:
         except subprocess.TimeoutExpired:
             world.server.kill()
             world.server.wait()
+    if world.server is not None and world.server.stdout is not None:
+        world.server.stdout.close()
 
 
 def test_quick_start(world: World) -> None:
@@ -209,7 +212,12 @@ def fill(world: World, command: str) -> str:
 
 def run_one(world: World, raw: str) -> None:
     command = fill(world, raw)
-    if command.startswith("tether server"):
+    if command.endswith("--help"):
+        proc = world.run(command)
+        world.expect(command, proc)
+        if "usage" not in proc.stdout.lower():
+            world.failures.append(f"`{command}` printed no usage:\n{proc.stdout}")
+    elif command.startswith("tether server"):
         start_server(world, command)
     elif command.startswith("tether channel-gateway"):
         gateway(world, command)
@@ -222,6 +230,16 @@ def run_one(world: World, raw: str) -> None:
         world.expect(command, proc, code=1, said="cannot reach the Letta server at")
     elif command == "tether update":  # a clone's editable install is updated with git
         world.expect(command, world.run(command), code=1, said="update it with git")
+    elif command.startswith("tether cron add") and "--name" not in command:
+        proc = world.run(command)
+        world.expect(command, proc)
+        if proc.returncode == 0 and json.loads(proc.stdout)["name"] != PROMPT:
+            world.failures.append(f"`{command}` named the task {proc.stdout}, not after its prompt")
+    elif command.startswith("tether channels install "):
+        proc = world.run(command)
+        world.expect(command, proc)
+        if proc.returncode == 0 and not json.loads(proc.stdout).get("bundled"):
+            world.failures.append(f"`{command}` did not find the bundled channel: {proc.stdout}")
     elif command.startswith("tether mcp list"):
         proc = world.run(command)
         world.expect(command, proc)
@@ -235,8 +253,8 @@ def run_one(world: World, raw: str) -> None:
 
 def start_server(world: World, command: str) -> None:
     world.server = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=world.clone,
-                                    env=world.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True)
+                                    env=world.env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, text=True)
     assert world.server.stdout is not None
     world.server_url = world.server.stdout.readline().strip()
     if not world.server_url.startswith("ws://127.0.0.1:"):
