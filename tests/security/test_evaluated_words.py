@@ -25,6 +25,10 @@ ATTACKS = [
     f"mapfile -C 'touch {MARKER}' -c 1 lines <<< x",
     f"compgen -W '$(touch {MARKER})'",
     f"x='{HIDDEN}'; test -v \"$x\"",
+    f"declare -a a='([$(touch {MARKER})]=1)'",
+    f"declare -A m; declare m='([$(touch {MARKER})]=1)'",
+    f"declare -i n; n='{HIDDEN}'",
+    f"x='{HIDDEN}'; typeset -i n; n=$x",
 ]
 
 

@@ -288,12 +288,12 @@ def test_task_output_never_reads_a_log_the_task_swapped(
     from tests.security.support import MODEL, bash
     from tether.testing.fake_provider import FakeProvider
 
-    log = 'L=$(echo "$TETHER_HOME"/tmp/*/bash_1.log)'
-    plant = (
-        f'{log}; ln -sf "$TETHER_HOME/providers/anthropic.json" "$L"'
-        if swap == "symlink"
-        else f'{log}; rm -f "$L"; mkfifo "$L"'
-    )
+    # A program's own file access, which no shell analysis sees (a shell path into $TETHER_HOME
+    # is refused before the command runs): the swap must be stopped by TaskOutput itself.
+    swap_to = ("os.symlink(h + '/providers/anthropic.json', l)" if swap == "symlink"
+               else "os.mkfifo(l)")
+    plant = ("python3 -c \"import glob, os; h = os.environ['TETHER_HOME']\n"
+             "for l in glob.glob(h + '/tmp/*/bash_1.log'): os.remove(l); " + swap_to + '"')
     script: list[dict[str, Any]] = [
         {"tool_calls": [bash(f"{plant}; echo planted", run_in_background=True)]},
         {"tool_calls": [tool("TaskOutput", task_id="bash_1", block=True, timeout=10000)]},

@@ -14,11 +14,12 @@ unrestricted mode too when deny rules exist that the hidden command could be dod
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from tether.core.permissions.readonly import test_problem
 
 Argv = tuple[str | None, ...]
+Attributes = Mapping[str, str] | None  # variable name -> its attributes (`i`, `n`, `a`, `A`)
 
 DECLARATIONS = frozenset({"declare", "typeset", "local", "export", "readonly"})
 # Builtins whose operands name variables they set: the walker forgets what it knew of those.
@@ -36,8 +37,9 @@ def plain_name(word: str | None) -> bool:
     return word is not None and _PLAIN_NAME.match(word) is not None
 
 
-def evaluated_problem(argv: Argv, splits: bool = False) -> str | None:
-    """Why bash would evaluate one of this builtin's words as code, or None."""
+def evaluated_problem(argv: Argv, splits: bool = False, attributed: Attributes = None) -> str | None:
+    """Why bash would evaluate one of this builtin's words as code, or None. `attributed`: the
+    attributes the command gave its variables earlier (`declare -i n` …)."""
     if not argv or argv[0] is None:
         return None
     head, args = argv[0], list(argv[1:])
@@ -49,19 +51,18 @@ def evaluated_problem(argv: Argv, splits: bool = False) -> str | None:
                 return f"`let` evaluates `{_show(word)}` as arithmetic, where subscripts run code"
         return None
     if head in DECLARATIONS:
-        return _declaration(head, args)
+        return _declaration(head, args, attributed or {})
     judge = _NAMED.get(head)
     return judge(args) if judge is not None else None
 
 
-def _declaration(head: str, args: Sequence[str | None]) -> str | None:
-    integer = nameref = False
+def _declaration(head: str, args: Sequence[str | None], attributed: Mapping[str, str]) -> str | None:
+    flags = ""
     for word in args:
         if word is None:
             return f"`{head}` declares a variable named only at run time"
         if word[:1] in "-+" and len(word) > 1 and "=" not in word:
-            integer = integer or "i" in word[1:]
-            nameref = nameref or "n" in word[1:]
+            flags += word[1:] if word[0] == "-" else ""
             continue
         match = _DECLARED.match(word)
         assert match is not None  # the pattern matches every string
@@ -69,10 +70,42 @@ def _declaration(head: str, args: Sequence[str | None]) -> str | None:
         if not plain_name(name):
             return (f"`{head}` declares `{_show(word)}`, whose name bash evaluates (its subscript "
                     "runs code)")
-        if assigns and integer and not _NUMBER.match(value):
-            return f"`{head} -i` evaluates the value of `{name}` as arithmetic"
-        if assigns and nameref and not plain_name(value):
-            return f"`{head} -n` makes `{name}` refer to a name bash will evaluate"
+        has = flags + attributed.get(name.split("[", 1)[0], "")
+        if assigns:
+            problem = assigned_problem(name, value, has, compound=True)
+            if problem:
+                return problem
+    return None
+
+
+def attributes_set(argv: Argv) -> dict[str, str]:
+    """The attributes (`i`, `n`, `a`, `A`) a declaration gives to the names it declares."""
+    if not argv or argv[0] not in DECLARATIONS:
+        return {}
+    flags, out = "", {}
+    for word in argv[1:]:
+        if word is None:
+            continue
+        if word[:1] == "-" and len(word) > 1 and "=" not in word:
+            flags += word[1:]
+        elif word[:1] != "+":
+            match = _DECLARED.match(word)
+            if match is not None and plain_name(match.group(1)):
+                out[match.group(1).split("[", 1)[0]] = "".join(f for f in flags if f in "inaA")
+    return out
+
+
+def assigned_problem(name: str, value: str, attributes: str, *, compound: bool = False) -> str | None:
+    """Why assigning `value` (UNKNOWN_VALUE: known only at run time) to a variable with these
+    attributes evaluates code: an integer's value is arithmetic, a nameref's is a name, and a
+    declaration's `(…)` value for an array is a compound assignment with subscripts."""
+    if "i" in attributes and not _NUMBER.match(value):
+        return f"`{name}` is an integer variable: bash evaluates the value given to it as arithmetic"
+    if "n" in attributes and not plain_name(value):
+        return f"`{name}` is a name reference: bash will evaluate the name it is given"
+    if compound and (value.startswith("(") or (
+            value == UNKNOWN_VALUE and any(f in attributes for f in "aA"))):
+        return f"`{name}` gets an array value bash evaluates (its subscripts run code)"
     return None
 
 

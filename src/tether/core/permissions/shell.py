@@ -30,7 +30,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from tether.core.permissions.evaluated import NAME_SETTERS, UNKNOWN_VALUE, evaluated_problem
+from tether.core.permissions.evaluated import (
+    NAME_SETTERS,
+    UNKNOWN_VALUE,
+    assigned_problem,
+    attributes_set,
+    evaluated_problem,
+)
 from tether.core.permissions.readonly import (
     ARITHMETIC_TESTS,
     NAME_TESTS,
@@ -121,6 +127,7 @@ class _Walker:
     opaque: list[str] = field(default_factory=list)
     cwd: Path | None = None
     forgotten: set[str] = field(default_factory=set)  # known names the command assigns
+    attributed: dict[str, str] = field(default_factory=dict)  # `declare -i n`: n -> "i"
     cdpath: bool = False  # the command sets CDPATH: a relative `cd` may go anywhere
 
     @property
@@ -288,6 +295,7 @@ class _Walker:
         self.substitutions(node)
         name = node.child_by_field_name("name")
         self.forget(name.text.decode() if name is not None else None)
+        self.attributed_value(node)
         label = _clip(node)
         self.commands.append(
             SimpleCommand(
@@ -295,6 +303,19 @@ class _Walker:
                 blocked=f"assigns the shell variable {name.text.decode() if name else label}",
             )
         )
+
+    def attributed_value(self, node: Any) -> None:
+        """`declare -i n; n=$x`: a value given to an integer or nameref variable is evaluated."""
+        name = node.child_by_field_name("name")
+        attributes = self.attributed.get(name.text.decode(), "") if name is not None else ""
+        if not attributes:
+            return
+        value = node.child_by_field_name("value")
+        known = static(value, self.home, self.vars) if value is not None else ""
+        problem = assigned_problem(name.text.decode(), UNKNOWN_VALUE if known is None else known,
+                                   attributes)
+        if problem:
+            raise _Opaque(problem)
 
     def function(self, node: Any) -> None:
         raise _Opaque("defines a shell function, which could shadow any command")
@@ -312,6 +333,8 @@ class _Walker:
                 name = child.child_by_field_name("name")
                 value = child.child_by_field_name("value")
                 known = static(value, self.home, self.vars) if value is not None else ""
+                if value is not None and value.type == "array":  # `(1 2)`; `([k]=v)` evaluates k
+                    known = "([" if "[" in value.text.decode() else ""
                 checked.append(f"{name.text.decode() if name else ''}="
                                f"{UNKNOWN_VALUE if known is None else known}")
             elif child.type == "variable_name":  # `unset x`, `readonly X`: a literal name
@@ -361,6 +384,7 @@ class _Walker:
             field_name = node.field_name_for_child(index)
             if child.type == "variable_assignment":
                 self.substitutions(child)
+                self.attributed_value(child)
                 name = child.child_by_field_name("name")
                 value = child.child_by_field_name("value")
                 assignments.append(
@@ -428,9 +452,12 @@ class _Walker:
                           splits=split, maybe_forms=peeled.maybe_forms)
         )
         # `test -v 'a[$(rm x)]'`, `printf -v`, `let`, `declare -i` …: words bash evaluates as code
-        problem = evaluated_problem(evaluated if evaluated is not None else peeled.argv, split)
+        judged = evaluated if evaluated is not None else peeled.argv
+        problem = evaluated_problem(judged, split, self.attributed)
         if problem:
             raise _Opaque(problem)
+        for name, flags in attributes_set(judged).items():
+            self.attributed[name] = self.attributed.get(name, "") + flags
         for inner_argv in find_exec(peeled.argv):
             self.add_argv(inner_argv, source)
         final = peeled.argv
