@@ -201,18 +201,35 @@ class GroupCommit:
                 if not done.done():
                     done.set_result(result)
 
+    def mark(self, conversation: str, item_id: str, state: str, **fields: Any) -> bool:
+        """Queue a mark behind the commits already handed to the thread; False once closed."""
+        try:
+            self._thread.submit(_mark_now, self.queue, conversation, item_id, state, **fields)
+        except RuntimeError:  # shut down
+            return False
+        return True
+
     def close(self) -> None:
         self._thread.shutdown(wait=True)
 
 
 def mark(rt: ConversationRuntime, item_id: str, state: str, **fields: Any) -> None:
-    """Follow an input's state; a failing disk is reported, never fatal to the turn (the
-    transcript still decides at the next restart)."""
+    """Follow an input's state, in the writer thread when there is one (after the input's own
+    commit, never waiting for the next one on the loop); a failing disk is reported, never
+    fatal to the turn (the transcript still decides at the next restart)."""
     queue = queue_of(rt)
     if queue is None:
         return
+    conversation = conversation_key(rt.scope)
+    writer = rt.ctx.input_writer
+    if writer is not None and writer.mark(conversation, item_id, state, **fields):
+        return
+    _mark_now(queue, conversation, item_id, state, **fields)
+
+
+def _mark_now(queue: InputQueue, conversation: str, item_id: str, state: str, **fields: Any) -> None:
     try:
-        queue.mark(conversation_key(rt.scope), item_id, state, **fields)
+        queue.mark(conversation, item_id, state, **fields)
     except TetherError as exc:
         sys.stderr.write(f"tether: input {item_id}: {exc}\n")
 
