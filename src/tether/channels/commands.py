@@ -102,10 +102,12 @@ class ChatCommands:
 
     async def _cancel(self, msg: InboundMessage) -> None:
         route = self.gw.routes.lookup(msg.channel, msg.account_id, msg.chat_id)
-        handle = self.gw.runtimes.get(route.key()) if route else None
-        if handle is None:
+        if route is None:
             await self.gw.say(msg, "Nothing to cancel.")
             return
+        # The route's runtime on this connection (waiting for a start under way: a /cancel
+        # right after the link came back must still reach the running turn).
+        handle = await self.gw.ensure_runtime(route)
         answer = await self.gw.link.call({
             "type": "abort_message", "request_id": self.gw.link.request_id("abort"),
             "runtime": handle.runtime,
