@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
+from tether.backends.local.disk_full import disk_full
 from tether.backends.local.locks import StoreUnwritable
 from tether.errors import StoreError
 
@@ -159,7 +160,8 @@ def _store_errors(path: Path) -> Iterator[None]:
     except sqlite3.IntegrityError:
         raise
     except (sqlite3.Error, OSError) as exc:
-        raise InputStoreUnavailable(path, exc) from exc
+        full = disk_full(path, exc, "write the input queue", "the input was not accepted")
+        raise (full or InputStoreUnavailable(path, exc)) from exc
 
 
 class SqliteInputQueue:
@@ -175,6 +177,7 @@ class SqliteInputQueue:
         # Reads on their own connection: in WAL they never wait for a commit's fsync.
         self._read_lock = threading.Lock()
         self._reader: sqlite3.Connection | None = None
+        self._mark_conn: sqlite3.Connection | None = None
         self._closed = False
         self._owner_fd: int | None = None
         self._marks = 0
@@ -199,6 +202,21 @@ class SqliteInputQueue:
             self._prune(conn, time.time())
             self._conn = conn
         return self._conn
+
+    @property
+    def _marker(self) -> sqlite3.Connection:
+        """The connection marks commit on: `synchronous=NORMAL`, no fsync of its own (module
+        docstring); called under `_lock`."""
+        if self._mark_conn is None:
+            import sqlite3
+
+            self._db  # noqa: B018  (the schema, the owner lock)
+            conn = sqlite3.connect(
+                self.path, check_same_thread=False, isolation_level=None, timeout=10
+            )
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._mark_conn = conn
+        return self._mark_conn
 
     @property
     def _reads(self) -> sqlite3.Connection:
@@ -266,9 +284,10 @@ class SqliteInputQueue:
                 self._reader = None
         with self._lock:
             self._closed = True
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            for conn in (self._mark_conn, self._conn):
+                if conn is not None:
+                    conn.close()
+            self._conn = self._mark_conn = None
             if self._owner_fd is not None:
                 with contextlib.suppress(OSError):
                     self._owner_file(self.owner).unlink()
@@ -284,8 +303,6 @@ class SqliteInputQueue:
     def accept_many(self, items: Sequence[StoredInput]) -> list[str | None]:
         """Record `items` in one transaction (one fsync: a group commit); per item None, or
         "key" when its idempotency key is taken (that one alone is not recorded)."""
-        import sqlite3
-
         rows = [
             (i.conversation, i.item_id, i.idempotency_key, i.request_id, i.source, i.disposition,
              orjson.dumps(_body(i)), self.owner)
@@ -298,19 +315,14 @@ class SqliteInputQueue:
             db.execute("BEGIN IMMEDIATE")
             try:
                 for row in rows:
-                    db.execute("SAVEPOINT one")
-                    try:
-                        db.execute(
-                            "INSERT INTO inputs (conversation, item_id, idempotency_key,"
-                            " request_id, source, disposition, state, body, owner, enqueued_at,"
-                            " updated_at) VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)",
-                            (*row, now, now),
-                        )
-                        out.append(None)
-                    except sqlite3.IntegrityError:
-                        db.execute("ROLLBACK TO one")
-                        out.append("key")
-                    db.execute("RELEASE one")
+                    # Only the key's unique index can refuse a row (item ids are random).
+                    cur = db.execute(
+                        "INSERT OR IGNORE INTO inputs (conversation, item_id, idempotency_key,"
+                        " request_id, source, disposition, state, body, owner, enqueued_at,"
+                        " updated_at) VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)",
+                        (*row, now, now),
+                    )
+                    out.append(None if cur.rowcount == 1 else "key")
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
@@ -328,21 +340,16 @@ class SqliteInputQueue:
         body = _FINISHED_BODY if state in TERMINAL else None
         now = time.time()
         with self._lock, _store_errors(self.path):
-            db = self._db
-            db.execute("PRAGMA synchronous=NORMAL")  # no fsync of its own (module docstring)
-            try:
-                db.execute(
-                    "UPDATE inputs SET state = ?, user_message_id = COALESCE(?, user_message_id),"
-                    " reason = COALESCE(?, reason), body = COALESCE(?, body), updated_at = ?"
-                    " WHERE conversation = ? AND item_id = ? AND owner = ?",
-                    (state, user_message_id, reason, body, now, conversation, item_id,
-                     self.owner),
-                )
-                self._marks += 1
-                if self._marks % PRUNE_EVERY == 0:
-                    self._prune(db, now)
-            finally:
-                db.execute("PRAGMA synchronous=FULL")
+            db = self._marker
+            db.execute(
+                "UPDATE inputs SET state = ?, user_message_id = COALESCE(?, user_message_id),"
+                " reason = COALESCE(?, reason), body = COALESCE(?, body), updated_at = ?"
+                " WHERE conversation = ? AND item_id = ? AND owner = ?",
+                (state, user_message_id, reason, body, now, conversation, item_id, self.owner),
+            )
+            self._marks += 1
+            if self._marks % PRUNE_EVERY == 0:
+                self._prune(db, now)
 
     @staticmethod
     def _prune(db: sqlite3.Connection, now: float) -> None:
