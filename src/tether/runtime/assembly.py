@@ -213,6 +213,10 @@ def prepare(flags: RunFlags, spec: RunSpec) -> Prepared:
     # Outside the scratch dir, where sandboxed commands can write: the ledger is tether's own.
     prepared.services.shell_groups = ShellGroups.for_conversation(store.home, session.conversation_id)
     sandbox = shell_sandbox_from(env, {"sandbox": settings.sandbox}, cwd, store.home, prepared.scratch)
+    if sandbox is not None and prepared.policy.scope.armed_files:  # the scripts hooks run
+        from dataclasses import replace
+
+        sandbox = replace(sandbox, readonly_files=prepared.policy.scope.armed_files)
     prepared.services.sandbox = sandbox
     from tether.runtime.confinement import Confinement
 
@@ -263,9 +267,14 @@ def _follow_cwd(prepared: Prepared, new: Path) -> None:
     assert p.policy is not None
     p.cwd = new  # the system prompt keeps the folder the conversation started in (its cache)
     extra = p.settings.permissions.additional_directories
-    p.policy.scope = Scope.of(new, p.policy.scope.home, (*p.policy.scope.roots[1:], *extra))
+    armed = p.policy.scope
+    p.policy.scope = dataclasses.replace(
+        Scope.of(new, armed.home, (*armed.roots[1:], *extra)),
+        armed_names=armed.armed_names, armed_files=armed.armed_files)
     box = {"sandbox": p.settings.sandbox}
     sandbox = shell_sandbox_from(p.env, box, new, p.store.home, p.scratch)
+    if sandbox is not None and armed.armed_files:
+        sandbox = dataclasses.replace(sandbox, readonly_files=armed.armed_files)
     p.services.sandbox = sandbox
     confinement = Confinement(p.env, box, new, p.store.home, p.scratch)
     p.services.confinement = confinement

@@ -4,6 +4,8 @@ state guards, as the `decide` the turn engine calls for each tool call."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,7 @@ class PermissionPolicy:
         command = args.get(key) if canonical_tool_name(tool.name) == "Bash" else None
         admission = getattr(tool, "session_admission", None)  # write_stdin: its session's start
         start = getattr(tool, "session_start", None)
+        accesses = getattr(tool, "accesses", None)  # ApplyPatch: what it does to each path
         call = Call(
             tool.name,
             args,
@@ -60,6 +63,8 @@ class PermissionPolicy:
             session=admission(args) if callable(admission) else None,
             mcp_server=_mcp_server(tool),
             session_start=start(args) if callable(start) else None,
+            accesses=tuple((family, str(path)) for family, path in accesses(args, ctx.cwd))
+            if callable(accesses) else (),
         )
         can_confine = (  # probed only where the read-only auto-allow could apply
             call.command is not None and ctx.permission_mode in ("standard", "acceptEdits", "plan")
@@ -91,7 +96,33 @@ def build_policy(
         allow=perms.allow,
         ask=perms.ask,
     )
-    return PermissionPolicy(rules, Scope.of(cwd, home, perms.additional_directories))
+    scope = Scope.of(cwd, home, perms.additional_directories)
+    scope = replace(scope, armed_names=sandbox_armed_names,
+                    armed_files=_hook_scripts(settings, scope.cwd, scope.roots))
+    return PermissionPolicy(rules, scope)
+
+
+@cache
+def sandbox_armed_names() -> frozenset[str]:
+    """The names whose writing arms later execution, as the workspace sandbox guards them
+    (`sandbox/armed.py`); imported on the first write decision, not at start-up."""
+    from tether.core.permissions.paths import fold
+    from tether.sandbox.armed import ARMED_NAMES
+
+    return frozenset(fold(name) for name in ARMED_NAMES)
+
+
+def _hook_scripts(settings: Settings, cwd: Path, roots: Sequence[Path]) -> tuple[Path, ...]:
+    """The workspace files the settings' command hooks run (none configured: nothing loads)."""
+    if settings.hooks_user is None and not settings.hooks_project:
+        return ()
+    from tether.runtime.hook_scripts import hook_scripts
+    from tether.runtime.hooks import merge_hooks
+
+    user = settings.user
+    config = merge_hooks(settings.hooks_user, list(settings.hooks_project),
+                         user_source=str(user.path) if user else "user settings")
+    return hook_scripts(config, cwd, roots)
 
 
 def file_guards(

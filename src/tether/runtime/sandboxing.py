@@ -68,6 +68,8 @@ class ShellSandbox:
     # guard and the armed names it knows in the writable roots are mounted read-only.
     guard_state: Path | None = None
     tether_home: Path | None = None  # where the compiled guard is cached
+    # Workspace files the user's hooks run (`runtime/hook_scripts.py`): read-only while they exist.
+    readonly_files: tuple[Path, ...] = ()
 
     def wrap(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> WrappedCommand:
         """What to spawn instead of `argv`; raises SandboxError (nothing may run) when it cannot."""
@@ -83,6 +85,9 @@ class ShellSandbox:
             known = [p for p in known if not p.is_symlink()]
             if known:
                 policy = replace(policy, readonly_roots=(*policy.readonly_roots, *known))
+        scripts = [p for p in self.readonly_files if p.is_file() and not p.is_symlink()]
+        if scripts:
+            policy = replace(policy, readonly_roots=(*policy.readonly_roots, *scripts))
         wrapped = wrap_command(
             policy,
             argv,

@@ -3,7 +3,10 @@
 Every hunk is matched in memory before anything is written, so a hunk that does not apply leaves
 every file as it was. Writes go through `confined.FileAccess` like Write and Edit (atomic, no
 symlink swapped in followed); if a write fails part-way, the files already written are put
-back. For permissions the call is an edit of every path it touches (`paths`), each judged alone.
+back. For permissions (`accesses`) each path is judged under the rules of what the patch does to
+it: an add writes, a delete changes, an update reads and changes, and a move reads and deletes
+its source and writes its destination, so `*** Move to:` cannot carry a file a Read rule
+denies to a readable name, nor create what arms later execution without asking.
 """
 
 from __future__ import annotations
@@ -68,6 +71,30 @@ def patch_paths(args: Mapping[str, Any], cwd: Path) -> list[Path]:
             if spelled is not None:
                 with contextlib.suppress(ToolFailure):
                     out.append(resolve_path(spelled, cwd))
+    return out
+
+
+def patch_accesses(args: Mapping[str, Any], cwd: Path) -> list[tuple[str, Path]]:
+    """(family, path) for every path the patch reads, writes, deletes or moves from/to, or []
+    when it does not parse (then `paths` is empty too, and the call is judged as a bare edit)."""
+    from tether.tools.patch_format import parse_patch
+
+    text = args.get("input")
+    if not isinstance(text, str) or "\0" in text:
+        return []
+    try:
+        changes = parse_patch(text)
+    except ToolFailure:
+        return []
+    out: list[tuple[str, Path]] = []
+    for change in changes:
+        families = {"add": ("Write",), "delete": ("Edit",), "update": ("Read", "Edit")}[change.kind]
+        with contextlib.suppress(ToolFailure):
+            source = resolve_path(change.path, cwd)
+            out.extend((family, source) for family in families)
+        if change.move_to is not None:
+            with contextlib.suppress(ToolFailure):
+                out.append(("Write", resolve_path(change.move_to, cwd)))
     return out
 
 
@@ -171,6 +198,9 @@ class ApplyPatchTool:
 
     def paths(self, args: Mapping[str, Any], cwd: Path) -> list[Path]:
         return patch_paths(args, cwd)
+
+    def accesses(self, args: Mapping[str, Any], cwd: Path) -> list[tuple[str, Path]]:
+        return patch_accesses(args, cwd)
 
     async def run(self, args: Mapping[str, Any], ctx: ToolRunContext) -> ToolResult:
         text = args.get("input")

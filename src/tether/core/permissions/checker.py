@@ -45,9 +45,11 @@ from typing import Any
 from tether.core.permissions.gitconfig import config_files, git_hazard, lazy_fetch
 from tether.core.permissions.modes import Decision
 from tether.core.permissions.paths import (
+    PathPattern,
     PathRef,
     arms_later,
     expand_glob,
+    fold,
     hard_linked,
     magic_link,
     names_arming_dir,
@@ -112,6 +114,11 @@ class Scope:
     hard_linked: Callable[[Path], bool] = hard_linked  # a file with other names (st_nlink > 1)
     git_files: Callable[[Path], tuple[str, ...]] = config_files  # files a repo's config reads
     expand: Callable[[str, Path], list[str] | None] = expand_glob  # a shell glob, on disk
+    # What else a write arms for later (beyond `.git`/`.tether`, which core knows): names the
+    # runtime takes from `sandbox/armed.py` (`.envrc`, `.vscode` …), read on first use, and the
+    # workspace files the user's hooks run (`runtime/hooks.hook_scripts`).
+    armed_names: Callable[[], frozenset[str]] = frozenset
+    armed_files: tuple[Path, ...] = ()
 
     @staticmethod
     def of(cwd: Path, home: Path, extra: Iterable[Path] = ()) -> Scope:
@@ -207,6 +214,9 @@ class Call:
     # None for every other call.
     session: str | None = None
     mcp_server: str | None = None  # an MCP tool: its server's configured name (rules match it)
+    # Tools that touch paths in different ways (ApplyPatch): (family, path) for every path the
+    # call reads, writes, deletes or moves from/to; each is judged under its family's rules.
+    accesses: tuple[tuple[str, str], ...] = ()
     # write_stdin: the command that started the session, and its folder (None: not known)
     session_start: tuple[str, Path | None] | None = None
 
@@ -231,6 +241,8 @@ def decide(call: Call, policy: Policy) -> Decision:
         from tether.core.permissions.shellcheck import ShellCheck
 
         return ShellCheck(call, policy).decide()
+    if call.accesses:
+        return _decide_accesses(call, policy)
     scope = policy.scope
     refs = [scope.resolve(p, call.cwd or scope.cwd, scope.home) for p in call.paths]
     decision = _decide_tool(call, family, policy, refs)
@@ -238,6 +250,28 @@ def decide(call: Call, policy: Policy) -> Decision:
         return decision
     # What was judged is what the tool may open: a name swapped for a link later leads nowhere.
     return replace(decision, judged=tuple(str(r.resolved) for r in refs))
+
+
+def _decide_accesses(call: Call, policy: Policy) -> Decision:
+    """Each path under the rules of what the call does to it (a patch's move reads and deletes
+    its source and writes its destination): a deny of any denies, else an ask of any asks, and
+    only when every one is allowed is the call; it may then open what every one judged."""
+    asked: Decision | None = None
+    judged: list[str] = []
+    for family, path in call.accesses:
+        one = decide(replace(call, tool=family, paths=(path,), accesses=()), policy)
+        if one.verdict == "deny":
+            return replace(one, reason=f"{one.reason} ({call.tool} {_VERBS.get(family, 'touches')} {path})")
+        if one.verdict == "ask" and (asked is None or (one.sticky and not asked.sticky)):
+            asked = replace(one, reason=f"{call.tool} {_VERBS.get(family, 'touches')} {path}: {one.reason}")
+        judged.extend(one.judged)
+    if asked is not None:
+        return asked
+    return Decision("allow", f"every path {call.tool} touches is allowed",
+                    judged=tuple(dict.fromkeys(judged)))
+
+
+_VERBS = {"Read": "reads", "Edit": "changes or deletes", "Write": "writes"}
 
 
 # -- non-shell tools ------------------------------------------------------------------------------
@@ -310,23 +344,57 @@ def _arming_write(
     refs: Sequence[PathRef], family: str, rules: RuleSet, scope: Scope
 ) -> Decision | None:
     """A write into `.git/` or `.tether/` (any depth, any mode): git hooks and config, tether's
-    settings run later without asking. Only an allow rule that names such a directory, or a
-    human, may admit it; the mode and broad rules (`Edit(**)`) do not."""
+    settings run later without asking; so do `.envrc`, editor tasks (`.vscode`, `.idea`) and
+    the scripts the user's hooks run (`Scope.armed_names`, `Scope.armed_files`). Only an allow
+    rule that names such a path, or a human, may admit it; the mode and broad rules (`Edit(**)`)
+    do not."""
     for ref in refs:
+        names: frozenset[str] = frozenset()
         armed = arms_later(ref, scope.roots)
+        if armed is None:
+            names = scope.armed_names()
+            armed = _armed_name(ref, scope.roots, names) or _armed_file(ref, scope.armed_files)
         if armed is None:
             continue
         for rule in (*rules.cli_allow, *rules.session_allow, *rules.allow):
             if (rule.kind == "path" and rule.pattern is not None
                     and family in families_covered(rule.family)
-                    and names_arming_dir(rule.pattern)
+                    and _names_armed(rule.pattern, names, scope.armed_files)
                     and rule.pattern.matches(ref.resolved, cwd=scope.cwd, home=scope.home,
                                              deny=False)):
                 return Decision("allow", f"allowed by rule {rule}, which names {armed}", rule.text)
         return Decision("ask", f"Writing {ref.spelled} changes {armed}, whose contents run later "
-                               "without asking (git hooks and config, tether settings); only a "
-                               "rule naming it, or you, may allow it")
+                               "without asking (git hooks and config, tether settings, .envrc, "
+                               "editor tasks, scripts your hooks run); only a rule naming it, or "
+                               "you, may allow it")
     return None
+
+
+def _armed_name(ref: PathRef, roots: Sequence[Path], names: frozenset[str]) -> str | None:
+    for form in ref.forms if names else ():
+        root = next((r for r in roots if within(form, (r,))), None)
+        if root is None:
+            continue
+        parts = form.relative_to(root).parts
+        for index, part in enumerate(parts):
+            if fold(part) in names:
+                return str(root.joinpath(*parts[: index + 1]))
+    return None
+
+
+def _armed_file(ref: PathRef, files: Sequence[Path]) -> str | None:
+    hit = next((f for f in ref.forms if f in files), None)
+    return f"{hit} (a script your hooks run)" if hit is not None else None
+
+
+def _names_armed(pattern: PathPattern, names: frozenset[str], files: Sequence[Path]) -> bool:
+    """An allow rule's pattern spells out the armed directory, name or (globless) file."""
+    if names_arming_dir(pattern):
+        return True
+    parts = pattern.body.split("/")
+    if any(fold(p) in names for p in parts):
+        return True
+    return bool(files) and not any(c in pattern.body for c in "*?[")
 
 
 def _tool_rule(
