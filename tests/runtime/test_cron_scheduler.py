@@ -467,6 +467,8 @@ def test_a_fire_that_reached_its_conversation_is_not_fired_again(
     tick(b)
     assert after.received == [] and CronStore(home).open_fires() == []
     assert CronStore(home).fire(before.keys[0]).state == "started"  # type: ignore[union-attr]
+    [run] = CronStore(home).runs(CronStore(home).tasks()[0]["id"])
+    assert (run["outcome"], run["fireState"]) == ("queued", "started")
 
 
 def test_a_fire_claimed_then_found_in_the_conversation_is_recorded_once(tmp_path: Path) -> None:
@@ -546,3 +548,8 @@ def test_the_end_of_a_fires_turn_settles_it(store: CronStore) -> None:
     assert store.fire(first).state == "done"  # type: ignore[union-attr]
     assert store.fire(second).state == "failed"  # type: ignore[union-attr]
     assert store.open_fires() == []
+    runs = store.runs(store.tasks()[0]["id"])
+    assert [(r["outcome"], r["fireState"]) for r in runs] == [
+        ("queued", "done"),
+        ("queued", "failed"),
+    ]

@@ -1,3 +1,4 @@
 """Schedules (reference §13): `schedule.py` turns `--every/--at/--cron` into fire times with
-cronsim, `store.py` keeps tasks, run logs and the scheduler lease in SQLite under TETHER_HOME,
-`scheduler.py` fires due tasks into conversation queues through a narrow `Submitter` seam."""
+cronsim, `store.py` keeps tasks, run logs, fires and the scheduler lease in SQLite under
+TETHER_HOME, `scheduler.py` claims due slots and `delivery.py` carries each fire into its
+conversation queue through a narrow `Submitter` seam, exactly once across a scheduler's death."""

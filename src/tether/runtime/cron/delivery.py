@@ -155,6 +155,7 @@ def _settle_first(d: Delivery, result: SubmitResult, now: int) -> None:
         missed_count=claim.missed or None,
     )
     record["conversationId"] = result.conversation_id
+    record["fireKey"] = claim.key  # `runs` adds the fire's state (started, done, ...) by it
     d.record = record
     if result.outcome == "queued":
         number = int(task.get("fire_count") or 0) + 1

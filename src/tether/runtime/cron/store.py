@@ -377,11 +377,21 @@ class CronStore:
         )
 
     def runs(self, task_id: str, limit: int = 20) -> list[dict[str, Any]]:
-        """The task's latest run records, oldest first."""
+        """The task's latest run records, oldest first; a submitted fire's record says how far
+        its prompt got (`fireState`: queued, started, done, failed)."""
         rows = self.db.execute(
-            "SELECT record FROM runs WHERE task_id = ? ORDER BY seq DESC LIMIT ?", (task_id, limit)
+            "SELECT r.record, f.state FROM runs r LEFT JOIN fires f"
+            " ON f.key = json_extract(CAST(r.record AS TEXT), '$.fireKey')"
+            " WHERE r.task_id = ? ORDER BY r.seq DESC LIMIT ?",
+            (task_id, limit),
         ).fetchall()
-        return [dict(orjson.loads(r[0])) for r in reversed(rows)]
+        out = []
+        for record, state in reversed(rows):
+            run = dict(orjson.loads(record))
+            if state is not None:
+                run["fireState"] = state
+            out.append(run)
+        return out
 
     # --- manual triggers ------------------------------------------------------------------------
 
