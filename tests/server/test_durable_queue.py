@@ -360,3 +360,40 @@ def test_openai_idempotency_key_is_kept_across_kill_9(tmp_path: Path) -> None:
     assert "interrupted" in again_a.json()["error"]["message"]
     assert _user_texts(home) == ["a", "b"]
     assert len(fake.requests) == 2
+
+
+def test_an_input_a_restart_cannot_run_is_reported_not_run(
+    tmp_path: Path, tether_home: Path, monkeypatch: Any
+) -> None:
+    """A dead server's queued input whose conversation cannot be rebuilt (its folder is gone):
+    the next server marks it not_run with the reason, and a retried key is told so."""
+    from tests.server.support import InProcess, point_at
+    from tether.runtime.input_queue import SqliteInputQueue, StoredInput, StoredMessage, Workspace
+
+    project = tmp_path / "project"
+    project.mkdir()
+    store = LocalStore(tether_home)
+    agent = store.create_agent(model=MODEL, system="test", name="t").id
+    conversation = store.create_conversation(agent).id
+    dead = SqliteInputQueue(tether_home / "inputs.db", "a-server-that-died")
+    dead.accept(StoredInput(
+        conversation=f"{agent}/{conversation}", item_id="q-0123456789ab", source="user",
+        disposition="queued", messages=(StoredMessage("cm-1", "hi", ({"type": "text", "text": "hi"},)),),
+        workspace=Workspace(str(tmp_path / "deleted-folder"), None, False),
+        idempotency_key="key-1", request_id="key-1",
+    ))
+    dead.close()  # its owner lock gone, as the kernel drops a killed one's
+
+    async def scenario() -> dict[str, Any]:
+        async with InProcess(project) as srv, srv.connect() as ws:
+            c = Client(ws)
+            runtime = (await c.start(project, agent_id=agent, conversation_id=conversation))["runtime"]
+            await c.say(runtime, "hi", request_id="key-1")
+            return await c.of_type("input_accepted", request_id="key-1")
+
+    with FakeProvider([]) as fake:
+        point_at(fake, monkeypatch)
+        answer = asyncio.run(scenario())
+        assert fake.requests == []  # nothing ran
+    assert answer["duplicate"] is True and answer["state"] == "not_run"
+    assert "could not resume" in answer["reason"] and "deleted-folder" in answer["reason"]

@@ -392,7 +392,9 @@ class OpenAIBridge:
         answer = await rt.enqueue(CreateMessage(watch.request_id, key, rt.scope, (message,)))
         if not answer.accepted:
             rt.unsubscribe(watch)
-            raise ApiError(429, str(answer.error), None, "conversation_queue_full")
+            if answer.full:
+                raise ApiError(429, str(answer.error), None, "conversation_queue_full")
+            raise ApiError(503, str(answer.error), None, "input_not_accepted")
         if answer.duplicate and key is not None:
             _join_first(watch, key, answer)
         watch.queue_item_id = answer.queue_item_id

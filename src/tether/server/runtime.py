@@ -248,7 +248,8 @@ class ConversationRuntime:
             self.inbox.check_room()
         except QueueFull:
             return InputAnswer(False, error=f"the input queue of {self.scope.conversation_id} is "
-                               f"full ({self.ctx.max_queue} inputs waiting); retry after a turn finishes")
+                               f"full ({self.ctx.max_queue} inputs waiting); retry after a turn "
+                               "finishes", full=True)
         except InboxClosed as exc:
             return InputAnswer(False, error=f"{self.scope.conversation_id}: {exc}")
         from tether.protocol.chunks import iso_now
@@ -274,7 +275,8 @@ class ConversationRuntime:
             self.inbox.put(item)
         except (QueueFull, InboxClosed) as exc:  # filled or closed while the commit ran
             durable_inputs.mark(self, item.id, "cancelled", reason=str(exc))
-            return InputAnswer(False, error=f"{self.scope.conversation_id}: {exc}")
+            full = isinstance(exc, QueueFull)
+            return InputAnswer(False, error=f"{self.scope.conversation_id}: {exc}", full=full)
         answer = InputAnswer(True, "started" if started else "queued", item.id)
         if key is not None:
             durable_inputs.remember(self, key, answer)

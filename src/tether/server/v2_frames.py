@@ -52,6 +52,7 @@ class InputAnswer:
     # done, cancelled, interrupted, not_run) and why, when it did not run.
     state: str | None = None
     reason: str | None = None
+    full: bool = False  # refused because the queue is full (not: closed, or not recorded)
 
     def fields(self) -> dict[str, Any]:
         if not self.accepted:
