@@ -28,6 +28,7 @@ from tether.channels.plugins import InboundMessage
 from tether.errors import DiskFull
 from tether.runtime.checkpoints import CheckpointStore
 from tether.runtime.cron.store import CronStore
+from tether.runtime.input_queue import SqliteInputQueue, StoredInput, StoredMessage, Workspace
 from tether.testing.fake_provider import FakeProvider
 
 MODEL = "anthropic/claude-test"
@@ -157,6 +158,30 @@ def test_the_cron_store_on_a_full_disk_names_it(tmp_path: Path) -> None:
     for err, path in ((exc.value, disk / "cron.db"), (at_open.value, disk / "second" / "cron.db")):
         assert_names_the_full_disk(str(err), path, disk)
         assert "cannot write the schedule store" in str(err)
+
+
+def test_the_app_servers_input_queue_on_a_full_disk_names_it(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "fs", "1m") as disk:
+        path = disk / "inputs.db"
+        queue = SqliteInputQueue(path, "owner-1")
+        queue.accept(_input(0))
+        fill(disk, leave=0)
+        with pytest.raises(DiskFull) as exc:
+            for i in range(1, 1000):
+                queue.accept(_input(i))
+        (disk / "filler").unlink()
+        queue.accept(_input(1000))  # not sticky
+        queue.close()
+    assert_names_the_full_disk(str(exc.value), path, disk)
+    assert "cannot write the input queue" in str(exc.value)
+    assert "the input was not accepted" in str(exc.value)
+
+
+def _input(i: int) -> StoredInput:
+    text = "w" * 4000
+    message = StoredMessage(f"cm-{i}", text, ({"type": "text", "text": text},))
+    return StoredInput("agent-1/conv-1", f"item-{i}", "websocket", "queued", (message,),
+                       Workspace("/", None, sandboxed=False))
 
 
 def _task(i: int) -> dict[str, object]:
