@@ -167,11 +167,10 @@ class AppServer:
         return f"ws://{host}:{self.port}{self.path}"
 
     async def start(self) -> str:
-        """Resume what a dead server left queued (before any new input can arrive), then
-        listen."""
+        """Bind, resume what a dead server left queued, then accept connections: a port that
+        is taken fails before any resumed turn begins, and no new input can come first."""
         from tether.server.durable_inputs import resume_inputs
 
-        resume_inputs(self)
         bind = "127.0.0.1" if self.host == "localhost" else self.host  # one socket, one port
         self._server = await serve(
             self.handle,
@@ -183,9 +182,12 @@ class AppServer:
             ping_timeout=self.options.ping_timeout,
             server_header=None,
             create_connection=self.bridge.connection_class() if self.bridge else None,
+            start_serving=False,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self.allowed_hosts = auth.allowed_host_headers(self.host, self.port)
+        resume_inputs(self)
+        await self._server.start_serving()
         return self.url
 
     def start_scheduler(self) -> None:
