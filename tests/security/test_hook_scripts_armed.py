@@ -127,3 +127,29 @@ def test_a_rule_naming_the_script_allows_editing_it(world: World) -> None:
 def test_the_scripts_a_hook_command_runs(command: str, expected: list[str]) -> None:
     cwd = Path("/w")
     assert [str(p.relative_to(cwd)) for p in scripts_of(command, cwd)] == expected
+
+
+REDIRECTS = [
+    ("printf 'touch PWNED_MARKER\\n' >> scripts/fmt.sh", ("--allowedTools", "Bash(printf:*)",
+                                                           "--permission-mode", "acceptEdits")),
+    ("echo 'touch PWNED_MARKER' > scripts/fmt.sh", ("--allowedTools", "Bash(echo:*)", "Edit(**)")),
+    ("echo 'touch PWNED_MARKER' > .envrc", ("--allowedTools", "Bash(echo:*)", "--permission-mode", "acceptEdits")),
+    ("echo '{}' > .vscode/tasks.json", ("--allowedTools", "Bash(echo:*)", "--permission-mode", "acceptEdits")),
+    ("echo 'touch PWNED_MARKER' > scripts/fmt.sh", ("--yolo",)),
+]
+
+
+@pytest.mark.parametrize(("command", "args"), REDIRECTS, ids=[r[0][-22:] for r in REDIRECTS])
+def test_an_admitted_commands_redirect_into_an_armed_file_asks(
+    world: World, command: str, args: tuple[str, ...]
+) -> None:
+    """Sandbox off: the permission layer alone holds the armed files against a rule or mode
+    that admits the command and its redirection."""
+    (world.project / ".vscode").mkdir()
+    path = plant(world, "scripts/fmt.sh")
+    out = attempt(world, bash(command), args=args, env={"TETHER_FS_SANDBOX": "0"},
+                  settings=hooked("sh scripts/fmt.sh"))
+    assert out.run.code == 0, out.explain()
+    assert out.statuses == ["error"] and "requires approval" in out.outputs[0], out.explain()
+    assert path.read_text() == FMT and not world.effects()
+    assert not (world.project / ".envrc").exists() and not (world.project / ".vscode" / "tasks.json").exists()

@@ -349,17 +349,13 @@ def _arming_write(
     rule that names such a path, or a human, may admit it; the mode and broad rules (`Edit(**)`)
     do not."""
     for ref in refs:
-        names: frozenset[str] = frozenset()
-        armed = arms_later(ref, scope.roots)
-        if armed is None:
-            names = scope.armed_names()
-            armed = _armed_name(ref, scope.roots, names) or _armed_file(ref, scope.armed_files)
+        armed = armed_target(ref, scope)
         if armed is None:
             continue
         for rule in (*rules.cli_allow, *rules.session_allow, *rules.allow):
             if (rule.kind == "path" and rule.pattern is not None
                     and family in families_covered(rule.family)
-                    and _names_armed(rule.pattern, names, scope.armed_files)
+                    and names_armed(rule.pattern, scope)
                     and rule.pattern.matches(ref.resolved, cwd=scope.cwd, home=scope.home,
                                              deny=False)):
                 return Decision("allow", f"allowed by rule {rule}, which names {armed}", rule.text)
@@ -368,6 +364,15 @@ def _arming_write(
                                "editor tasks, scripts your hooks run); only a rule naming it, or "
                                "you, may allow it")
     return None
+
+
+def armed_target(ref: PathRef, scope: Scope) -> str | None:
+    """What a write to `ref` would arm for later unasked execution (the `.git`/`.tether`
+    directory, the `.envrc`/`.vscode`… path, the hook script), or None."""
+    armed = arms_later(ref, scope.roots)
+    if armed is None:
+        armed = _armed_name(ref, scope.roots, scope.armed_names())
+    return armed or _armed_file(ref, scope.armed_files)
 
 
 def _armed_name(ref: PathRef, roots: Sequence[Path], names: frozenset[str]) -> str | None:
@@ -387,14 +392,14 @@ def _armed_file(ref: PathRef, files: Sequence[Path]) -> str | None:
     return f"{hit} (a script your hooks run)" if hit is not None else None
 
 
-def _names_armed(pattern: PathPattern, names: frozenset[str], files: Sequence[Path]) -> bool:
-    """An allow rule's pattern spells out the armed directory, name or (globless) file."""
+def names_armed(pattern: PathPattern, scope: Scope) -> bool:
+    """An allow rule's pattern spells out an armed directory, name or (globless) file."""
     if names_arming_dir(pattern):
         return True
-    parts = pattern.body.split("/")
-    if any(fold(p) in names for p in parts):
+    names = scope.armed_names()
+    if any(fold(p) in names for p in pattern.body.split("/")):
         return True
-    return bool(files) and not any(c in pattern.body for c in "*?[")
+    return bool(scope.armed_files) and not any(c in pattern.body for c in "*?[")
 
 
 def _tool_rule(

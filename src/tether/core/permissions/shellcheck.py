@@ -8,7 +8,8 @@ deny rules exist it could be dodging. Then allow: every command must be admitted
 the read-only analysis (`readonly.inspect`); what only the read-only analysis admitted comes back
 `confine=True` (or asks when `Policy.can_confine` is False). A word only known at run time is
 fine for read-only commands whose options are all harmless, unless a file deny rule could cover
-the file it names. Writes into `.git/` or `.tether/` by redirection need a rule naming them.
+the file it names. Redirections into what arms later execution (`.git/`, `.tether/`, `.envrc`,
+`.vscode`, scripts hooks run: `checker.armed_target`) need a rule naming them.
 """
 
 from __future__ import annotations
@@ -18,13 +19,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from tether.core.permissions.checker import Call, Policy
+from tether.core.permissions.checker import Call, Policy, armed_target, names_armed
 from tether.core.permissions.modes import Decision
 from tether.core.permissions.paths import (
     PathRef,
-    arms_later,
     magic_link,
-    names_arming_dir,
     within,
 )
 from tether.core.permissions.readonly import ReadOnly, inspect
@@ -159,7 +158,7 @@ class ShellCheck:
                 if redirect.write and redirect.target is not None and redirect.cwd is not None:
                     problem, _ = self._redirect_problem(redirect.target, True, redirect.cwd)
                     ref = self._redirect_ref(redirect.target, redirect.cwd)
-                    if problem and arms_later(ref, self.scope.roots):
+                    if problem and armed_target(ref, self.scope):
                         return Decision("ask", problem)
             return Decision("allow", "permission mode unrestricted")
         if opaque:
@@ -390,12 +389,13 @@ class ShellCheck:
             return "The command redirects to a file whose name is only known at run time", False
         ref = self._redirect_ref(target, cwd)
         inside = within(ref.resolved, self.scope.roots) and not magic_link(ref)
-        armed = arms_later(ref, self.scope.roots) if write else None
+        armed = armed_target(ref, self.scope) if write else None
         if armed is not None:
             for rule in (*self.rules.cli_allow, *self.rules.session_allow, *self.rules.allow):
                 if (rule.kind == "path" and rule.pattern is not None
                         and "Write" in families_covered(rule.family)
-                        and names_arming_dir(rule.pattern) and self._path_rule(rule, ref, deny=False)):
+                        and names_armed(rule.pattern, self.scope)
+                        and self._path_rule(rule, ref, deny=False)):
                     return None, True
             return (f"The command writes {ref.spelled} inside {armed}, whose contents run later "
                     "without asking; only a rule naming it, or you, may allow it"), False
