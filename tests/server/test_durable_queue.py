@@ -6,6 +6,7 @@ OpenAI bridge's queued input survives too."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sqlite3
@@ -18,7 +19,7 @@ import httpx
 from websockets.asyncio.client import connect
 
 from tests.e2e.support import transcript_lines
-from tests.server.support import MODEL, Client, ServerProcess, server_env
+from tests.server.support import MODEL, Client, ServerProcess, bash, server_env
 from tether.backends.local.store import LocalStore
 from tether.testing.fake_provider import FakeProvider
 
@@ -165,10 +166,16 @@ def test_sigterm_keeps_queued_inputs_for_the_next_start(tmp_path: Path) -> None:
 
 
 def test_kill_9_keeps_the_openai_bridge_input_waiting_behind_a_turn(tmp_path: Path) -> None:
+    """The resumed request's client is gone: its turn runs, and what would ask is denied with
+    the headless text as the bridge does (nobody is left to answer; the queue never stalls)."""
     project = tmp_path / "project"
     project.mkdir()
     home = tmp_path / "tether-home"
-    script = [{"fault": {"hang": True}}, {"text": "queued one ran"}]
+    script = [
+        {"fault": {"hang": True}},
+        {"tool_calls": [bash("touch made-by-the-resumed-turn")]},
+        {"text": "queued one ran"},
+    ]
     with FakeProvider(script) as fake:
         env = server_env(fake.url, home, tmp_path)
         agent = LocalStore(home).create_agent(model=MODEL, system="test", name="t").id
@@ -200,7 +207,9 @@ def test_kill_9_keeps_the_openai_bridge_input_waiting_behind_a_turn(tmp_path: Pa
         finally:
             assert second.stop() == 0
     assert _user_texts(home) == ["hanging", "waiting"]
-    assert len(fake.requests) == 2
+    assert len(fake.requests) == 3
+    assert "Tool requires approval" in json.dumps(fake.requests[2]["body"])
+    assert not (project / "made-by-the-resumed-turn").exists()
     assert [state for _, state in _states(home)] == ["interrupted", "done"]
 
 

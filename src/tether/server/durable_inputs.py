@@ -318,6 +318,11 @@ def _resume_conversation(
     # were accepted), and nothing can run between these puts (no await).
     for stored in reversed(again):
         rt.inbox.put(item_of(stored), front=True)
+    for stored in again:
+        if stored.source == "openai":  # its HTTP client is gone: deny its asks as it would
+            from tether.server.openai_bridge import ResumedWatch
+
+            rt.subscribe(ResumedWatch(rt, stored.request_id, stored.item_id))
     return len(again)
 
 

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from tether.server.app_server import AppServer
     from tether.server.runtime import ConversationRuntime
 
+OPENAI_SOURCE = "openai"  # the source of this API's inputs in the queue (update_queue too)
 _FINISH = {"max_tokens_exceeded": "length", "max_steps": "length"}
 _WITHDRAWN = {  # why a waiting input leaves the queue without a turn
     "lost": "the OpenAI API client went away before its turn",
@@ -389,7 +390,8 @@ class OpenAIBridge:
         rt.subscribe(watch)
         message = NewMessage(f"cm-{uuid.uuid4().hex[:12]}", parts, content)
         key = self.keys.get(conn)
-        answer = await rt.enqueue(CreateMessage(watch.request_id, key, rt.scope, (message,)))
+        command = CreateMessage(watch.request_id, key, rt.scope, (message,))
+        answer = await rt.enqueue(command, source=OPENAI_SOURCE)
         if not answer.accepted:
             rt.unsubscribe(watch)
             if answer.full:
@@ -617,3 +619,22 @@ def _model(agent_id: str, created_at: str) -> dict[str, Any]:
     except ValueError:
         created = 0
     return {"id": agent_id, "object": "model", "created": created, "owned_by": "tether"}
+
+
+class ResumedWatch(TurnWatch):
+    """A request's input a restart resumed (`server/durable_inputs.py`): its client is gone, so
+    its turn's approvals get the headless denial as before and its text goes only to the
+    transcript; it leaves the runtime when the turn ends."""
+
+    def __init__(self, rt: ConversationRuntime, request_id: str | None, item_id: str) -> None:
+        super().__init__(rt, "openai-resumed")
+        self.request_id = request_id or self.request_id
+        self.queue_item_id = item_id
+
+    def on_event(self, event: Event) -> None:
+        """Nobody reads the text."""
+
+    def on_turn_finished(self, finished: TurnFinished) -> None:
+        super().on_turn_finished(finished)
+        if self.done is not None:
+            self.rt.unsubscribe(self)
