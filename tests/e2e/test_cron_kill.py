@@ -137,3 +137,58 @@ def test_kill_9_of_the_lease_holder_then_a_takeover_runs_each_due_time_once(
             first.stop()
             if second is not None:
                 assert second.stop() == 0
+
+
+def test_a_second_live_server_finishes_the_fire_of_the_holder_killed_after_its_claim(
+    tmp_path: Path, workdir: Path, tether_home: Path
+) -> None:
+    home = tether_home
+    agent = LocalStore(home).create_agent(model="anthropic/claude-test", system="s").id
+    clock = Clock(tmp_path / "clock")
+    with FakeProvider([{"text": "ticked"}] * 3) as fake:
+        env = scheduled_env(fake.url, home, tmp_path, clock)
+        task = ok(
+            cron(
+                "add",
+                "--agent",
+                agent,
+                "--conversation",
+                "default",
+                "--name",
+                "tick",
+                "--prompt",
+                "tick once",
+                "--every",
+                "1h",
+                home=home,
+                extra=env,
+            )
+        )
+        # Either may hold the lease when the slot comes (an hour of clock runs it out): the
+        # one that claims the fire stops there, and is the one killed.
+        markers = [tmp_path / "held-0", tmp_path / "held-1"]
+        servers = [
+            ServerProcess({**env, "TETHER_CRON_HOLD": f"claimed:{m}"}, workdir) for m in markers
+        ]
+        try:
+            clock.set(T0 - 10_000 + 60 * MIN + task["jitter_offset_ms"])
+            wait_until(lambda: any(m.exists() for m in markers), 30, "a claim")
+            dead = 0 if markers[0].exists() else 1
+            os.kill(servers[dead].proc.pid, signal.SIGKILL)
+            assert servers[dead].stop() == -signal.SIGKILL
+            time.sleep(1.0)
+            assert fired_prompts(home, agent) == []  # nobody takes it while the lease holds
+            assert fire_states(home) == ["claimed"]
+            clock.advance(TAKEOVER)
+            wait_until(lambda: fired_prompts(home, agent), 30, "the other server's takeover")
+            wait_until(lambda: fire_states(home) == ["done"], 30, "the fire's turn to end")
+            for _ in range(4):
+                clock.advance(5_000)
+                time.sleep(0.3)
+            assert len(fired_prompts(home, agent)) == 1
+            assert not markers[1 - dead].exists()  # the survivor fired nothing of its own
+            runs = ok(cron("runs", task["id"], home=home))
+            assert [(r["outcome"], r["fireState"]) for r in runs] == [("queued", "done")]
+        finally:
+            codes = [server.stop() for server in servers]
+        assert codes[1 - dead] == 0
