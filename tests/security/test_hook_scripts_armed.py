@@ -153,3 +153,36 @@ def test_an_admitted_commands_redirect_into_an_armed_file_asks(
     assert out.statuses == ["error"] and "requires approval" in out.outputs[0], out.explain()
     assert path.read_text() == FMT and not world.effects()
     assert not (world.project / ".envrc").exists() and not (world.project / ".vscode" / "tasks.json").exists()
+
+
+# The script is not there yet (nothing to mount read-only): a sandboxed command plants it.
+PLANTS = [
+    ("sh scripts/fmt.sh", "printf 'touch {marker}\\n' > t.tmp && mkdir -p scripts && cp t.tmp scripts/fmt.sh",
+     None),
+    ("python3 tools/fmt.py", "echo \"open('{marker}', 'w')\" > t.tmp && mkdir tools && mv t.tmp tools/fmt.py",
+     None),
+    ("make -s fmt", "printf 'fmt:\\n\\t@touch {marker}\\n' > t.tmp && cp t.tmp GNUmakefile",
+     ("Makefile", "fmt:\n\t@true\n")),
+]
+
+
+@pytest.mark.parametrize(("hook", "command", "existing"), PLANTS, ids=[p[0] for p in PLANTS])
+def test_a_hook_script_planted_during_the_session_is_not_run(
+    world: World, hook: str, command: str, existing: tuple[str, str] | None
+) -> None:
+    need_bwrap()
+    if existing is not None:
+        plant(world, *existing)
+    out = attempt(world, bash(command.format(marker=MARKER)), args=("--yolo",), env=SANDBOX,
+                  settings=hooked(hook))
+    assert out.run.code == 0, out.explain()
+    assert not world.effects(), out.explain()
+    assert "did not exist when this session started" in out.outputs[0], out.explain()
+
+
+def test_a_hook_script_there_from_the_start_still_runs(world: World) -> None:
+    """Control: the hook runs its (unchanged) script after every shell call."""
+    plant(world, "scripts/fmt.sh", f"touch {MARKER}.hook-ran\n")
+    out = attempt(world, bash("echo hi"), args=("--yolo",), settings=hooked("sh scripts/fmt.sh"))
+    assert out.statuses == ["success"], out.explain()
+    assert (world.project / f"{MARKER}.hook-ran").exists()

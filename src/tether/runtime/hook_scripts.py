@@ -12,9 +12,9 @@ script an interpreter runs (`sh x`, `python3 tools/y.py`, `node x.js`; not `-c`/
 `source`/`.` reads; after a `cd DIR`, from there; and the files `make`, `just` and
 `npm`/`pnpm`/`yarn` read their recipes from. Variables naming the project folder expand to it.
 Only files inside the workspace roots count: one outside is not writable by the sandbox, and
-file tools ask for it anyway. A script that does not exist when a command starts is not
-mounted (nothing to mount): file tools still ask for it, and the sandbox holds it from the
-first command after it appears.
+file tools ask for it anyway. A script that does not exist yet cannot be mounted; one that
+appears during the session (`ScriptWatch`) is not run by its hook, which fails with a message
+saying so, until a new session starts with the file there to be reviewed.
 """
 
 from __future__ import annotations
@@ -136,3 +136,24 @@ def _option_value(argv: list[str], option: str) -> str | None:
 def _at(spelled: str, cwd: Path) -> Path:
     path = Path(os.path.expanduser(spelled))
     return path if path.is_absolute() else cwd / path
+
+
+class ScriptWatch:
+    """The scripts of each command hook that were missing when the session started: one that
+    appears later (written by the agent, perhaps from inside the sandbox, which could not mount
+    it read-only while it did not exist) must not run unreviewed. `make` prefers GNUmakefile to
+    Makefile, so a recipe file appearing beside an existing one counts too."""
+
+    def __init__(self, config: HookConfig, cwd: Path) -> None:
+        self.missing: dict[str, tuple[Path, ...]] = {}
+        for groups in config.events.values():
+            for group in groups:
+                for hook in group.hooks:
+                    if isinstance(hook, HookCommand) and hook.command not in self.missing:
+                        absent = tuple(p for p in scripts_of(hook.command, cwd) if not os.path.lexists(p))
+                        if absent:
+                            self.missing[hook.command] = absent
+
+    def appeared(self, command: str) -> Path | None:
+        """A script `command` runs that did not exist at the start and does now, or None."""
+        return next((p for p in self.missing.get(command, ()) if os.path.lexists(p)), None)

@@ -240,6 +240,9 @@ class HookRunner:
         self.ask_model = ask_model  # prompt hooks; None: they report an error (never allow)
         # Set by a hook's `continue: false`: from then on no tool call of the session runs.
         self.stopped: str | None = None
+        from tether.runtime.hook_scripts import ScriptWatch
+
+        self.scripts = ScriptWatch(config, cwd)  # hook scripts absent at the start
 
     def payload(self, event: str, **fields: Any) -> dict[str, Any]:
         # The reference's names, and Claude Code's beside them so its hook scripts read theirs.
@@ -269,6 +272,11 @@ class HookRunner:
     async def _run_one(self, hook: Hook, event: str, payload: dict[str, Any]) -> HookResult:
         if isinstance(hook, HookPrompt):
             return await self._run_prompt(hook, payload)
+        planted = self.scripts.appeared(hook.command)
+        if planted is not None:
+            return HookResult(hook.command, "error", "", f"not run: {planted} did not exist when "
+                              "this session started and may have been written by the agent; "
+                              "review it, then start a new session", None)
         env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
         env.update(TETHER_HOOK_EVENT=event, TETHER_WORKING_DIR=str(self.cwd), USER_CWD=str(self.cwd),
                    CLAUDE_PROJECT_DIR=str(self.cwd))
