@@ -406,3 +406,55 @@ def test_an_input_a_restart_cannot_run_is_reported_not_run(
         assert fake.requests == []  # nothing ran
     assert answer["duplicate"] is True and answer["state"] == "not_run"
     assert "could not resume" in answer["reason"] and "deleted-folder" in answer["reason"]
+
+
+def test_the_transcript_decides_what_a_restart_runs_again(
+    tmp_path: Path, tether_home: Path, monkeypatch: Any
+) -> None:
+    """Whatever state a dead server's row says (a mark may be lost with the page cache), an
+    input whose user message is in the transcript is reported interrupted, and one marked
+    started whose message never got there runs, in order."""
+    from tests.server.support import InProcess, point_at
+    from tether.protocol.messages import TextPart, UserMessage
+    from tether.runtime.input_queue import SqliteInputQueue, StoredInput, StoredMessage, Workspace
+
+    project = tmp_path / "project"
+    project.mkdir()
+    store = LocalStore(tether_home)
+    agent = store.create_agent(model=MODEL, system="test", name="t").id
+    conversation = store.create_conversation(agent).id
+    store.transcript(agent, conversation).append(
+        [UserMessage("ui-msg-1700000000000-q-aaaaaaaaaaaa", (TextPart("in the transcript"),), 1)]
+    )
+
+    def stored(item_id: str, text: str) -> StoredInput:
+        return StoredInput(
+            conversation=f"{agent}/{conversation}", item_id=item_id, source="user",
+            disposition="queued",
+            messages=(StoredMessage("cm", text, ({"type": "text", "text": text},)),),
+            workspace=Workspace(str(project.resolve()), None, False), request_id=item_id,
+        )
+
+    dead = SqliteInputQueue(tether_home / "inputs.db", "a-server-that-died")
+    dead.accept_many([stored("q-aaaaaaaaaaaa", "in the transcript"),
+                      stored("q-bbbbbbbbbbbb", "never got there")])
+    dead.mark(f"{agent}/{conversation}", "q-bbbbbbbbbbbb", "started",
+              user_message_id="ui-msg-1700000000001-q-bbbbbbbbbbbb")
+    dead.close()
+
+    async def scenario() -> dict[str, Any]:
+        async with InProcess(project) as srv, srv.connect() as ws:
+            c = Client(ws)
+            started = await c.start(project, agent_id=agent, conversation_id=conversation)
+            for _ in range(400):  # the server runs on this loop: wait without blocking it
+                if "ran it" in _assistant_texts(tether_home):
+                    break
+                await asyncio.sleep(0.05)
+            return started
+
+    with FakeProvider([{"text": "ran it"}]) as fake:
+        point_at(fake, monkeypatch)
+        started = asyncio.run(scenario())
+        assert len(fake.requests) == 1
+    assert [i["queue_item_id"] for i in started["interrupted_inputs"]] == ["q-aaaaaaaaaaaa"]
+    assert _user_texts(tether_home) == ["in the transcript", "never got there"]
