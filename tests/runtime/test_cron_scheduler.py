@@ -553,3 +553,22 @@ def test_the_end_of_a_fires_turn_settles_it(store: CronStore) -> None:
         ("queued", "done"),
         ("queued", "failed"),
     ]
+
+
+def test_a_transcript_that_cannot_be_read_at_a_takeover_is_not_taken_as_landed(
+    tmp_path: Path,
+) -> None:
+    from tether.errors import NotFound
+
+    class Unreadable(Inbox):
+        def landed(self, agent_id: str, conversation: str, text: str) -> bool:
+            raise NotFound("No conversation 'default'")
+
+    clock, home = Clock(), tmp_path / "home"
+    add(CronStore(home), every="1h")
+    clock.now = T0 + 61 * MIN
+    tick(Scheduler(CronStore(home), Inbox(), clock, owner="a"))
+    after = Unreadable()
+    clock.now += TAKEOVER
+    tick(Scheduler(CronStore(home), after, clock, owner="b"))  # no failed pass: it submits
+    assert len(after.received) == 1 and open_fires(home) == [("queued", "b")]

@@ -78,7 +78,11 @@ class RuntimeSubmitter:
         message = NewMessage(key, (TextPart(text),), text)
         watch = _FireWatch(rt, key, on_finished)
         rt.subscribe(watch)  # before the submit: the turn may start and end at once
-        answer = rt.submit(CreateMessage(key, key, scope, (message,)), source="cron")
+        try:
+            answer = rt.submit(CreateMessage(key, key, scope, (message,)), source="cron")
+        except BaseException:
+            rt.unsubscribe(watch)
+            raise
         if not answer.accepted or answer.duplicate:
             rt.unsubscribe(watch)  # no turn of ours is coming (or it came before)
         if not answer.accepted:

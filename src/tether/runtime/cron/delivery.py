@@ -118,7 +118,7 @@ class Deliveries:
             conversation = d.claim.conversation_id
             if problem is not None:
                 result = problem
-            elif takeover and self.submitter.landed(d.task["agent_id"], conversation, claim.text):
+            elif takeover and self._landed(d.task["agent_id"], conversation, claim.text):
                 result = SubmitResult("queued", conversation, duplicate=True)
             else:
                 result = await self._submit(d.task["agent_id"], conversation, claim)
@@ -128,6 +128,12 @@ class Deliveries:
                 return None
             _settle_first(d, result, now)
             return d.record
+
+    def _landed(self, agent_id: str, conversation: str, text: str) -> bool:
+        try:
+            return self.submitter.landed(agent_id, conversation, text)
+        except (TetherError, OSError):  # no such conversation, unreadable: the submit will say
+            return False
 
     async def _submit(self, agent_id: str, conversation: str, claim: FireClaim) -> SubmitResult:
         try:
