@@ -39,7 +39,7 @@ INTERRUPTED = (
     "completed in part: see the conversation)"
 )
 SEEN_KEYS = 1024  # idempotency keys a runtime remembers in memory
-_ITEM_OF_MESSAGE = re.compile(r"^ui-msg-\d+-(q-[0-9a-f]+)$")
+_ITEM_OF_MESSAGE = re.compile(rb'"id":\s*"ui-msg-\d+-(q-[0-9a-f]+)"')  # a user message's id
 
 
 @dataclass(slots=True)
@@ -327,13 +327,13 @@ def _resume_conversation(
 
 
 def _begun_items(rt: ConversationRuntime) -> set[str]:
-    """Queue item ids whose user message the conversation's transcript holds."""
-    from tether.protocol.messages import UserMessage
-
+    """Queue item ids whose user message the conversation's transcript file holds: read from
+    the file's bytes, not the active view, so a compaction or an edit that replaced the
+    message since still counts (the message was sent)."""
     scope = rt.scope
     transcript = rt.p.store.transcript(scope.agent_id, scope.conversation_id)
-    found = set()
-    for message in transcript.load():
-        if isinstance(message, UserMessage) and (m := _ITEM_OF_MESSAGE.match(message.id)):
-            found.add(m.group(1))
-    return found
+    try:
+        data = transcript.path.read_bytes()
+    except FileNotFoundError:
+        return set()
+    return {m.decode() for m in _ITEM_OF_MESSAGE.findall(data)}
