@@ -414,7 +414,7 @@ def test_the_transcript_decides_what_a_restart_runs_again(
     """Whatever state a dead server's row says (a mark may be lost with the page cache), an
     input whose user message is in the transcript is reported interrupted, and one marked
     started whose message never got there runs, in order."""
-    from tests.server.support import InProcess, point_at
+    from tests.server.support import InProcess, point_at, released
     from tether.protocol.messages import TextPart, UserMessage
     from tether.runtime.input_queue import SqliteInputQueue, StoredInput, StoredMessage, Workspace
 
@@ -442,19 +442,24 @@ def test_the_transcript_decides_what_a_restart_runs_again(
               user_message_id="ui-msg-1700000000001-q-bbbbbbbbbbbb")
     dead.close()
 
-    async def scenario() -> dict[str, Any]:
-        async with InProcess(project) as srv, srv.connect() as ws:
-            c = Client(ws)
-            started = await c.start(project, agent_id=agent, conversation_id=conversation)
-            for _ in range(400):  # the server runs on this loop: wait without blocking it
-                if "ran it" in _assistant_texts(tether_home):
-                    break
-                await asyncio.sleep(0.05)
-            return started
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with InProcess(project, idle_release_after=0) as srv:
+            async with srv.connect() as ws:
+                c = Client(ws)
+                started = await c.start(project, agent_id=agent, conversation_id=conversation)
+                for _ in range(400):  # the server runs on this loop: wait without blocking it
+                    if "ran it" in _assistant_texts(tether_home):
+                        break
+                    await asyncio.sleep(0.05)
+            await released(srv, (agent, conversation))  # idle, nobody watching: released
+            async with srv.connect() as ws:  # rebuilt from disk: the report survives (Kept)
+                again = await Client(ws).start(project, agent_id=agent, conversation_id=conversation)
+            return started, again
 
     with FakeProvider([{"text": "ran it"}]) as fake:
         point_at(fake, monkeypatch)
-        started = asyncio.run(scenario())
+        started, again = asyncio.run(scenario())
         assert len(fake.requests) == 1
     assert [i["queue_item_id"] for i in started["interrupted_inputs"]] == ["q-aaaaaaaaaaaa"]
+    assert again["interrupted_inputs"] == started["interrupted_inputs"]
     assert _user_texts(tether_home) == ["in the transcript", "never got there"]

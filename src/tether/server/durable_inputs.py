@@ -275,6 +275,11 @@ def resume_inputs(server: AppServer) -> int:
     queued = 0
     for conversation, items in groups.items():
         queued += _resume_conversation(server, queue, conversation, items)
+    if orphans:  # the operator hears of it too, not only the clients that come back
+        sys.stderr.write(
+            f"tether: resumed {queued} of {len(orphans)} input(s) a stopped server left in "
+            f"{len(groups)} conversation(s); the rest are reported interrupted or not run\n"
+        )
     return queued
 
 
