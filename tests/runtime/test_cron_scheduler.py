@@ -572,3 +572,19 @@ def test_a_transcript_that_cannot_be_read_at_a_takeover_is_not_taken_as_landed(
     clock.now += TAKEOVER
     tick(Scheduler(CronStore(home), after, clock, owner="b"))  # no failed pass: it submits
     assert len(after.received) == 1 and open_fires(home) == [("queued", "b")]
+
+
+def test_a_takeover_whose_submit_is_refused_tries_again_on_a_later_pass(tmp_path: Path) -> None:
+    clock, home = Clock(), tmp_path / "home"
+    add(CronStore(home), every="1h")
+    clock.now = T0 + 61 * MIN
+    tick(Scheduler(CronStore(home), Inbox(), clock, owner="a"))
+    after = Inbox(capacity=0)  # the restarted server's queue is full for now
+    b = Scheduler(CronStore(home), after, clock, owner="b")
+    clock.now += TAKEOVER
+    tick(b)
+    assert after.received == [] and open_fires(home) == [("queued", "a")]
+    after.capacity = 10
+    clock.now += 1_000
+    tick(b)
+    assert len(after.received) == 1 and open_fires(home) == [("queued", "b")]

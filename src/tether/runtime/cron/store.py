@@ -341,10 +341,11 @@ class CronStore:
                 )
             if delivery.record is not None:
                 self._append_run(db, claim.task_id, delivery.now_ms, delivery.record)
-            db.execute(
-                "UPDATE fires SET state = ?, owner = ?, updated_ms = ? WHERE key = ?",
-                (delivery.state or claim.state, owner, delivery.now_ms, key),
-            )
+            if delivery.state is not None:  # else untouched: a later pass tries again
+                db.execute(
+                    "UPDATE fires SET state = ?, owner = ?, updated_ms = ? WHERE key = ?",
+                    (delivery.state, owner, delivery.now_ms, key),
+                )
 
     # --- schedulers' presence -------------------------------------------------------------------
 
