@@ -68,11 +68,12 @@ def repeated(rt: ConversationRuntime, key: str) -> InputAnswer | None:
     from tether.server.v2_frames import InputAnswer
 
     queue = queue_of(rt)
-    if queue is None and key in rt.seen:
-        return dataclasses.replace(rt.seen[key], duplicate=True)
+    try:
+        stored = queue.by_key(conversation_key(rt.scope), key) if queue is not None else None
+    except TetherError:  # an unreadable queue: what this process remembers still answers
+        queue = stored = None
     if queue is None:
-        return None
-    stored = queue.by_key(conversation_key(rt.scope), key)
+        return dataclasses.replace(rt.seen[key], duplicate=True) if key in rt.seen else None
     if stored is None:
         return None
     return InputAnswer(
@@ -84,7 +85,10 @@ def repeated(rt: ConversationRuntime, key: str) -> InputAnswer | None:
 def first_request_id(rt: ConversationRuntime, key: str) -> str | None:
     """The request id of the input that holds idempotency key `key`."""
     queue = queue_of(rt)
-    stored = queue.by_key(conversation_key(rt.scope), key) if queue is not None else None
+    try:
+        stored = queue.by_key(conversation_key(rt.scope), key) if queue is not None else None
+    except TetherError:
+        return None
     return stored.request_id if stored is not None else None
 
 
