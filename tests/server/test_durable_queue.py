@@ -463,3 +463,53 @@ def test_the_transcript_decides_what_a_restart_runs_again(
     assert [i["queue_item_id"] for i in started["interrupted_inputs"]] == ["q-aaaaaaaaaaaa"]
     assert again["interrupted_inputs"] == started["interrupted_inputs"]
     assert _user_texts(tether_home) == ["in the transcript", "never got there"]
+
+
+def test_ten_inputs_from_two_clients_each_run_once_in_queue_order_after_kill_9(
+    tmp_path: Path,
+) -> None:
+    """The tester's case (10 of 10 queued inputs lost): two clients send five inputs each at
+    once behind a running turn; after kill -9 and a restart every one is in the transcript
+    exactly once, in the order the server queued (and acknowledged) them."""
+    project = tmp_path / "project"
+    project.mkdir()
+    home = tmp_path / "tether-home"
+    script: list[dict[str, Any]] = [{"fault": {"hang": True}}]
+    script += [{"text": f"answer {n}"} for n in range(10)]
+    with FakeProvider(script) as fake:
+        env = server_env(fake.url, home, tmp_path)
+        first = ServerProcess(env, project)
+
+        async def flood() -> None:
+            async with connect(first.url) as ws_a, connect(first.url) as ws_b:
+                a, b = Client(ws_a), Client(ws_b)
+                runtime = (await a.start(project))["runtime"]
+                await b.start(project, **runtime)
+                await a.say(runtime, "running", request_id="run")
+                await a.of_type("input_accepted", request_id="run")
+
+                async def send(c: Client, name: str) -> None:
+                    for n in range(5):
+                        await c.say(runtime, f"{name}{n}", request_id=f"{name}{n}")
+                    for n in range(5):
+                        accepted = await c.of_type("input_accepted", request_id=f"{name}{n}")
+                        assert accepted["accepted"] and accepted["disposition"] == "queued"
+
+                await asyncio.gather(send(a, "a"), send(b, "b"))
+
+        try:
+            asyncio.run(flood())
+            _wait_until(lambda: len(fake.requests) == 1, "the first turn's provider request")
+            _kill_9(first)
+        finally:
+            first.stop()
+        queued_order = [rid for rid, _ in _states(home)][1:]
+        assert sorted(queued_order) == [f"a{n}" for n in range(5)] + [f"b{n}" for n in range(5)]
+        second = ServerProcess(env, project)
+        try:
+            _wait_until(lambda: len(_assistant_texts(home)) == 10, "the ten resumed turns", 60)
+        finally:
+            assert second.stop() == 0
+    assert _user_texts(home) == ["running", *queued_order]
+    assert len(fake.requests) == 11
+    assert [state for _, state in _states(home)] == ["interrupted"] + ["done"] * 10
