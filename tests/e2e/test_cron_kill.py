@@ -192,3 +192,62 @@ def test_a_second_live_server_finishes_the_fire_of_the_holder_killed_after_its_c
         finally:
             codes = [server.stop() for server in servers]
         assert codes[1 - dead] == 0
+
+
+def test_kill_9_at_seeded_moments_around_each_fire_runs_every_due_time_once(
+    tmp_path: Path, workdir: Path, tether_home: Path
+) -> None:
+    """The tester's measurement, seeded: the lease holder killed at a random moment (0-400 ms)
+    after each of five due times, a new server each time; every due time runs exactly once."""
+    import random
+
+    rng = random.Random(2902)
+    home = tether_home
+    agent = LocalStore(home).create_agent(model="anthropic/claude-test", system="s").id
+    clock = Clock(tmp_path / "clock")
+    rounds = 5
+    with FakeProvider([{"text": "ticked", "delay_ms": 100}] * (2 * rounds)) as fake:
+        env = scheduled_env(fake.url, home, tmp_path, clock)
+        task = ok(
+            cron(
+                "add",
+                "--agent",
+                agent,
+                "--conversation",
+                "default",
+                "--name",
+                "tick",
+                "--prompt",
+                "tick once",
+                "--every",
+                "1h",
+                home=home,
+                extra=env,
+            )
+        )
+        first_slot = T0 - 10_000 + 60 * MIN
+        server = ServerProcess(env, workdir)
+        try:
+            for n in range(rounds):
+                clock.set(first_slot + n * 60 * MIN + task["jitter_offset_ms"])
+                time.sleep(rng.uniform(0.0, 0.4))
+                os.kill(server.proc.pid, signal.SIGKILL)
+                server.stop()
+                server = ServerProcess(env, workdir)
+                clock.advance(TAKEOVER)
+                wait_until(
+                    lambda n=n: (
+                        len(fired_prompts(home, agent)) == n + 1
+                        and set(fire_states(home)) <= {"started", "done"}
+                    ),
+                    30,
+                    f"due time {n + 1} to reach the conversation",
+                )
+            time.sleep(1.0)
+        finally:
+            assert server.stop() == 0
+    prompts = fired_prompts(home, agent)
+    slots = [line for p in prompts for line in p.splitlines() if line.startswith("Scheduled for")]
+    assert len(prompts) == rounds and len(set(slots)) == rounds, prompts
+    runs = ok(cron("runs", task["id"], home=home))
+    assert [r["outcome"] for r in runs] == ["queued"] * rounds
