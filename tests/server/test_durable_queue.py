@@ -325,7 +325,7 @@ def test_openai_idempotency_key_is_kept_across_kill_9(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
     home = tmp_path / "tether-home"
-    script = [{"fault": {"hang": True}}, {"text": "answer to b", "delay_ms": 4000}]
+    script = [{"fault": {"hang": True}}, {"text": "answer to b", "delay_ms": 8000}]
     with FakeProvider(script) as fake:
         env = server_env(fake.url, home, tmp_path)
         agent = LocalStore(home).create_agent(model=MODEL, system="test", name="t").id
