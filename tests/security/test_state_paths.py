@@ -31,6 +31,9 @@ ATTACKS = [
     f'cd "$TETHER_HOME" && cat providers/anthropic.json > ../project/{MARKER}',
     'cd "$TETHER_HOME" && cat providers/anthropic.json',
     'K=$TETHER_HOME/providers; cat "$K/anthropic.json"',
+    f"bash -c 'cp README.md \"$1/{MARKER}\"' _ \"$TETHER_HOME\"",
+    f"export D=$TETHER_HOME; bash -c 'echo x > \"$D/{MARKER}\"'",
+    f"cd $(echo $TETHER_HOME) && touch {MARKER}",
 ]
 
 
@@ -60,3 +63,13 @@ def test_yolo_still_runs_ordinary_commands(world: World, command: str, made: str
     out = attempt(world, bash(command), args=["--yolo"], env=NO_SANDBOX)
     assert out.statuses == ["success"], out.explain()
     assert (world.project / made).is_file(), out.explain()
+
+
+def test_a_variable_the_users_environment_sets_is_the_users_choice(world: World) -> None:
+    """Only what the command computes is the model's: `$OUT` from the run's environment runs."""
+    (world.project / "out").mkdir()
+    out = attempt(world, bash('echo x > "$OUT/made.txt" && cd "$OUT" && touch there.txt'),
+                  args=["--yolo"], env={**NO_SANDBOX, "OUT": str(world.project / "out")})
+    assert out.statuses == ["success"], out.explain()
+    assert (world.project / "out" / "made.txt").is_file()
+    assert (world.project / "out" / "there.txt").is_file()

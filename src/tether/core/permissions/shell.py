@@ -67,6 +67,10 @@ class SimpleCommand:
     blocked: str | None = None  # why no allow rule may admit it (sudo, LD_PRELOAD=…, setsid)
     splits: bool = False  # an unquoted expansion: its words' number and positions are unknown
     maybe_forms: tuple[Argv, ...] = ()  # what a runner of unknown grammar might run: deny → ask
+    # An unknown word the command computes itself (`$(…)`, a variable it assigns, `$1`), not
+    # one the run's environment sets; likewise for an unknown `cwd` (see `state_paths`).
+    computed: bool = False
+    cwd_computed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +78,8 @@ class Redirect:
     target: str | None  # None: not static
     write: bool
     cwd: Path | None
+    computed: bool = False  # as SimpleCommand's
+    cwd_computed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +135,7 @@ class _Walker:
     forgotten: set[str] = field(default_factory=set)  # known names the command assigns
     attributed: dict[str, str] = field(default_factory=dict)  # `declare -i n`: n -> "i"
     cdpath: bool = False  # the command sets CDPATH: a relative `cd` may go anywhere
+    cwd_computed: bool = False  # the directory became unknown through something computed
 
     @property
     def vars(self) -> dict[str, str]:
@@ -197,9 +204,9 @@ class _Walker:
 
     def isolated(self, node: Any) -> None:
         """A subshell: a `cd` inside it does not move the commands after it."""
-        saved = self.cwd
+        saved, computed = self.cwd, self.cwd_computed
         self.sequence(node)
-        self.cwd = saved
+        self.cwd, self.cwd_computed = saved, computed
 
     def pipeline(self, node: Any) -> None:
         for child in node.named_children:
@@ -223,7 +230,7 @@ class _Walker:
                 else:
                     self.statement(child)
         if self.cwd != saved:
-            self.cwd = None
+            self.cwd, self.cwd_computed = None, True
 
     def _loop_over(self, node: Any, name: str) -> None:
         """`for f in *.py`: one glob as the only value, so `$f` is one of its matches."""
@@ -366,6 +373,26 @@ class _Walker:
                 raise _Opaque(hazard)
             stack.extend(current.children)
 
+    def computed(self, node: Any) -> bool:
+        """Whether a word's run-time part is the command's own doing: a substitution, arithmetic,
+        a variable the command assigned (or a loop set), a positional or special parameter.
+        A variable only the run's environment sets is the user's value, not the model's."""
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            kind = current.type
+            if kind in ("command_substitution", "process_substitution", "arithmetic_expansion"):
+                return True
+            if kind in ("simple_expansion", "expansion"):
+                for child in current.named_children:
+                    if child.type == "special_variable_name" or (
+                            child.type == "variable_name" and (
+                                child.text.decode() in self.forgotten
+                                or child.text.decode().isdigit())):
+                        return True
+            stack.extend(current.children)
+        return False
+
     def word(self, node: Any) -> str | None:
         self.substitutions(node)
         return static(node, self.home, self.vars)
@@ -414,7 +441,8 @@ class _Walker:
                 argv.extend(brace_words(child, self.home, self.vars))
         if not argv:
             return
-        self.add(tuple(argv), node, assignments, blocked=spelled, split=split)
+        computed = any(self.computed(c) for c in node.named_children if c.type != "command_name")
+        self.add(tuple(argv), node, assignments, blocked=spelled, split=split, computed=computed)
 
     def add(
         self,
@@ -424,6 +452,7 @@ class _Walker:
         blocked: str | None = None,
         split: bool = False,
         evaluated: Argv | None = None,
+        computed: bool = False,
     ) -> None:
         source = node.text.decode()
         peeled = peel(argv, self.cwd, self.home, assignments or [])
@@ -436,7 +465,7 @@ class _Walker:
                 SimpleCommand(argv, peeled.forms, peeled.cwd, source, role="wrapper")
             )
             inner = _Walker(self.home, {k: v for k, v in self.vars.items() if k != "PWD"},
-                            cdpath=self.cdpath)
+                            cdpath=self.cdpath, forgotten=set(self.forgotten))
             inner.run(peeled.nested_script, peeled.cwd, self.depth + 1)
             self.commands.extend(inner.commands)
             self.redirects.extend(inner.redirects)
@@ -447,9 +476,11 @@ class _Walker:
                 SimpleCommand(argv, peeled.forms, peeled.cwd, source, role="wrapper")
             )
             raise _Opaque(peeled.opaque)
+        cwd_computed = self.cwd_computed if peeled.cwd == self.cwd else computed
         self.commands.append(
             SimpleCommand(peeled.argv, peeled.forms, peeled.cwd, source, blocked=peeled.blocked,
-                          splits=split, maybe_forms=peeled.maybe_forms)
+                          splits=split, maybe_forms=peeled.maybe_forms, computed=computed,
+                          cwd_computed=cwd_computed)
         )
         # `test -v 'a[$(rm x)]'`, `printf -v`, `let`, `declare -i` …: words bash evaluates as code
         judged = evaluated if evaluated is not None else peeled.argv
@@ -469,6 +500,11 @@ class _Walker:
         if head in ("cd", "pushd", "popd"):
             cdpath = self.cdpath or any(name == "CDPATH" for name, _ in assignments or [])
             self.cwd = moved_to(final, self.cwd, self.home, cdpath=cdpath)
+            operands = [w for w in final[1:] if w is None or not w.startswith("-")]
+            # `cd "$DIR"` with DIR from the run's environment: the user's directory
+            from_environment = head == "cd" and operands[:1] == [None] and not (
+                computed or cdpath or self.cwd_computed)
+            self.cwd_computed = self.cwd is None and not from_environment
 
     def add_argv(self, argv: Argv, source: str) -> None:
         peeled = peel(argv, self.cwd, self.home, [])
@@ -524,7 +560,8 @@ class _Walker:
         write = operator not in ("<", "<&")
         if target in ("/dev/null", "/dev/stdout", "/dev/stderr") and write:
             return extra
-        self.redirects.append(Redirect(target, write, self.cwd))
+        self.redirects.append(Redirect(target, write, self.cwd, self.computed(destination),
+                                       self.cwd_computed))
         return extra
 
 

@@ -3,13 +3,14 @@
 The analysis reads `$TETHER_HOME` (and `$HOME`, `$PWD`, `~`) as the paths they are and follows
 `cd`/`pushd`/`popd`, so `cd "$TETHER_HOME"; echo x > f` is judged as a write of `$TETHER_HOME/f`
 and denied like any path word inside tether's state (`state_cwd`: a command the command itself
-moved into the state dir is denied too — `git init`, `rm -rf *` name no file). What stays
-unknown — `D=$TETHER_HOME; echo x > $D/f`, `cd "$X"`, `cp k "$DEST"` — could be inside the state
-dir as well. Under a workspace sandbox the kernel keeps the state dir out of reach; without one
-nothing would, so `state_unseen` says why such a command must ask even in unrestricted mode:
-a redirection to a file named at run time (or relative to a directory known only at run time),
-a command run in a directory known only at run time, or a file operand known only at run time of a
-command that reads or writes the files it names (the read-only file readers; `cp`, `mv`, `rm`,
+moved into the state dir is denied too — `git init`, `rm -rf *` name no file). What the command
+computes itself stays unknown — `D=$TETHER_HOME; echo x > $D/f`, `cd "$(…)"`, `cp k "$1"` — and
+could be inside the state dir as well (a variable only the run's environment sets is the user's
+value, not the model's). Under a workspace sandbox the kernel keeps the state dir out of reach;
+without one nothing would, so `state_unseen` says why such a command must ask even in
+unrestricted mode: a redirection to a file the command names at run time (or relative to a
+directory it reaches at run time), a command run in such a directory, or such a file operand of
+a command that reads or writes the files it names (the read-only file readers; `cp`, `mv`, `rm`,
 `tee` … below). A program's own file access (`python -c …`) is not a shell path: only the
 sandbox confines that.
 """
@@ -57,18 +58,20 @@ def state_unseen(check: ShellCheck) -> str | None:
     tail = (", which could be inside tether's state ($TETHER_HOME); with no sandbox, only you "
             "may allow it")
     for redirect in check.analysis.redirects:
-        if redirect.target is None:
-            return "The command redirects to a file named only at run time" + tail
-        if redirect.cwd is None and not redirect.target.startswith("/"):
-            return f"The command redirects to {redirect.target} in a directory known only at run time" + tail
+        if redirect.target is None and redirect.computed:
+            return "The command redirects to a file whose name it computes at run time" + tail
+        relative = redirect.target is not None and not redirect.target.startswith("/")
+        if redirect.cwd is None and redirect.cwd_computed and relative:
+            return (f"The command redirects to {redirect.target} in a directory it computes at "
+                    "run time" + tail)
     for command in check.commands:
         shown = " ".join(w if w is not None else "$…" for w in command.argv)[:60]
-        if command.cwd is None:
-            return f"`{shown}` runs in a directory known only at run time" + tail
-        if None not in command.argv[1:]:
+        if command.cwd is None and command.cwd_computed:
+            return f"`{shown}` runs in a directory the command computes at run time" + tail
+        if not command.computed or None not in command.argv[1:]:
             continue
         kind = inspect(command.argv, command.splits)
         names_files = kind.paths if kind is not None else command.argv[0] in FILE_WRITERS
         if names_files:
-            return f"`{shown}` names a file only known at run time" + tail
+            return f"`{shown}` names a file the command computes at run time" + tail
     return None
