@@ -171,3 +171,17 @@ async def _attack(url: str, world: World, fake: FakeProvider, call: dict[str, An
         assert finished["stop_reason"] == "end_turn", finished
         assert len(client.deltas("tool_return_message")) == 1, client.seen
     return client.seen
+
+
+def test_apply_patch_never_goes_through_a_link_into_state(world: World) -> None:
+    """The codex toolset's apply_patch reads and rewrites through the same file access."""
+    _plant(world, world.tether_home / KEYS)
+    before = _keys(world)
+    # a context that does not match: a tool that read the file might quote it in its error
+    edit = "*** Begin Patch\n*** Update File: notes-copy.txt\n@@\n-api\n+x\n*** End Patch"
+    out = attempt(world, tool("apply_patch", input=edit),
+                  args=["--toolset", "codex_snake", "--yolo"], env={"TETHER_FS_SANDBOX": "0"})
+    assert out.results and not out.leaked, out.explain()
+    assert _keys(world) == before, out.explain()
+    assert (world.project / "notes-copy.txt").read_text() == before, out.explain()
+    assert "hard link" in out.outputs[0], out.explain()
