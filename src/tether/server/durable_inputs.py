@@ -329,7 +329,7 @@ def _resume_conversation(
         rt.inbox.put(item_of(stored), front=True)
     for stored in again:
         if stored.source == "openai":  # its HTTP client is gone: deny its asks as it would
-            from tether.server.openai_bridge import ResumedWatch
+            from tether.server.turn_watch import ResumedWatch
 
             rt.subscribe(ResumedWatch(rt, stored.request_id, stored.item_id))
     return len(again)
