@@ -76,3 +76,63 @@ def test_a_runtime_of_an_old_connection_is_started_again_and_the_message_resent(
         answers = asyncio.run(scenario())
     for answer in answers:
         assert answer.get("type") == "input_accepted" and answer["accepted"] is True, answer
+
+
+class ChatRecorder:
+    """The chat side of an adapter: what the gateway says in the chat."""
+
+    def __init__(self) -> None:
+        self.said: list[str] = []
+
+    async def send_direct_reply(self, chat_id: str, text: str, **opts: object) -> dict[str, str]:
+        self.said.append(text)
+        return {"message_id": f"said-{len(self.said)}"}
+
+
+def test_an_approval_answered_after_the_link_came_back_reaches_the_turn_once(
+    project: Path, tether_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = LocalStore(tether_home).create_agent(model="anthropic/claude-test", system="s").id
+    route = Route("webhook", "default", "c1", agent, cwd=str(project))
+    write = {"name": "Bash", "arguments": {"command": "touch approved.txt", "description": "make it"}}
+
+    async def scenario() -> list[str]:
+        async with InProcess(project) as srv:
+            gw = Gateway(tether_home, srv.url)
+            chat = ChatRecorder()
+            gw.adapters[("webhook", "default")] = chat  # type: ignore[assignment]
+            reader = asyncio.ensure_future(gw.link.run())
+            try:
+                await asyncio.wait_for(gw.link.connected.wait(), 10)
+                msg = InboundMessage("webhook", "default", "c1", "u1", "make it", time.time(), "m1")
+                gw.journal.receive(msg)
+                [(seq, _)] = gw.journal.queued()
+                answer, _ = await gw.submit(route, msg, seq)
+                assert answer["accepted"], answer
+                gw.journal.handled(seq, f"submitted:{route.key()}")
+                for _ in range(500):
+                    if gw.asks:
+                        break
+                    await asyncio.sleep(0.01)
+                assert gw.asks, chat.said
+                [ask] = gw.asks.values()
+                before = gw.link.generation
+                await gw.link.ws.close()  # the question stays open on the server
+                await relinked(gw, before)
+                await gw.answer_ask(ask, True, "")
+                for _ in range(1000):
+                    if (project / "approved.txt").exists() and not gw.turns.awaiting:
+                        break
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0.3)
+                return chat.said
+            finally:
+                await gw.link.close()
+                reader.cancel()
+                gw.journal.close()
+
+    with FakeProvider([{"tool_calls": [write]}, {"text": "done"}]) as fake:
+        point_at(fake, monkeypatch)
+        said = asyncio.run(scenario())
+    assert (project / "approved.txt").exists()
+    assert len([s for s in said if s.startswith("Approval needed")]) == 1, said

@@ -78,6 +78,7 @@ class PendingAsk:
     runtime: dict[str, str]
     chat: tuple[str, str, str]  # channel, account, chat_id
     thread_id: str | None
+    route: Route | None = None  # whose runtime asked (started again on a new connection)
 
 
 @dataclass
@@ -97,6 +98,7 @@ class Gateway:
         self.account_of: dict[tuple[str, str], Account] = {}
         self.runtimes: dict[str, RuntimeHandle] = {}  # route key -> runtime
         self.asks: dict[str, PendingAsk] = {}
+        self.answered_asks: set[str] = set()  # request ids answered here (never asked again)
         self.turns = MessageTurns(self.journal, self.say)
         self.link = ServerLink(self.server_url, self.token, self.on_frame, self.on_connect)
         self.commands = ChatCommands(self)
@@ -412,11 +414,12 @@ class Gateway:
         if last is None:
             return
         rid = str(frame["request_id"])
-        if any(a.request_id == rid for a in self.asks.values()):
-            return  # re-sent on reconnect: asked already
+        if rid in self.answered_asks or any(a.request_id == rid for a in self.asks.values()):
+            return  # re-sent on reconnect: asked (or answered) already
         short = hashlib.sha256(rid.encode()).hexdigest()[:6]
         chat = (last["channel"], last["account_id"], last["chat_id"])
-        self.asks[short] = PendingAsk(short, rid, handle.runtime, chat, last.get("thread_id"))
+        self.asks[short] = PendingAsk(short, rid, handle.runtime, chat, last.get("thread_id"),
+                                      handle.route)
         adapter = self.adapters[(chat[0], chat[1])]
         summary = describe_call(request.get("tool_name"), request.get("input"))
         await adapter.send_direct_reply(chat[2], (
@@ -429,6 +432,9 @@ class Gateway:
         if message or not allow:
             decision["message"] = message or "Denied in the chat"
         self.asks.pop(ask.short, None)
+        self.answered_asks.add(ask.request_id)
+        if ask.route is not None:  # the link may have come back since the question
+            await self.ensure_runtime(ask.route)
         await self.link.send({
             "type": "input", "runtime": ask.runtime,
             "payload": {"kind": "approval_response", "request_id": ask.request_id,
