@@ -124,3 +124,30 @@ def test_ordinary_patches_still_apply_under_accept_edits(world: World, call: dic
     out = run(world, call, "--permission-mode", "acceptEdits", settings=READ_DENY)
     assert out.statuses == ["success"], out.explain()
     assert (world.project / made).exists()
+
+
+# The other editing tools read the file too: the match is an oracle and the result shows the
+# lines around the change (the canary, for `.env`).
+EDITS = [
+    ((), tool("Edit", file_path=".env", old_string="API_KEY=", new_string="APIKEY=")),
+    ((), tool("MultiEdit", file_path=".env", edits=[{"old_string": "API_KEY=", "new_string": "K="}])),
+    (("--toolset", "gemini"), tool("replace", file_path=".env", old_string="API_KEY=", new_string="K=")),
+    ((), tool("Edit", file_path="sub/../.env", old_string="API_KEY=", new_string="APIKEY=")),
+]
+
+
+@pytest.mark.parametrize("mode", [("--permission-mode", "acceptEdits"), ("--yolo",)], ids=["acceptEdits", "yolo"])
+@pytest.mark.parametrize(("extra", "call"), EDITS, ids=["Edit", "MultiEdit", "gemini-replace", "dotdot"])
+def test_an_edit_cannot_read_a_read_denied_file(world: World, mode: tuple[str, ...], extra: tuple[str, ...],
+                                                 call: dict[str, Any]) -> None:
+    out = attempt(world, call, args=(*mode, *extra), settings=READ_DENY)
+    assert out.run.code == 0, out.explain()
+    assert out.statuses == ["error"] and "denied" in out.outputs[0].lower(), out.explain()
+    assert not out.leaked and (world.project / ".env").read_text() == f"API_KEY={CANARY_SECRET}\n"
+
+
+def test_an_edit_of_another_file_is_unaffected(world: World) -> None:
+    out = attempt(world, tool("Edit", file_path="notes.md", old_string="notes", new_string="more"),
+                  args=("--permission-mode", "acceptEdits"), settings=READ_DENY)
+    assert out.statuses == ["success"], out.explain()
+    assert (world.project / "notes.md").read_text() == "more\n"

@@ -287,8 +287,12 @@ def _decide_tool(call: Call, family: str, policy: Policy, refs: list[PathRef]) -
         guarded = policy.guards.check(family, refs)
         if guarded is not None:
             return guarded
+    # An edit reads the file it changes (its match is an oracle, its result shows the lines
+    # around the change): Read path denies bind it too. A Write replaces without reading.
+    reads = family == "Edit"
     for rule in rules.denies:
-        if _tool_rule(rule, family, call, refs, scope, deny=True):
+        if _tool_rule(rule, family, call, refs, scope, deny=True) or (
+                reads and rule.kind == "path" and _tool_rule(rule, "Read", call, refs, scope, deny=True)):
             return Decision("deny", f"Permission denied by rule: {rule}", rule.text)
     for rule in rules.always_ask:
         if _tool_rule(rule, family, call, refs, scope, deny=True):
