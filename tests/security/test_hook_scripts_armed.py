@@ -123,6 +123,9 @@ def test_a_rule_naming_the_script_allows_editing_it(world: World) -> None:
     ("make -C sub lint", ["sub/Makefile", "sub/makefile", "sub/GNUmakefile"]),
     ("cd hooks && ./run", ["hooks/run"]),
     ("echo 'unterminated", []),
+    ("uv run --quiet scripts/fmt.py", ["scripts/fmt.py"]),
+    ("poetry run python tools/x.py", ["tools/x.py"]),
+    ("pre-commit run --all-files", [".pre-commit-config.yaml"]),
 ])
 def test_the_scripts_a_hook_command_runs(command: str, expected: list[str]) -> None:
     cwd = Path("/w")

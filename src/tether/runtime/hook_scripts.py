@@ -9,8 +9,9 @@ sandbox mounts them read-only (`ShellSandbox.readonly_files`).
 Found from each hook command's simple commands (split on `;`, `&&`, `||`, `|`, newlines): a
 program named by a path (`./scripts/x`, `scripts/x`, `"$CLAUDE_PROJECT_DIR"/hooks/x.sh`); the
 script an interpreter runs (`sh x`, `python3 tools/y.py`, `node x.js`; not `-c`/`-m`); what
-`source`/`.` reads; after a `cd DIR`, from there; and the files `make`, `just` and
-`npm`/`pnpm`/`yarn` read their recipes from. Variables naming the project folder expand to it.
+`source`/`.` reads; after a `cd DIR`, from there; through `uv run`/`poetry run` …; and the
+files `make`, `just`, `npm`/`pnpm`/`yarn`, `pre-commit`, `tox` and `nox` read their recipes
+from. Variables naming the project folder expand to it.
 Only files inside the workspace roots count: one outside is not writable by the sandbox, and
 file tools ask for it anyway. A script that does not exist yet cannot be mounted; one that
 appears during the session (`ScriptWatch`) is not run by its hook, which fails with a message
@@ -36,7 +37,9 @@ _RECIPES = {
     "make": ("Makefile", "makefile", "GNUmakefile"),
     "just": ("justfile", "Justfile", ".justfile"),
     "npm": ("package.json",), "pnpm": ("package.json",), "yarn": ("package.json",),
+    "pre-commit": (".pre-commit-config.yaml",), "tox": ("tox.ini",), "nox": ("noxfile.py",),
 }
+_RUNNERS = ("uv", "poetry", "pipenv", "pdm", "hatch", "rye")  # `uv run X …` runs X
 _SEPARATORS = {";", "&&", "||", "|", "&", "\n"}
 _PROJECT_VARS = ("CLAUDE_PROJECT_DIR", "TETHER_PROJECT_DIR", "PWD")
 
@@ -95,6 +98,10 @@ def _scripts_of_argv(argv: list[str], cwd: Path) -> list[Path]:
         argv = argv[1:]
         while argv and (argv[0].startswith("-") or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", argv[0])):
             argv = argv[1:]  # env's options and assignments
+    if len(argv) > 2 and argv[0] in _RUNNERS and argv[1] == "run":
+        argv = argv[2:]
+        while argv and argv[0].startswith("-"):
+            argv = argv[1:]  # the runner's own options
     if not argv:
         return []
     head, name = argv[0], os.path.basename(argv[0])
