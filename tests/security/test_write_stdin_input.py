@@ -147,3 +147,4 @@ def test_writes_carry_the_reason(world: World) -> None:
                          "--allowedTools", "Bash(python3 -q)")
     text: Any = returns[1]["tool_return"]
     assert returns[1]["status"] == "error" and "requires approval" in text, returns
+    assert "`python3 -q`" in text and "Bash(python3 -q) admitted as a command" in text, text
