@@ -81,7 +81,8 @@ class Client:
         return response
 
     async def say(
-        self, runtime: dict[str, str], text: str, request_id: str | None = "in-1"
+        self, runtime: dict[str, str], text: str, request_id: str | None = "in-1",
+        idempotency_key: str | None = None,
     ) -> None:
         frame: Frame = {
             "type": "input",
@@ -90,6 +91,8 @@ class Client:
         }
         if request_id is not None:
             frame["request_id"] = request_id
+        if idempotency_key is not None:
+            frame["idempotency_key"] = idempotency_key
         await self.send(frame)
 
     async def answer(

@@ -87,7 +87,7 @@ def test_kill_9_with_inputs_queued_runs_each_once_in_order(tmp_path: Path) -> No
                 c = Client(ws)
                 runtime = (await c.start(project))["runtime"]
                 for n, text in enumerate(("one", "two", "three"), 1):
-                    await c.say(runtime, text, request_id=f"in-{n}")
+                    await c.say(runtime, text, request_id=f"in-{n}", idempotency_key=f"key-{n}")
                     accepted = await c.of_type("input_accepted", request_id=f"in-{n}")
                     assert accepted["accepted"], accepted
                     assert accepted["disposition"] == ("started" if n == 1 else "queued")
@@ -108,11 +108,14 @@ def test_kill_9_with_inputs_queued_runs_each_once_in_order(tmp_path: Path) -> No
                 async with connect(second.url) as ws:
                     c = Client(ws)
                     started = await c.start(project, **runtime)
-                    await c.say(runtime, "two again", request_id="in-2")  # a retried send
-                    duplicate = await c.of_type("input_accepted", request_id="in-2")
+                    # A retried send: its key, a new request id.
+                    await c.say(runtime, "two again", request_id="retry-2", idempotency_key="key-2")
+                    duplicate = await c.of_type("input_accepted", request_id="retry-2")
                     _wait_until(lambda: "three done" in _assistant_texts(home), "the resumed turns")
-                    await c.say(runtime, "four", request_id="in-4")
-                    await c.of_type("turn_finished", request_id="in-4", timeout=30)
+                    # A client numbering its requests afresh: a request id alone is no key
+                    # across a restart, so this new input is not taken for the old in-1.
+                    await c.say(runtime, "four", request_id="in-1")
+                    await c.of_type("turn_finished", request_id="in-1", timeout=30)
                     return started, duplicate
 
             started, duplicate = asyncio.run(after_restart())
@@ -123,11 +126,12 @@ def test_kill_9_with_inputs_queued_runs_each_once_in_order(tmp_path: Path) -> No
     assert len(fake.requests) == 4 and fake.violations == []  # nothing ran twice
     (interrupted,) = started["interrupted_inputs"]
     assert interrupted["request_id"] == "in-1" and interrupted["state"] == "interrupted"
+    assert interrupted["idempotency_key"] == "key-1"
     assert "not run again" in interrupted["reason"]
     assert duplicate["accepted"] and duplicate["duplicate"] is True
     assert duplicate["state"] in ("queued", "running", "done")
     assert _states(home) == [
-        ("in-1", "interrupted"), ("in-2", "done"), ("in-3", "done"), ("in-4", "done")
+        ("in-1", "interrupted"), ("in-2", "done"), ("in-3", "done"), ("in-1", "done")
     ]
 
 
@@ -397,7 +401,7 @@ def test_an_input_a_restart_cannot_run_is_reported_not_run(
         async with InProcess(project) as srv, srv.connect() as ws:
             c = Client(ws)
             runtime = (await c.start(project, agent_id=agent, conversation_id=conversation))["runtime"]
-            await c.say(runtime, "hi", request_id="key-1")
+            await c.say(runtime, "hi", request_id="key-1", idempotency_key="key-1")
             return await c.of_type("input_accepted", request_id="key-1")
 
     with FakeProvider([]) as fake:

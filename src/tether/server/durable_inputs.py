@@ -62,12 +62,13 @@ def queue_of(rt: ConversationRuntime) -> InputQueue | None:
     return rt.ctx.inputs
 
 
-def repeated(rt: ConversationRuntime, key: str) -> InputAnswer | None:
+def repeated(rt: ConversationRuntime, key: str, *, durable: bool = True) -> InputAnswer | None:
     """The answer to a repeated idempotency key: the first input's, marked duplicate, with
-    where that input is now when the queue knows it (across restarts too)."""
+    where that input is now when the queue knows it (across restarts too). A `durable=False`
+    key (a request_id standing in for one) is answered from this process's memory only."""
     from tether.server.v2_frames import InputAnswer
 
-    queue = queue_of(rt)
+    queue = queue_of(rt) if durable else None
     try:
         stored = queue.by_key(conversation_key(rt.scope), key) if queue is not None else None
     except TetherError:  # an unreadable queue: what this process remembers still answers
@@ -116,8 +117,8 @@ def stored_of(rt: ConversationRuntime, item: QueuedInput, disposition: str) -> S
             str(rt.p.cwd), flags.permission_mode if flags.permission_mode_given else None,
             rt.sandboxed, _external_tools(rt),
         ),
-        idempotency_key=item.idempotency_key, request_id=item.request_id,
-        enqueued_at=item.enqueued_at,
+        idempotency_key=item.idempotency_key if item.key_given else None,
+        request_id=item.request_id, enqueued_at=item.enqueued_at,
     )
 
 
@@ -253,7 +254,8 @@ def item_of(stored: StoredInput) -> QueuedInput:
         for m in stored.messages
     )
     return QueuedInput(
-        id=stored.item_id, idempotency_key=stored.idempotency_key, request_id=stored.request_id,
+        id=stored.item_id, idempotency_key=stored.idempotency_key or stored.request_id,
+        key_given=stored.idempotency_key is not None, request_id=stored.request_id,
         messages=messages, enqueued_at=stored.enqueued_at, source=stored.source,
         parts=tuple(p for m in messages for p in m.parts), announced=True,
     )

@@ -88,6 +88,10 @@ class CreateMessage:
     idempotency_key: str | None  # the client's key, else its request_id
     runtime: RuntimeScope
     messages: tuple[NewMessage, ...]
+    # The key is the sender's own `idempotency_key` (kept across server restarts by the durable
+    # queue), not a request_id standing in for one (remembered by this process only: a client
+    # may number its requests afresh after a restart).
+    key_given: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,8 +274,9 @@ def _input(r: Reader) -> CreateMessage | ApprovalResponse:
         if not isinstance(items, list) or not items:
             raise p.fail("messages", "must be a non-empty list of messages")
         messages = tuple(_message(p, item, n) for n, item in enumerate(items))
-        key = r.opt_str("idempotency_key") or r.request_id
-        return CreateMessage(r.request_id, key, runtime, messages)
+        given = r.opt_str("idempotency_key")
+        key = given or r.request_id
+        return CreateMessage(r.request_id, key, runtime, messages, key_given=given is not None)
     if kind == "approval_response":
         approval_id = p.required_str("request_id")
         if "error" in payload:

@@ -75,6 +75,7 @@ class QueuedInput(Submission):
     messages: tuple[Any, ...] = ()
     enqueued_at: str = ""
     announced: bool = False
+    key_given: bool = True  # the sender's own key (CreateMessage.key_given): kept durably
 
 
 # --- the runtime ------------------------------------------------------------------------------
@@ -242,7 +243,9 @@ class ConversationRuntime:
     def _new_input(self, command: CreateMessage, source: str) -> QueuedInput | InputAnswer:
         """The queue item for `command`, or the answer without one (a repeat, no room)."""
         key = command.idempotency_key
-        if key is not None and (known := durable_inputs.repeated(self, key)) is not None:
+        if key is not None and (
+            known := durable_inputs.repeated(self, key, durable=command.key_given)
+        ) is not None:
             return known
         try:
             self.inbox.check_room()
@@ -256,7 +259,7 @@ class ConversationRuntime:
 
         return QueuedInput(
             idempotency_key=key, request_id=command.request_id, messages=command.messages,
-            enqueued_at=iso_now(), source=source,
+            enqueued_at=iso_now(), source=source, key_given=command.key_given,
             parts=tuple(part for m in command.messages for part in m.parts),
         )
 
