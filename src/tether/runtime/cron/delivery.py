@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 from tether.errors import NotFound, TetherError
 from tether.runtime.cron import schedule
-from tether.runtime.cron.store import CronStore, Delivery, FireClaim
+from tether.runtime.cron.fires import Delivery, FireClaim
+from tether.runtime.cron.store import CronStore
 
 OPEN = ("claimed", "queued")
 

@@ -22,7 +22,8 @@ from typing import Any, Protocol
 from tether.errors import TetherError
 from tether.runtime.cron import schedule
 from tether.runtime.cron.delivery import Deliveries, SubmitResult, Submitter, note_run, run_record
-from tether.runtime.cron.store import CronStore, Fire, FireClaim
+from tether.runtime.cron.fires import Fire, FireClaim
+from tether.runtime.cron.store import CronStore
 
 __all__ = ["Clock", "FileClock", "Scheduler", "SubmitResult", "Submitter", "SystemClock"]
 

@@ -19,7 +19,6 @@ import contextlib
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +26,13 @@ import orjson
 
 from tether.backends.local import sqlite_full
 from tether.errors import NotFound, StoreError, UsageError
+from tether.runtime.cron.fires import FIRE_COLUMNS, Delivery, Fire, FireClaim, fire_claim
 
 MAX_ACTIVE_PER_AGENT = 50
 RUN_LOG_KEEP = 2000  # records kept per task (the reference trims its JSONL to 2000 lines)
 TERMINAL = ("fired", "missed", "cancelled")
 LEASE = "scheduler"
+_PRESENCE = "presence:"  # + owner: a scheduler that is alive (its fires are left to it)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -266,14 +267,14 @@ class CronStore:
     def open_fires(self) -> list[FireClaim]:
         """Fires not yet known to be in their conversation (claimed or queued), oldest first."""
         rows = self.db.execute(
-            f"SELECT {_FIRE_COLUMNS} FROM fires WHERE state IN ('claimed', 'queued')"
+            f"SELECT {FIRE_COLUMNS} FROM fires WHERE state IN ('claimed', 'queued')"
             " ORDER BY updated_ms, key"
         ).fetchall()
-        return [_fire_claim(row) for row in rows]
+        return [fire_claim(row) for row in rows]
 
     def fire(self, key: str) -> FireClaim | None:
-        row = self.db.execute(f"SELECT {_FIRE_COLUMNS} FROM fires WHERE key = ?", (key,)).fetchone()
-        return None if row is None else _fire_claim(row)
+        row = self.db.execute(f"SELECT {FIRE_COLUMNS} FROM fires WHERE key = ?", (key,)).fetchone()
+        return None if row is None else fire_claim(row)
 
     def move_fire(
         self,
@@ -310,11 +311,11 @@ class CronStore:
         not submit). What the caller sets on the `Delivery` commits together, owner included."""
         with self._write() as db:
             row = db.execute(
-                f"SELECT {_FIRE_COLUMNS} FROM fires WHERE key = ? AND state IN"
+                f"SELECT {FIRE_COLUMNS} FROM fires WHERE key = ? AND state IN"
                 " ('claimed', 'queued')",
                 (key,),
             ).fetchone()
-            claim = None if row is None else _fire_claim(row)
+            claim = None if row is None else fire_claim(row)
             if claim is None or (
                 takeover_from is not None
                 and takeover_from != owner
@@ -463,61 +464,3 @@ class CronStore:
             "SELECT owner FROM leases WHERE name = ? AND expires_ms > ?", (LEASE, now_ms)
         ).fetchone()
         return None if row is None else str(row[0])
-
-
-class Fire:
-    """One claimed slot: the task as read (to be updated in place), the run record to log, or
-    the `FireClaim` that will carry the prompt into the conversation."""
-
-    def __init__(self, task: dict[str, Any], last_slot_ms: int) -> None:
-        self.task = task
-        self.last_slot_ms = last_slot_ms
-        self.record: dict[str, Any] | None = None
-        self.claim: FireClaim | None = None
-        self.now_ms = 0
-
-
-@dataclass(frozen=True, slots=True)
-class FireClaim:
-    """A fire's row: where its prompt goes and how far it got."""
-
-    key: str
-    task_id: str
-    slot_ms: int
-    state: str
-    owner: str
-    conversation_id: str
-    text: str
-    reason: str
-    missed: int
-
-
-class Delivery:
-    """A fire being submitted: the task as it is now (None: deleted), and what to commit."""
-
-    def __init__(self, claim: FireClaim, task: dict[str, Any] | None) -> None:
-        self.claim = claim
-        self.task = task
-        self.task_changed = False
-        self.record: dict[str, Any] | None = None
-        self.state: str | None = None
-        self.now_ms = 0
-
-
-_PRESENCE = "presence:"
-_FIRE_COLUMNS = "key, task_id, slot_ms, state, owner, conversation_id, text, reason, missed"
-
-
-def _fire_claim(row: tuple[Any, ...]) -> FireClaim:
-    key, task_id, slot_ms, state, owner, conversation, text, reason, missed = row
-    return FireClaim(
-        str(key),
-        str(task_id),
-        int(slot_ms),
-        str(state),
-        str(owner),
-        str(conversation),
-        bytes(text).decode(),
-        str(reason),
-        int(missed),
-    )
