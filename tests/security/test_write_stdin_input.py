@@ -9,12 +9,23 @@ answering a prompt in a session admitted for any command, and Ctrl-C."""
 from __future__ import annotations
 
 import json
+import shutil
 from typing import Any
 
 import pytest
 
+from tests.requirements import missing
 from tests.security.support import CANARY_SECRET, MARKER, World
 from tests.security.test_write_stdin_sessions import exec_, steps, write
+
+
+def need_programs(command: str) -> None:
+    """The interactive program a case drives (`less`, `more`, `ed`): missing means FAIL."""
+    head = command.split()[0]
+    for name in ("less", "more", "ed", "git"):
+        used = head == name or (name == "less" and head == "git")  # git's pager
+        if used and shutil.which(name) is None:
+            missing(name, f"apt-get install {'util-linux' if name == 'more' else name}")
 
 
 def pager_world(world: World) -> World:
@@ -40,6 +51,7 @@ PAGERS = [
 
 @pytest.mark.parametrize(("start", "rule", "chars"), PAGERS, ids=[p[0] for p in PAGERS])
 def test_a_pager_shell_escape_in_a_ruled_session_asks(world: World, start: str, rule: str, chars: str) -> None:
+    need_programs(start)
     pager_world(world)
     run, returns = steps(world, [exec_(start, tty=True), write(1, chars), write(1, "q\n")],
                          "--allowedTools", rule)
@@ -66,6 +78,7 @@ INTERPRETERS = [
 def test_input_to_an_interpreter_a_narrow_rule_admitted_asks(
     world: World, start: str, flags: list[str], chars: str
 ) -> None:
+    need_programs(start)
     run, returns = steps(world, [exec_(start, tty=True), write(1, chars), write(1, "\u0004")], *flags)
     assert run.code == 0, run.stderr
     assert returns[0]["status"] == "success", returns
@@ -89,6 +102,7 @@ DODGES = [
 def test_yolo_input_that_could_dodge_a_deny_rule_is_not_run(
     world: World, start: str, flags: list[str], chars: str, verdict: str
 ) -> None:
+    need_programs(start)
     run, returns = steps(world, [exec_(start, tty=True), write(1, chars), write(1, "\u0004")],
                          "--yolo", *flags)
     assert run.code == 0, run.stderr
