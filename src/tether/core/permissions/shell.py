@@ -20,8 +20,6 @@ The analysis never executes anything and never looks at the disk.
 
 from __future__ import annotations
 
-import glob
-import os
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -30,21 +28,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from tether.core.permissions.evaluated import (
-    NAME_SETTERS,
-    UNKNOWN_VALUE,
-    assigned_problem,
-    attributes_set,
-    evaluated_problem,
-)
+from tether.core.permissions.evaluated import NAME_SETTERS, UNKNOWN_VALUE, evaluated_problem
 from tether.core.permissions.readonly import (
     ARITHMETIC_TESTS,
     NAME_TESTS,
     is_plain_name,
     test_problem,
 )
+from tether.core.permissions.shell_vars import Variables
 from tether.core.permissions.words import (
-    Glob,
     brace_words,
     code_hazard,
     literal_assignment,
@@ -119,7 +111,7 @@ def analyse(
 ) -> ShellAnalysis:
     """`known`: variables whose values the run sets (`TETHER_HOME`), read as static words until
     the command assigns them; `$PWD` is the directory the walk has tracked."""
-    walker = _Walker(home, dict(known))
+    walker = _Walker(home, Variables(dict(known)))
     walker.run(command, cwd, depth=0)
     return ShellAnalysis(tuple(walker.commands), tuple(walker.redirects), tuple(walker.opaque))
 
@@ -127,34 +119,16 @@ def analyse(
 @dataclass
 class _Walker:
     home: Path
-    known: dict[str, str] = field(default_factory=dict)
+    variables: Variables = field(default_factory=Variables)
     commands: list[SimpleCommand] = field(default_factory=list)
     redirects: list[Redirect] = field(default_factory=list)
     opaque: list[str] = field(default_factory=list)
     cwd: Path | None = None
-    forgotten: set[str] = field(default_factory=set)  # known names the command assigns
-    attributed: dict[str, str] = field(default_factory=dict)  # `declare -i n`: n -> "i"
-    cdpath: bool = False  # the command sets CDPATH: a relative `cd` may go anywhere
     cwd_computed: bool = False  # the directory became unknown through something computed
 
     @property
     def vars(self) -> dict[str, str]:
-        """The variables whose values are known here: the run's, less those the command assigned,
-        and `$PWD` while the directory is tracked."""
-        out = {k: v for k, v in self.known.items() if k not in self.forgotten}
-        if self.cwd is not None and "PWD" not in self.forgotten:
-            out["PWD"] = str(self.cwd)
-        return out
-
-    def forget(self, name: str | None) -> None:
-        """The command assigns `name` (None: a name known only at run time)."""
-        if name is None:
-            self.forgotten.update((*self.known, "PWD"))
-            self.cdpath = True
-            return
-        name = name.split("=", 1)[0].split("[", 1)[0].split("+", 1)[0]
-        self.forgotten.add(name)
-        self.cdpath = self.cdpath or name == "CDPATH"
+        return self.variables.values(self.cwd)
 
     def run(self, command: str, cwd: Path | None, depth: int) -> None:
         why = _suspicious_character(command)
@@ -225,24 +199,12 @@ class _Walker:
                 if child.type in _WORDLIKE:
                     self.word(child)
                 elif child.type == "variable_name":  # `for NAME in …`
-                    self.forget(child.text.decode())
-                    self._loop_over(node, child.text.decode())
+                    self.variables.forget(child.text.decode())
+                    self.variables.bind_loop(node, child.text.decode(), self.home, self.cwd)
                 else:
                     self.statement(child)
         if self.cwd != saved:
             self.cwd, self.cwd_computed = None, True
-
-    def _loop_over(self, node: Any, name: str) -> None:
-        """`for f in *.py`: one glob as the only value, so `$f` is one of its matches."""
-        values = [c for i, c in enumerate(node.children) if node.field_name_for_child(i) == "value"]
-        value = static(values[0], self.home, self.vars) if len(values) == 1 else None
-        if isinstance(value, Glob) and (self.cwd is not None or value.startswith("/")):
-            if self.cwd is not None and not value.startswith("/"):
-                # matched where the loop starts, whatever `cd` follows
-                value = Glob(os.path.join(self.cwd, value),
-                             os.path.join(glob.escape(str(self.cwd)), value.pattern))
-            self.forgotten.discard(name)
-            self.known[name] = value
 
     def redirected(self, node: Any) -> None:
         redirects = [c for i, c in enumerate(node.children)
@@ -301,7 +263,7 @@ class _Walker:
     def assignment(self, node: Any) -> None:
         self.substitutions(node)
         name = node.child_by_field_name("name")
-        self.forget(name.text.decode() if name is not None else None)
+        self.variables.forget(name.text.decode() if name is not None else None)
         self.attributed_value(node)
         label = _clip(node)
         self.commands.append(
@@ -312,15 +274,7 @@ class _Walker:
         )
 
     def attributed_value(self, node: Any) -> None:
-        """`declare -i n; n=$x`: a value given to an integer or nameref variable is evaluated."""
-        name = node.child_by_field_name("name")
-        attributes = self.attributed.get(name.text.decode(), "") if name is not None else ""
-        if not attributes:
-            return
-        value = node.child_by_field_name("value")
-        known = static(value, self.home, self.vars) if value is not None else ""
-        problem = assigned_problem(name.text.decode(), UNKNOWN_VALUE if known is None else known,
-                                   attributes)
+        problem = self.variables.assigned_problem(node, self.home, self.cwd)
         if problem:
             raise _Opaque(problem)
 
@@ -374,24 +328,7 @@ class _Walker:
             stack.extend(current.children)
 
     def computed(self, node: Any) -> bool:
-        """Whether a word's run-time part is the command's own doing: a substitution, arithmetic,
-        a variable the command assigned (or a loop set), a positional or special parameter.
-        A variable only the run's environment sets is the user's value, not the model's."""
-        stack = [node]
-        while stack:
-            current = stack.pop()
-            kind = current.type
-            if kind in ("command_substitution", "process_substitution", "arithmetic_expansion"):
-                return True
-            if kind in ("simple_expansion", "expansion"):
-                for child in current.named_children:
-                    if child.type == "special_variable_name" or (
-                            child.type == "variable_name" and (
-                                child.text.decode() in self.forgotten
-                                or child.text.decode().isdigit())):
-                        return True
-            stack.extend(current.children)
-        return False
+        return self.variables.computed(node)
 
     def word(self, node: Any) -> str | None:
         self.substitutions(node)
@@ -464,8 +401,7 @@ class _Walker:
             self.commands.append(
                 SimpleCommand(argv, peeled.forms, peeled.cwd, source, role="wrapper")
             )
-            inner = _Walker(self.home, {k: v for k, v in self.vars.items() if k != "PWD"},
-                            cdpath=self.cdpath, forgotten=set(self.forgotten))
+            inner = _Walker(self.home, self.variables.for_child_shell())
             inner.run(peeled.nested_script, peeled.cwd, self.depth + 1)
             self.commands.extend(inner.commands)
             self.redirects.extend(inner.redirects)
@@ -484,11 +420,10 @@ class _Walker:
         )
         # `test -v 'a[$(rm x)]'`, `printf -v`, `let`, `declare -i` …: words bash evaluates as code
         judged = evaluated if evaluated is not None else peeled.argv
-        problem = evaluated_problem(judged, split, self.attributed)
+        problem = evaluated_problem(judged, split, self.variables.attributed)
         if problem:
             raise _Opaque(problem)
-        for name, flags in attributes_set(judged).items():
-            self.attributed[name] = self.attributed.get(name, "") + flags
+        self.variables.note_attributes(judged)
         for inner_argv in find_exec(peeled.argv):
             self.add_argv(inner_argv, source)
         final = peeled.argv
@@ -496,9 +431,9 @@ class _Walker:
         if head in NAME_SETTERS:
             for word in final[1:]:
                 if word is None or not word.startswith("-"):
-                    self.forget(word)
+                    self.variables.forget(word)
         if head in ("cd", "pushd", "popd"):
-            cdpath = self.cdpath or any(name == "CDPATH" for name, _ in assignments or [])
+            cdpath = self.variables.cdpath or any(name == "CDPATH" for name, _ in assignments or [])
             self.cwd = moved_to(final, self.cwd, self.home, cdpath=cdpath)
             operands = [w for w in final[1:] if w is None or not w.startswith("-")]
             # `cd "$DIR"` with DIR from the run's environment: the user's directory
