@@ -1,0 +1,143 @@
+"""Connecting to the PostgreSQL store: the `postgresql://` URL checked, psycopg imported (here,
+on the path that needs it), one worker's `PgSession`, and the errors the store raises."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from tether.errors import StoreError
+
+if TYPE_CHECKING:
+    import psycopg
+
+SCHEMES = ("postgresql", "postgres")
+IDLE_IN_TX_MS = 10_000
+EXTRA_HINT = "install the postgres extra: pip install 'tether[postgres]'"
+
+
+class PgStoreUnavailable(StoreError):
+    """The PostgreSQL store cannot be reached or used; the message names the database (never
+    its password) and the cause."""
+
+
+class LeaseLost(StoreError):
+    """A write of a conversation's former lease holder, refused: another worker holds the
+    conversation now (a newer fencing token), so this worker's view of it is stale."""
+
+    def __init__(self, conversation: str, token: int, current: int | None, holder: str | None) -> None:
+        now = "no lease" if current is None else f"token {current}, held by {holder}"
+        super().__init__(
+            f"write to conversation {conversation} refused: this worker's lease (token {token})"
+            f" is no longer current ({now}); the conversation moved to another worker"
+        )
+        self.conversation = conversation
+        self.token = token
+        self.current = current
+
+
+def check_url(url: str) -> str:
+    """`url` if it is a PostgreSQL conninfo URL, else a clear error saying what was wrong."""
+    scheme = urlsplit(url).scheme
+    if scheme not in SCHEMES:
+        raise PgStoreUnavailable(
+            f"--store {redact(url)!r} is not a PostgreSQL URL: expected postgresql://…"
+            f" (got scheme {scheme or 'none'!r})"
+        )
+    return url
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise PgStoreUnavailable(f"the PostgreSQL store needs psycopg 3: {EXTRA_HINT}") from exc
+    return psycopg
+
+
+def connect(url: str) -> psycopg.Connection[Any]:
+    """A new autocommit connection to the store at `url` (transactions opened explicitly)."""
+    psycopg = _psycopg()
+    check_url(url)
+    try:
+        conn: Any = psycopg.connect(url, autocommit=True, connect_timeout=10)
+    except psycopg.Error as exc:
+        raise PgStoreUnavailable(
+            f"cannot connect to the PostgreSQL store {redact(url)}: {str(exc).strip()}"
+        ) from exc
+    return conn
+
+
+@contextlib.contextmanager
+def store_errors(url: str, doing: str) -> Iterator[None]:
+    """psycopg's operational errors as `PgStoreUnavailable` naming what was being done;
+    integrity errors and tether's own pass through."""
+    psycopg = _psycopg()
+    try:
+        yield
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        raise PgStoreUnavailable(
+            f"the PostgreSQL store {redact(url)} failed to {doing}: {str(exc).strip()}"
+        ) from exc
+
+
+class PgSession:
+    """One worker's connection to the store: its name (`worker`), one connection used under
+    a lock (psycopg connections are not for concurrent use), opened on first use with the
+    schema migrated. The connection is also the worker's presence (`presence.py`)."""
+
+    def __init__(self, url: str, worker: str) -> None:
+        self.url = check_url(url)
+        self.worker = worker
+        self.lock = threading.RLock()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._closed = False
+
+    @property
+    def conn(self) -> psycopg.Connection[Any]:
+        """The open connection; call under `lock`."""
+        if self._conn is None or self._conn.closed:
+            if self._closed:
+                raise PgStoreUnavailable(f"the store session of {self.worker} is closed")
+            from tether.backends.postgres import presence, schema
+
+            conn = connect(self.url)
+            with store_errors(self.url, "prepare its schema"):
+                # A worker stopped inside a transaction would hold its row locks (a lease row
+                # share-locked by a fenced write) forever; the server ends such a session.
+                conn.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TX_MS}")
+                schema.migrate(conn)
+                presence.register(conn, self.worker)
+            self._conn = conn
+        return self._conn
+
+    @contextlib.contextmanager
+    def transaction(self, doing: str) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor inside one transaction on this session's connection."""
+        with self.lock, store_errors(self.url, doing):
+            conn = self.conn
+            with conn.transaction(), conn.cursor() as cur:
+                yield cur
+
+    def open(self) -> None:
+        with self.lock, store_errors(self.url, "open"):
+            self.conn  # noqa: B018  (connect, migrate, register)
+
+    def close(self) -> None:
+        with self.lock:
+            self._closed = True
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None

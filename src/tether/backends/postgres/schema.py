@@ -1,0 +1,100 @@
+"""The PostgreSQL store's schema: numbered migrations applied in order, each once, recorded in
+`tether_schema`, under an advisory lock so N workers starting together migrate once."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tether.backends.postgres.connection import PgStoreUnavailable
+
+if TYPE_CHECKING:
+    import psycopg
+
+_MIGRATE_LOCK = 0x7E7E_0031  # pg_advisory_xact_lock key: one migrator at a time
+
+# Never edit an applied migration: append a new one.
+MIGRATIONS: tuple[str, ...] = (
+    # 1: workers, inputs, conversation leases, transcripts, schedule fires
+    """
+    CREATE TABLE workers (
+        worker TEXT PRIMARY KEY,
+        backend_pid INTEGER NOT NULL,
+        backend_start TIMESTAMPTZ NOT NULL,
+        seen_at TIMESTAMPTZ NOT NULL
+    );
+    CREATE TABLE inputs (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        conversation TEXT NOT NULL,
+        item_id TEXT NOT NULL,
+        idempotency_key TEXT,
+        request_id TEXT,
+        source TEXT NOT NULL,
+        disposition TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN
+            ('queued', 'started', 'done', 'cancelled', 'interrupted', 'not_run')),
+        body BYTEA NOT NULL,
+        owner TEXT NOT NULL,
+        user_message_id TEXT,
+        reason TEXT,
+        enqueued_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+        updated_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+        UNIQUE (conversation, item_id)
+    );
+    CREATE UNIQUE INDEX inputs_key ON inputs (conversation, idempotency_key)
+        WHERE idempotency_key IS NOT NULL;
+    CREATE INDEX inputs_pending ON inputs (conversation, seq) WHERE state IN ('queued', 'started');
+    CREATE INDEX inputs_pending_owner ON inputs (owner) WHERE state IN ('queued', 'started');
+    CREATE TABLE conversation_leases (
+        conversation TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        token BIGINT NOT NULL CHECK (token > 0),
+        expires_at TIMESTAMPTZ NOT NULL
+    );
+    CREATE TABLE transcript (
+        conversation TEXT NOT NULL,
+        seq BIGINT NOT NULL CHECK (seq > 0),
+        entry JSONB NOT NULL,
+        token BIGINT NOT NULL,
+        written_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+        PRIMARY KEY (conversation, seq)
+    );
+    CREATE TABLE schedule_fires (
+        schedule_id TEXT NOT NULL,
+        due_at TIMESTAMPTZ NOT NULL,
+        fired_by TEXT NOT NULL,
+        fired_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+        PRIMARY KEY (schedule_id, due_at)
+    );
+    """,
+)
+
+
+def current_version(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(
+        "SELECT to_regclass('tether_schema') IS NOT NULL"
+    ).fetchone()
+    if not row or not row[0]:
+        return 0
+    version = conn.execute("SELECT max(version) FROM tether_schema").fetchone()
+    return int(version[0] or 0) if version else 0
+
+
+def migrate(conn: psycopg.Connection[Any]) -> int:
+    """Bring the database at `conn` to the newest schema; returns its version. A database
+    newer than this tether is refused (its rows may mean things this code does not know)."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS tether_schema (version INTEGER PRIMARY KEY,"
+            " applied_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())"
+        )
+        have = current_version(conn)
+        if have > len(MIGRATIONS):
+            raise PgStoreUnavailable(
+                f"the PostgreSQL store has schema version {have}, newer than this tether's"
+                f" {len(MIGRATIONS)}: upgrade tether before serving from it"
+            )
+        for version in range(have + 1, len(MIGRATIONS) + 1):
+            conn.execute(MIGRATIONS[version - 1])
+            conn.execute("INSERT INTO tether_schema (version) VALUES (%s)", (version,))
+    return len(MIGRATIONS)
