@@ -252,10 +252,27 @@ def save_state(path: str, state: State) -> None:
 
 
 def known_armed(state_path: str, roots: Iterable[str]) -> list[str]:
-    """The armed paths under `roots` the last sweep saw (for read-only mounts at wrap time)."""
+    """The armed paths under `roots` the last sweep saw (for read-only mounts at wrap time).
+
+    With no state yet (the run's first sandboxed command), the tree is walked now and the state
+    saved: the guard only moves aside armed names that appear, so an existing `.agents/skills`
+    or nested `.git` must be mounted read-only from the very first command."""
     state = load_state(state_path)
     if state is None:
-        return []
+        roots = list(roots)
+        state = baseline(roots)
+        try:
+            lock = _lock(state_path)
+        except OSError:
+            pass
+        else:
+            try:
+                if load_state(state_path) is None:
+                    save_state(state_path, state)
+            except OSError:
+                pass
+            finally:
+                os.close(lock)
     prefixes = [r.rstrip("/") + "/" for r in roots]
     armed: dict[str, int] = state["armed"]
     return [a for a in armed if any(a.startswith(p) for p in prefixes)]
