@@ -241,8 +241,7 @@ class McpServers:
                 raise McpCallError(f"MCP server {server!r}: {_describe(exc)}") from None
         if abort is not None and abort.is_set():
             raise McpCallAborted(f"the call to MCP server {server!r} was aborted")
-        raise McpCallTimedOut(f"MCP server {server!r} did not answer {what} within {_ms(limit)}ms",
-                              limit)
+        raise McpCallTimedOut(f"MCP server {server!r} did not answer {what}", limit)
 
     async def _abandon(self, state: ServerState, call: asyncio.Future[Any]) -> None:
         """Cancel a request nobody waits for any more; wait a moment for it to wind down (the
@@ -362,10 +361,6 @@ def _env_timeout_ms(env: Mapping[str, str], name: str) -> int | None:
     if not text:
         return None
     return parse_timeout_ms(int(text) if text.isdigit() else text, f"the {name} environment variable")
-
-
-def _ms(seconds: float) -> int:
-    return round(seconds * 1000)
 
 
 def _describe(exc: BaseException) -> str:
