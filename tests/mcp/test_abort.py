@@ -185,3 +185,27 @@ def test_resource_reads_honour_abort_too(tmp_path: Path) -> None:
 
     result = asyncio.run(go())
     assert result.is_error and result.output == "Interrupted by user"
+
+
+def test_a_leash_is_found_by_its_token_and_its_group_killed() -> None:
+    import subprocess
+
+    from tether.mcp import leash
+
+    child = subprocess.Popen([sys.executable, "-m", "tether.mcp.leash", "--", "sleep", "60"],
+                             env={**os.environ, leash.LEASH_ENV: "tok-1"}, start_new_session=True)
+    try:
+        found = None
+        for _ in range(100):  # until the leash has forked its server
+            found = leash.find_leash("tok-1")
+            if found is not None:
+                break
+        assert found == child.pid
+        assert child.pid in leash._children_by_parent()  # the fallback sees it too
+        assert leash.find_leash("tok-2") is None
+        assert not leash.kill_leash(child.pid, "tok-2")  # another token: not that leash
+        assert leash.kill_leash(child.pid, "tok-1")
+        assert child.wait(timeout=10) != 0
+    finally:
+        child.kill()
+        child.wait()

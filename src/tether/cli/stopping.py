@@ -2,7 +2,8 @@
 how that is told: the message the client sees, and the exit code.
 
 SIGINT, SIGTERM and SIGHUP all do what Ctrl-C does (the running tool's process group is stopped,
-every tool call gets its answer in the transcript) and exit 128+N, named in the message:
+a waiting MCP request cancelled and MCP servers still starting given up on, every tool call gets
+its answer in the transcript) and exit 128+N, named in the message:
 "Interrupted by SIGTERM". A SIGHUP means the terminal is gone, so writing the message may fail;
 the exit code still says what happened.
 """

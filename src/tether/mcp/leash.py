@@ -49,9 +49,33 @@ def _children() -> list[int]:
     return pids
 
 
+def _children_by_parent() -> list[int]:
+    """This process's children found the slow way: every process's parent in /proc."""
+    me, pids = os.getpid(), []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return pids
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
+                    pids.append(int(entry))
+        except (OSError, IndexError, ValueError):
+            continue
+    return pids
+
+
 def find_leash(token: str) -> int | None:
-    """The pid of this process's leash child started with `LEASH_ENV=token`, if there is one."""
-    return next((pid for pid in _children() if _environ_has(pid, token)), None)
+    """The pid of this process's leash child started with `LEASH_ENV=token`, if there is one
+    (the per-thread children lists first; they can miss a child, so then every process)."""
+    for children in (_children, _children_by_parent):
+        found = next((pid for pid in children() if _environ_has(pid, token)), None)
+        if found is not None:
+            return found
+    return None
 
 
 def kill_leash(pid: int, token: str) -> bool:
