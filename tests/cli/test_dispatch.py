@@ -48,7 +48,7 @@ def test_near_misses_exit_2_with_a_suggestion(
     assert not tether_home.exists()
 
 
-@pytest.mark.parametrize("word", ["skills", "setup", "install", "teleport", "shared-memory",
+@pytest.mark.parametrize("word", ["setup", "teleport", "shared-memory",
                                   "trajectories", "environments", "local-backend"])
 def test_reference_commands_tether_lacks_exit_2(
     word: str, capsys: pytest.CaptureFixture[str], tether_home: Path

@@ -143,6 +143,18 @@ def test_a_conflicting_change_on_main_gives_merge_conflict_and_leaves_main_alone
     assert repo.read_head("system/notes.md") == "main side\n"
     assert (main / "system" / "notes.md").read_text() == "main side\n"
     assert repo.status_lines() == [] and not (main / ".git" / "MERGE_HEAD").exists()
+    # the child's commit is kept on its branch until `tether memory resolve` merges it
+    branches = repo.git("branch", "--format=%(refname:short)").decode().split()
+    assert branches[0] == "main" and branches[1].startswith("tether/reflection/")
+    env = tether_env("http://127.0.0.1:9", MODEL)
+    listed = run_tether(["memory", "resolve", "--agent", agent], env=env, cwd=workdir)
+    assert listed.code == 0, listed.stderr
+    assert json.loads(listed.stdout)["pending"][0]["conflicts"] == ["system/notes.md"]
+    resolved = run_tether(["memory", "resolve", "--agent", agent, "--resolutions",
+                           json.dumps({"system/notes.md": {"take": "theirs"}})], env=env, cwd=workdir)
+    assert resolved.code == 0, resolved.stderr
+    assert memfs(tether_home, agent).read_head("system/notes.md") == NOTES  # the child's side
+    assert "concurrent" in [c.subject for c in repo.log(5)]  # and main's commit is still there
     assert_cleaned_up(tether_home, agent)
 
 

@@ -168,7 +168,9 @@ def test_a_conflict_aborts_the_merge_and_keeps_main(tether_home, repo) -> None:
     assert result.result == "merge_conflict" and "main is unchanged" in result.message
     assert repo.log(1)[0].subject == "concurrent" and repo.read_head("system/notes.md") == "main\n"
     assert repo.status_lines() == [] and not (repo.root / ".git" / "MERGE_HEAD").exists()
-    assert_clean(repo)
+    # the child's commit is a memory change: its branch stays for `tether memory resolve`
+    assert git(repo.root, "branch", "--format=%(refname:short)").split() == ["main", result.branch]
+    assert repo.read_head_tree("system", rev=result.branch)["system/notes.md"] == b"child\n"
 
 
 def test_an_exception_in_the_child_still_removes_the_worktree(tether_home, repo) -> None:

@@ -1,6 +1,8 @@
-"""Subcommands (`tether version | agents | messages | connect | models | sandbox`), run before any bootstrap.
+"""Subcommands (`tether version | messages list | connect | models | sandbox`), run before any bootstrap.
 
-Each prints JSON (agents, messages) or one line, and exits 0, or prints `Error: …` and exits 1.
+Each prints JSON (messages) or one line, and exits 0, or prints `Error: …` and exits 1.
+`agents` lives in agents_cmd.py, the rest of `messages` in messages_cmd.py; `_server_agents`
+(the cloud listing) is shared with agents_cmd.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ class _Parser(argparse.ArgumentParser):
 def run_subcommand(name: str, argv: Sequence[str]) -> int:
     handlers: dict[str, Callable[[list[str]], int]] = {
         "version": _version,
-        "agents": _agents,
         "messages": _messages,
         "connect": _connect,
         "models": _models,
@@ -60,30 +61,6 @@ def _version(argv: list[str]) -> int:
     if argv:
         raise UsageError("tether version takes no arguments")
     sys.stdout.write(f"{__version__} (tether)\n")
-    return 0
-
-
-def _agents(argv: list[str]) -> int:
-    p = _Parser(prog="tether agents")
-    sub = p.add_subparsers(dest="action", required=True)
-    ls = sub.add_parser("list")
-    ls.add_argument("--limit", type=int, default=20)
-    ls.add_argument("--name")
-    ls.add_argument("--backend", help="local|cloud (api): default TETHER_BACKEND, else the saved one")
-    ns = p.parse_args(argv)
-    if ns.limit < 1:
-        raise UsageError(f"tether agents list --limit must be at least 1, got {ns.limit}")
-    from tether.runtime.backend_choice import choose_backend
-    from tether.runtime.session import tether_home
-
-    home = tether_home(os.environ)
-    if choose_backend(ns.backend, home, os.environ) == "cloud":
-        _print_json(_server_agents(home, ns.name, ns.limit))
-        return 0
-    agents = _store().list_agents()
-    if ns.name:
-        agents = [a for a in agents if a.name.lower() == ns.name.lower()]
-    _print_json([a.to_dict() for a in agents[-ns.limit :]])
     return 0
 
 

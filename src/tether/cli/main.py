@@ -13,7 +13,8 @@ import sys
 # (name, aliases, "module:function", passes the name, one-line summary). The handler is called
 # as fn(argv) or, with "passes the name", fn(name, argv). `tether --help` lists these lines.
 COMMANDS: tuple[tuple[str, tuple[str, ...], str, bool, str], ...] = (
-    ("agents", (), "tether.cli.commands:run_subcommand", True, "list agents (JSON)"),
+    ("agents", (), "tether.cli.agents_cmd:run_agents", False,
+     "list, create and configure agents (JSON)"),
     ("backend", (), "tether.cli.backend_cmd:run_backend", False,
      "show or save the default backend (local, or cloud: a Letta server)"),
     ("channel-gateway", (), "tether.channels.gateway:run_channel_gateway", False,
@@ -31,11 +32,13 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], str, bool, str], ...] = (
     ("dream", (), "tether.cli.dream_cmd:run_dream", False,
      "run one reflection pass over an agent's memory and wait"),
     ("hooks", (), "tether.cli.mods_cmd:run_mods_command", True, "list the configured hooks"),
+    ("install", (), "tether.cli.skills_cmd:run_install", False,
+     "install a skill (a folder or git:<url>) into an agent's memory"),
     ("mcp", (), "tether.cli.mcp_cmd:run_mcp", False, "add, list and remove MCP servers"),
     ("memory", ("memfs",), "tether.cli.memory_cmd:run_memory", False,
-     "look at an agent's memory repository (status, diff, log, export)"),
-    ("messages", (), "tether.cli.commands:run_subcommand", True,
-     "print a conversation's messages (JSON)"),
+     "an agent's memory repository (status, diff, log, export, backup, restore, resolve, tokens)"),
+    ("messages", (), "tether.cli.messages_cmd:run_messages", False,
+     "list, search or transcribe a conversation's messages (JSON)"),
     ("models", (), "tether.cli.commands:run_subcommand", True,
      "list the models of the configured providers (JSON)"),
     ("mods", (), "tether.cli.mods_cmd:run_mods_command", True,
@@ -44,6 +47,8 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], str, bool, str], ...] = (
      "show which kernel sandbox shell commands run in"),
     ("server", (), "tether.server.app_server:run_server_command", False,
      "run the App Server (websocket, optional OpenAI-compatible API)"),
+    ("skills", (), "tether.cli.skills_cmd:run_skills", False,
+     "list, install and delete skills (JSON)"),
     ("trust", (), "tether.cli.trust:run_trust", False,
      "let a folder's project settings (rules, hooks, mods) apply"),
     ("update", ("upgrade",), "tether.cli.update_cmd:run_update", False,
@@ -55,7 +60,7 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], str, bool, str], ...] = (
 # with "unknown command" rather than sent to the model as a prompt, and near misses of them
 # ("skils") are refused like near misses of tether's own.
 REFERENCE_ONLY = (
-    "environments", "envs", "teleport", "setup", "install", "skills", "shared-memory",
+    "environments", "envs", "teleport", "setup", "shared-memory",
     "local-backend", "trajectories", "remote", "app-server",
 )
 # Those a typo is taken for; not `remote` or `envs`, whose near misses are words ("remove").

@@ -4,6 +4,14 @@
     tether memory diff   [--agent ID]              what the working tree has that HEAD does not
     tether memory log    [--agent ID] [--limit N]  the memory's commits, newest first
     tether memory export [--agent ID] --out DIR    HEAD's files, written under DIR
+    tether memory backup  [--agent ID] [--reason R]  bundle the repo under memory-backups/ (JSON)
+    tether memory backups [--agent ID]               the backups, oldest first (JSON)
+    tether memory restore [--agent ID] --from ID|latest [--force]
+                          main back to a backup; --force drops commits it lacks, backing them up first
+    tether memory resolve [--agent ID] [--branch B] [--resolutions JSON|@FILE]
+                          without --resolutions: the pending merges and their conflicts; with:
+                          {"<path>": text | null | {"take": "ours"|"theirs"}} merged and committed
+    tether memory tokens  [--agent ID]               estimated tokens per committed file (JSON)
 
 Without --agent: this folder's last agent, else the last agent used anywhere. Nothing here
 creates a memory repository; an agent gets one on its first run.
@@ -16,14 +24,15 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tether.errors import TetherError, UsageError
 
 if TYPE_CHECKING:
     from tether.memory.memfs import MemFS
 
-ACTIONS = ("status", "diff", "log", "export")
+ACTIONS = ("status", "diff", "log", "export", "backup", "backups", "restore", "resolve", "tokens")
+JSON_ACTIONS = ("backup", "backups", "restore", "resolve", "tokens")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,10 +46,18 @@ def run_memory(argv: Sequence[str]) -> int:
     parser.add_argument("-a", "--agent")
     parser.add_argument("--out")
     parser.add_argument("--limit", type=int, default=20)
+    parser.add_argument("--from", dest="source")
+    parser.add_argument("--force", action="store_true")
+    parser.add_argument("--resolutions")
+    parser.add_argument("--branch")
+    parser.add_argument("--reason", default="manual backup")
     try:
         ns = parser.parse_args(list(argv))
         if ns.action == "export" and not ns.out:
             raise UsageError("tether memory export: --out DIR is required")
+        if ns.action == "restore" and not ns.source:
+            raise UsageError("tether memory restore: --from <backup id>|latest is required "
+                             "(`tether memory backups` lists them)")
         if ns.limit <= 0:
             raise UsageError("tether memory: --limit expects a positive integer")
         return _run(ns)
@@ -62,6 +79,8 @@ def _run(ns: argparse.Namespace) -> int:
         if found is None:
             raise UsageError(f"no agent has run yet in {store.home}; pass --agent <id>")
         agent = found
+    if ns.action in JSON_ACTIONS:
+        return _run_json(store.home, agent.id, ns)
     memfs = MemFS(memory_dir(store.home, agent.id), agent_id=agent.id, agent_name=agent.name)
     out = sys.stdout
     if not memfs.exists:
@@ -104,3 +123,39 @@ def _status(memfs: MemFS) -> str:
     else:
         lines.append("uncommitted: none")
     return "\n".join(lines) + "\n"
+
+
+def _run_json(home: Path, agent_id: str, ns: argparse.Namespace) -> int:
+    import orjson
+
+    from tether.runtime.manage import memory_ops
+
+    if ns.action == "backup":
+        result: object = memory_ops.backup(home, agent_id, ns.reason)
+    elif ns.action == "backups":
+        result = memory_ops.backups(home, agent_id)
+    elif ns.action == "restore":
+        result = memory_ops.restore(home, agent_id, ns.source, force=ns.force)
+    elif ns.action == "tokens":
+        result = memory_ops.tokens(home, agent_id)
+    elif ns.resolutions is None:
+        result = memory_ops.pending(home, agent_id)
+    else:
+        result = memory_ops.resolve(home, agent_id, _resolutions(ns.resolutions), ns.branch)
+    sys.stdout.buffer.write(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    return 0
+
+
+def _resolutions(raw: str) -> Any:
+    import orjson
+
+    text = raw
+    if raw.startswith("@"):
+        try:
+            text = Path(raw[1:]).expanduser().read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"--resolutions {raw}: cannot read it ({exc.strerror})") from None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(f"--resolutions is not JSON: {exc}") from None

@@ -168,6 +168,14 @@ class MemFS:
             raise MemFSError(f"git {args[0]} failed in {self.root}: {why}")
         return proc.stdout
 
+    def git(self, *args: str, stdin: bytes | None = None) -> bytes:
+        """git in this repo with tether's fixed configuration; MemFSError naming the failure."""
+        return self._git(*args, stdin=stdin)
+
+    def try_git(self, *args: str) -> subprocess.CompletedProcess[bytes]:
+        """git in this repo, its exit status left to the caller (a query that may answer no)."""
+        return self._run(*args)
+
     # --- reading HEAD ---------------------------------------------------------------------------
 
     def revision(self) -> str | None:

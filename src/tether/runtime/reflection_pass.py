@@ -151,6 +151,7 @@ async def run_pass(
     ):
         with memfs.writing():
             memfs.add_worktree(worktree, branch)
+        result = "failed"
         try:
             job = ChildJob(
                 worktree,
@@ -169,7 +170,9 @@ async def run_pass(
             result, message = await asyncio.to_thread(_finalize, memfs, worktree, branch, outcome)
         finally:
             with memfs.writing():
-                memfs.remove_worktree(worktree, branch)
+                # A conflicting branch is kept (its commits are a memory change) until
+                # `tether memory resolve` merges it.
+                memfs.remove_worktree(worktree, None if result == "merge_conflict" else branch)
     return PassResult(
         result, agent_id, pass_id, branch, message, memfs.revision(), outcome.agent_id
     )
@@ -196,7 +199,8 @@ def _finalize(memfs: Any, worktree: Path, branch: str, outcome: ChildOutcome) ->
         how = memfs.merge_branch(branch, f"reflection: merge {branch}")
     if how == "conflict":
         return "merge_conflict", (
-            f"{branch} conflicts with main; the merge was aborted and main is unchanged"
+            f"{branch} conflicts with main; the merge was aborted and main is unchanged "
+            "(the branch is kept: `tether memory resolve` merges it)"
         )
     return "merged", f"merged {branch} into main ({how})"
 

@@ -1,0 +1,7 @@
+"""Managing what a tether home holds — agents, conversations, memory, skills — as plain functions
+over the local store that the CLI and the App Server both call (one code path per feature).
+
+Every function takes what it needs explicitly (the home, ids, fields), never the process
+environment, returns JSON-ready dicts in the reference's shapes, and raises `UsageError`
+(a bad field, named) or `NotFound` (an unknown id) before writing anything.
+"""
