@@ -155,8 +155,15 @@ def child_command() -> list[str]:
 
 
 def child_argv(
-    kind: SubagentType, scope: ParentScope, model: str | None, command: Sequence[str] | None = None
+    kind: SubagentType,
+    scope: ParentScope,
+    model: str | None,
+    command: Sequence[str] | None = None,
+    target: Sequence[str] = (),
 ) -> list[str]:
+    """The child's command line; `target` (an existing agent's conversation flags, from
+    `subagent_targets.Target.argv`) replaces the new agent, which keeps its own model unless
+    the call names one."""
     argv = [
         *(command or child_command()),
         "-p",
@@ -164,14 +171,19 @@ def child_argv(
         "stream-json",
         "--permission-mode",
         "unrestricted",
-        "--new-agent",
-        "--system-custom",
-        kind.system,
-        "--tags",
-        f"type:{kind.name},parent:{scope.agent_id}",
-        "--model",
-        model or kind.model or scope.model,
     ]
+    if target:
+        argv += [*target, *(["--model", model] if model else [])]
+    else:
+        argv += [
+            "--new-agent",
+            "--system-custom",
+            kind.system,
+            "--tags",
+            f"type:{kind.name},parent:{scope.agent_id}",
+            "--model",
+            model or kind.model or scope.model,
+        ]
     if kind.tools is not None:
         argv += ["--tools", ",".join(kind.tools)]
     if scope.allowed_tools:

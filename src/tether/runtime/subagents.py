@@ -4,7 +4,9 @@ The child is `python -m tether -p --output-format stream-json --permission-mode 
 --new-agent --system-custom <type prompt> --tags type:<t>,parent:<parent agent> --model <m>`
 with the prompt on stdin, in the parent's working directory, in its own session (process
 group), with env `TETHER_AGENT_ROLE=subagent`, `TETHER_PARENT_AGENT_ID=<parent agent>` and
-`USER_CWD`. The exact grant it receives:
+`USER_CWD`. A call naming `agent_id` / `conversation_id` runs the child as that existing agent
+instead (`--conversation <id>`: no new agent, the agent's own model and system prompt); which
+targets a parent may reach is in `subagent_targets.py`. The exact grant it receives:
 
 - `--permission-mode unrestricted`, which only skips asking: the child runs only after the
   parent admitted the Task call (in `standard` mode that takes an approval, a rule or `--yolo`);
@@ -58,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from tether.core.tools import ToolResult
-from tether.errors import ToolFailure
+from tether.errors import TetherError, ToolFailure
 from tether.runtime.subagent_launch import (
     MEMORY_PROFILE,
     MEMORY_SUBAGENT_TYPES,
@@ -74,6 +76,7 @@ from tether.runtime.subagent_launch import (
     with_parent_backend,
 )
 from tether.runtime.subagent_log import LoggedTask, TaskLog
+from tether.runtime.subagent_targets import Target, TargetRefused, target_conversation
 
 if TYPE_CHECKING:
     from tether.sandbox import SandboxStatus, WrappedCommand
@@ -227,10 +230,12 @@ class Subagents:
             return ToolResult(
                 f"Unknown subagent_type {args.get('subagent_type')!r}. Available: {names}", True
             )
-        if args.get("agent_id") or args.get("conversation_id"):
-            return ToolResult(
-                "Deploying onto an existing agent or conversation is not supported yet.", True
-            )
+        # a cloud parent's children are cloud runs on its server (found once, at the first launch)
+        self.scope = with_parent_backend(self.scope, self.env if self.env is not None else os.environ)
+        try:
+            target = self._target(args, kind.name)
+        except (TargetRefused, TetherError) as exc:
+            return ToolResult(str(exc), True)
         if sum(t.running for t in self._tasks.values()) >= MAX_RUNNING:
             return ToolResult(
                 f"Too many subagents: {MAX_RUNNING} are already running; stop one with TaskStop.",
@@ -246,9 +251,7 @@ class Subagents:
             log_path = self._log_path(task_id)
         task = SubagentTask(task_id, kind.name, description, log_path, background, tool_call_id)
         self._tasks[task.id] = task
-        # a cloud parent's children are cloud runs on its server (found once, at the first launch)
-        self.scope = with_parent_backend(self.scope, self.env if self.env is not None else os.environ)
-        argv = child_argv(kind, self.scope, model, self.command)
+        argv = child_argv(kind, self.scope, model, self.command, target.argv() if target else ())
         prompt = str(args["prompt"])
         if not background:
             runner = asyncio.ensure_future(self._run(task, kind, argv, prompt))
@@ -265,6 +268,20 @@ class Subagents:
             f"Task running in background with task ID: {task.id}\n"
             f"Output file: {task.log_path}\n"
             "You will be notified when it completes; use TaskOutput to check on it or TaskStop to stop it."
+        )
+
+    def _target(self, args: Mapping[str, Any], kind: str) -> Target | None:
+        """The existing agent / conversation the call names, checked against the grant
+        (runtime/subagent_targets.py); None for a new subagent agent."""
+        if not args.get("agent_id") and not args.get("conversation_id"):
+            return None
+        from tether.runtime.session import tether_home
+
+        env = self.env if self.env is not None else os.environ
+        home = (self.scope.tether_home or tether_home(env)).expanduser().absolute()
+        return target_conversation(
+            args, kind=kind, parent_agent=self.scope.agent_id,
+            parent_conversation=self.scope.conversation_id, home=home, backend=self.scope.backend,
         )
 
     def _log_path(self, task_id: str) -> Path:

@@ -43,11 +43,13 @@ class AgentTool:
             },
             "agent_id": {
                 "type": "string",
-                "description": "Deploy onto an existing agent (not supported yet)",
+                "description": "Run as this existing agent (yours or one you created), in a new "
+                "conversation unless conversation_id is given; general-purpose only",
             },
             "conversation_id": {
                 "type": "string",
-                "description": "Continue an existing conversation",
+                "description": "Continue this existing conversation of such an agent "
+                "(`default` with agent_id: its primary history)",
             },
         },
         "required": ["description", "prompt", "subagent_type"],
@@ -76,5 +78,8 @@ class AgentTool:
                 return ToolResult(f"{key} must be a non-empty string", True)
         if "run_in_background" in args and not isinstance(args["run_in_background"], bool):
             return ToolResult("run_in_background must be true or false", True)
+        for key in ("agent_id", "conversation_id"):
+            if key in args and not isinstance(args[key], str):
+                return ToolResult(f"{key} must be a string (an existing id)", True)
         launch = cast(SubagentService, service)  # the runtime's Subagents (runtime/subagents.py)
         return await launch.launch(args, ctx.abort, ctx.tool_call_id)
