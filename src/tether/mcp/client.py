@@ -251,9 +251,15 @@ class McpServers:
         done, _ = await asyncio.wait({call}, timeout=_ABANDON_WAIT_S)
         if not done:
             self._abandoned.add(call)
-            call.add_done_callback(self._abandoned.discard)
-        elif not call.cancelled():
-            call.exception()  # retrieved: a late error of an abandoned call is nobody's
+            call.add_done_callback(self._settled)
+        else:
+            self._settled(call)
+
+    def _settled(self, call: asyncio.Future[Any]) -> None:
+        """An abandoned request ended: forgotten, its late error (nobody's) retrieved."""
+        self._abandoned.discard(call)
+        if not call.cancelled():
+            call.exception()
 
     def _kill(self, state: ServerState) -> None:
         """Kill a stdio server's whole process group now (remote servers have none)."""

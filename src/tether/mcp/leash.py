@@ -51,7 +51,8 @@ def _children() -> list[int]:
 
 def _children_by_parent() -> list[int]:
     """This process's children found the slow way: every process's parent in /proc."""
-    me, pids = os.getpid(), []
+    me = os.getpid()
+    pids: list[int] = []
     try:
         entries = os.listdir("/proc")
     except OSError:
