@@ -275,3 +275,26 @@ def test_a_signal_while_a_server_starts_ends_the_run(workdir: Path, tether_home:
     assert proc.returncode == 130, err
     assert "Interrupted by SIGINT" in err
     assert gone(server)
+
+
+def test_stream_json_sigterm_ends_a_hung_call_and_the_session(workdir: Path, tether_home: Path,
+                                                             tmp_path: Path) -> None:
+    from tests.e2e.test_bidirectional import Client
+
+    mark = tmp_path / "hang.pid"
+    settings(tether_home, mark)
+    with FakeProvider([HANG, {"text": "never sent"}]) as fake:
+        c = Client(fake.url, workdir, "--yolo")
+        try:
+            c.user("go")
+            server = wait_for_file(mark)
+            c.proc.send_signal(signal.SIGTERM)
+            code = c.proc.wait(timeout=PROMPTLY)
+        finally:
+            if c.proc.poll() is None:
+                c.proc.kill()
+            c.close()
+    assert code == 143
+    assert recorded_result(tether_home)["content"][0]["text"] == "Interrupted by user"
+    assert checkpoint(tether_home)[0] == "after"
+    assert gone(server)
