@@ -54,4 +54,5 @@ def wait_for(logs: Path, match: Callable[[dict[str, Any]], bool], what: str,
             if match(event):
                 return event
         time.sleep(0.05)
-    raise AssertionError(f"no worker reported {what} within {deadline_s} s: {read_events(logs)}")
+    raise AssertionError(f"no worker reported {what} within {deadline_s} s; last events:"
+                         f" {read_events(logs)[-30:]}")
