@@ -1,6 +1,7 @@
 """`tether agents list | create | config`: the local agents as JSON (reference §1.1).
 
     tether agents list   [--name N | --query Q | --tags a,b [--match-all-tags]] [--include-blocks] [--limit 20]
+                         (--shared: a Letta organisation's agents, refused locally)
     tether agents create [--name N] [--model M] [--description D] [--tags a,b] [--system TEXT]
                          [--block LABEL=TEXT ...] [--no-memfs]
     tether agents config ID [--name N] [--model M] [--description D] [--system TEXT]
@@ -55,6 +56,7 @@ def _run(argv: list[str]) -> int:
     ls.add_argument("--tags")
     ls.add_argument("--match-all-tags", action="store_true")
     ls.add_argument("--include-blocks", action="store_true")
+    ls.add_argument("--shared", action="store_true")
     ls.add_argument("--backend", help="local|cloud (api): default TETHER_BACKEND, else the saved one")
     create = sub.add_parser("create")
     create.add_argument("--name")
@@ -121,6 +123,9 @@ def _list(home: Any, ns: argparse.Namespace) -> int:
         raise UsageError("tether agents list: give one of --name, --query, --tags")
     if ns.match_all_tags and ns.tags is None:
         raise UsageError("tether agents list: --match-all-tags goes with --tags")
+    if ns.shared:
+        raise UsageError("--shared lists agents shared through a Letta organisation; local agents "
+                         "are never shared (use --backend cloud with a Letta server)")
     from tether.runtime.backend_choice import choose_backend
 
     if choose_backend(ns.backend, home, os.environ) == "cloud":

@@ -88,3 +88,66 @@ def tokens(home: Path, agent_id: str) -> dict[str, Any]:
     return {"agent_id": agent_id, "revision": memfs.revision(),
             "system_tokens": sum(f["tokens"] for f in files if f["in_prompt"]),
             "total_tokens": sum(f["tokens"] for f in files), "files": files}
+
+
+def memory_files(home: Path, agent_id: str, prefix: str = "") -> list[dict[str, Any]]:
+    """The committed files (HEAD) under `prefix`: path, label, description, read_only, size."""
+    from tether.memory import blocks
+
+    memfs = open_memory(home, agent_id)
+    rows = []
+    for path, data in sorted(memfs.read_head_tree(prefix.strip("/")).items()):
+        parsed = blocks.parse(data.decode("utf-8", errors="replace"))
+        rows.append({"path": path, "label": blocks.label(path), "description": parsed.description,
+                     "read_only": parsed.read_only, "size": len(data)})
+    return rows
+
+
+def read_memory_file(home: Path, agent_id: str, path: str) -> dict[str, Any]:
+    """One committed file's text (what the prompt sees), NotFound when HEAD has none."""
+    from tether.errors import NotFound
+    from tether.memory.memfs import MemFSError, normalize_path
+
+    memfs = open_memory(home, agent_id)
+    try:
+        rel = normalize_path(path, markdown=False)
+    except MemFSError as exc:
+        raise UsageError(str(exc)) from None
+    text = memfs.read_head(rel)
+    if text is None:
+        raise NotFound(f"agent {agent_id}'s memory has no committed file {rel!r}")
+    return {"agent_id": agent_id, "path": rel, "content": text, "revision": memfs.revision()}
+
+
+def write_memory_file(
+    home: Path, agent_id: str, path: str, content: str | None, message: str
+) -> dict[str, Any]:
+    """Write (or, with None, delete) one file and commit it with `message`; a read-only block
+    is refused, as the memory tool refuses it."""
+    from tether.memory import blocks
+    from tether.memory.memfs import MemFSError, normalize_path
+
+    memfs = open_memory(home, agent_id, create=True)
+    try:
+        rel = normalize_path(path, markdown=False)
+    except MemFSError as exc:
+        raise UsageError(str(exc)) from None
+    if content is not None and not isinstance(content, str):
+        raise UsageError(f"content must be text or null, got {type(content).__name__}")
+    current = memfs.read_head(rel)
+    if current is not None and blocks.parse(current).read_only:
+        raise UsageError(f"{rel} is read_only in agent {agent_id}'s memory")
+    with memfs.writing():
+        if any(line[3:] == rel for line in memfs.status_lines()):
+            raise UsageError(f"{rel} has uncommitted changes in agent {agent_id}'s memory; "
+                             "commit or discard them first")
+        if content is None:
+            if current is None:
+                from tether.errors import NotFound
+
+                raise NotFound(f"agent {agent_id}'s memory has no committed file {rel!r}")
+            memfs.resolve(rel).unlink(missing_ok=True)
+        else:
+            memfs.write_working(rel, content)
+        commit = memfs.commit([rel], message)
+    return {"agent_id": agent_id, "path": rel, "commit": commit, "revision": memfs.revision()}
