@@ -82,12 +82,15 @@ def connect(url: str) -> psycopg.Connection[Any]:
 
 @contextlib.contextmanager
 def store_errors(url: str, doing: str) -> Iterator[None]:
-    """psycopg's operational errors as `PgStoreUnavailable` naming what was being done;
-    integrity errors and tether's own pass through."""
+    """psycopg's errors as `PgStoreUnavailable` naming what was being done (a lost session, an
+    idle-in-transaction timeout, a server shutting down); integrity errors and tether's own pass
+    through."""
     psycopg = _psycopg()
     try:
         yield
-    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+    except psycopg.IntegrityError:
+        raise
+    except psycopg.Error as exc:
         raise PgStoreUnavailable(
             f"the PostgreSQL store {redact(url)} failed to {doing}: {str(exc).strip()}"
         ) from exc
@@ -98,9 +101,10 @@ class PgSession:
     a lock (psycopg connections are not for concurrent use), opened on first use with the
     schema migrated. The connection is also the worker's presence (`presence.py`)."""
 
-    def __init__(self, url: str, worker: str) -> None:
+    def __init__(self, url: str, worker: str, *, idle_in_transaction_ms: int = IDLE_IN_TX_MS) -> None:
         self.url = check_url(url)
         self.worker = worker
+        self.idle_in_transaction_ms = int(idle_in_transaction_ms)
         self.lock = threading.RLock()
         self._conn: psycopg.Connection[Any] | None = None
         self._closed = False
@@ -114,12 +118,18 @@ class PgSession:
             from tether.backends.postgres import presence, schema
 
             conn = connect(self.url)
-            with store_errors(self.url, "prepare its schema"):
-                # A worker stopped inside a transaction would hold its row locks (a lease row
-                # share-locked by a fenced write) forever; the server ends such a session.
-                conn.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TX_MS}")
-                schema.migrate(conn)
-                presence.register(conn, self.worker)
+            try:
+                with store_errors(self.url, "prepare its schema"):
+                    # A worker stopped inside a transaction would hold its row locks (a lease
+                    # row share-locked by a fenced write) forever; the server ends its session.
+                    conn.execute(
+                        f"SET idle_in_transaction_session_timeout = {self.idle_in_transaction_ms}"
+                    )
+                    schema.migrate(conn)
+                    presence.register(conn, self.worker)
+            except BaseException:
+                conn.close()
+                raise
             self._conn = conn
         return self._conn
 
