@@ -28,11 +28,16 @@ class LeaseLost(StoreError):
     """A write of a conversation's former lease holder, refused: another worker holds the
     conversation now (a newer fencing token), so this worker's view of it is stale."""
 
-    def __init__(self, conversation: str, token: int, current: int | None, holder: str | None) -> None:
+    def __init__(
+        self, conversation: str, token: int | None, current: int | None, holder: str | None,
+        worker: str | None = None,
+    ) -> None:
         now = "no lease" if current is None else f"token {current}, held by {holder}"
+        mine = (f"{worker} does not hold its lease" if token is None
+                else f"this worker's lease (token {token}) is no longer current")
         super().__init__(
-            f"write to conversation {conversation} refused: this worker's lease (token {token})"
-            f" is no longer current ({now}); the conversation moved to another worker"
+            f"write to conversation {conversation} refused: {mine} ({now});"
+            " the conversation moved to another worker"
         )
         self.conversation = conversation
         self.token = token

@@ -66,6 +66,22 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (schedule_id, due_at)
     );
     """,
+    # 2: effect checkpoints (checkpoints.py), as runtime/checkpoints.py keeps them in SQLite
+    """
+    CREATE TABLE effect_checkpoints (
+        conversation TEXT NOT NULL,
+        tool_call_id TEXT NOT NULL,
+        tool_name TEXT NOT NULL,
+        arguments BYTEA NOT NULL,
+        phase TEXT NOT NULL CHECK (phase IN ('before', 'after', 'unknown')),
+        result BYTEA,
+        owner TEXT NOT NULL,
+        revision INTEGER NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+        updated_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+        PRIMARY KEY (conversation, tool_call_id)
+    );
+    """,
 )
 
 

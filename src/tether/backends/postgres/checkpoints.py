@@ -1,0 +1,148 @@
+"""Effect checkpoints on PostgreSQL: the runtime's `CheckpointStore` methods (`record_before`,
+`record_after`, `mark_unknown`, `get`, `for_conversation`) over one table, each change a
+compare-and-swap on (revision, owner) as in SQLite, and in a fleet fenced too: while a
+conversation has a lease, only its holder writes that conversation's checkpoints (the lease row
+share-locked in the same transaction), so a worker whose lease moved cannot record an `after`
+over what its successor settled. The runtime's record type and its two errors are passed in
+(`CheckpointShape`), so this L2 adapter never imports L3 and the runtime's recovery code runs
+on it unchanged."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+import orjson
+
+from tether.backends.postgres.connection import LeaseLost, PgSession
+from tether.errors import StoreError
+from tether.protocol.turns import ApprovalResult
+
+
+class CheckpointConflict(StoreError):
+    """The row changed under its writer (revision or owner moved)."""
+
+
+class AlreadyCheckpointed(StoreError):
+    """The tool call has a checkpoint already: running it again could repeat an effect."""
+
+
+class CheckpointRecord(Protocol):
+    @property
+    def conversation(self) -> str: ...
+    @property
+    def tool_call_id(self) -> str: ...
+    @property
+    def tool_name(self) -> str: ...
+    @property
+    def arguments(self) -> dict[str, Any]: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def revision(self) -> int: ...
+
+
+C = TypeVar("C", bound=CheckpointRecord)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointShape(Generic[C]):
+    """The runtime's side: its record constructor (conversation, tool_call_id, tool_name,
+    arguments, phase, result, owner, revision), its errors, and an unknown outcome's text."""
+
+    make: Callable[..., C]
+    unknown_output: str
+    already: type[Exception] = field(default=AlreadyCheckpointed)
+    conflict: type[Exception] = field(default=CheckpointConflict)
+
+
+class PgCheckpointStore(Generic[C]):
+    """`effect_checkpoints` in the store at `session.url`. Thread-safe (the session's lock)."""
+
+    def __init__(self, session: PgSession, shape: CheckpointShape[C]) -> None:
+        self.session = session
+        self.shape = shape
+
+    def close(self) -> None:
+        self.session.close()
+
+    def record_before(
+        self, conversation: str, tool_call_id: str, tool_name: str,
+        arguments: Mapping[str, Any], owner: str,
+    ) -> C:
+        args = dict(arguments)
+        with self.session.transaction("record an effect checkpoint") as cur:
+            _fence_owner(cur, conversation, owner)
+            cur.execute(
+                "INSERT INTO effect_checkpoints (conversation, tool_call_id, tool_name, arguments,"
+                " phase, result, owner, revision) VALUES (%s, %s, %s, %s, 'before', NULL, %s, 1)"
+                " ON CONFLICT DO NOTHING",
+                (conversation, tool_call_id, tool_name, orjson.dumps(args), owner),
+            )
+            if cur.rowcount != 1:
+                raise self.shape.already(
+                    f"tool call {tool_call_id} in {conversation} already has an effect checkpoint"
+                )
+        return self.shape.make(conversation, tool_call_id, tool_name, args, "before", None, owner, 1)
+
+    def record_after(self, cp: C, result: ApprovalResult) -> C:
+        payload = {
+            "output": result.output,
+            "is_error": result.is_error,
+            "stdout": list(result.stdout) if result.stdout is not None else None,
+            "stderr": list(result.stderr) if result.stderr is not None else None,
+        }
+        return self._swap(cp, "after", payload, cp.owner)
+
+    def mark_unknown(self, cp: C, owner: str) -> C:
+        """Take the row over (fencing its old owner out) and settle it as unknown."""
+        return self._swap(cp, "unknown", {"output": self.shape.unknown_output, "is_error": True}, owner)
+
+    def _swap(self, cp: C, phase: str, result: dict[str, Any], owner: str) -> C:
+        with self.session.transaction("settle an effect checkpoint") as cur:
+            _fence_owner(cur, cp.conversation, owner)
+            cur.execute(
+                "UPDATE effect_checkpoints SET phase = %s, result = %s, owner = %s,"
+                " revision = revision + 1, updated_at = clock_timestamp()"
+                " WHERE conversation = %s AND tool_call_id = %s AND revision = %s AND owner = %s",
+                (phase, orjson.dumps(result), owner, cp.conversation, cp.tool_call_id,
+                 cp.revision, cp.owner),
+            )
+            if cur.rowcount != 1:
+                raise self.shape.conflict(
+                    f"effect checkpoint {cp.tool_call_id} changed under runtime {cp.owner} "
+                    f"(expected revision {cp.revision}); another runtime owns this conversation now"
+                )
+        return self.shape.make(cp.conversation, cp.tool_call_id, cp.tool_name, cp.arguments,
+                               phase, result, owner, cp.revision + 1)
+
+    def get(self, conversation: str, tool_call_id: str) -> C | None:
+        rows = self._select("AND tool_call_id = %s", (conversation, tool_call_id))
+        return rows[0] if rows else None
+
+    def for_conversation(self, conversation: str) -> dict[str, C]:
+        return {cp.tool_call_id: cp for cp in self._select("", (conversation,))}
+
+    def _select(self, extra: str, params: tuple[Any, ...]) -> list[C]:
+        with self.session.transaction("read effect checkpoints") as cur:
+            rows = cur.execute(
+                "SELECT conversation, tool_call_id, tool_name, arguments, phase, result, owner,"
+                f" revision FROM effect_checkpoints WHERE conversation = %s {extra}"
+                " ORDER BY created_at, tool_call_id", params,
+            ).fetchall()
+        return [
+            self.shape.make(r[0], r[1], r[2], orjson.loads(r[3]), r[4],
+                            orjson.loads(r[5]) if r[5] is not None else None, r[6], int(r[7]))
+            for r in rows
+        ]
+
+
+def _fence_owner(cur: Any, conversation: str, owner: str) -> None:
+    """While the conversation has a lease, only its holder writes (the row share-locked)."""
+    row = cur.execute(
+        "SELECT holder, token FROM conversation_leases WHERE conversation = %s FOR SHARE",
+        (conversation,),
+    ).fetchone()
+    if row is not None and row[0] != owner:
+        raise LeaseLost(conversation, None, int(row[1]), str(row[0]), worker=owner)
