@@ -1,12 +1,20 @@
 # Sourced by scripts/install-*: where the heavy test installs live.
 #
-# One copy per version sits in TETHER_DEV_CACHE (default ~/.cache/tether-dev), and a clone's
-# .cache/<name> or .venv-llama is a link to it, so a fresh clone on the same machine (CI's)
-# reuses a finished install in seconds. A real folder at that path (an older layout) is used
-# as it is. Each script re-checks its own stamp, so a cached copy is never trusted blindly.
+# One copy per version sits in TETHER_DEV_CACHE (default ~/.cache/tether-dev; as root
+# /var/cache/tether-dev, because root's home is private and the Letta tests run PostgreSQL as
+# nobody, which must reach its binaries), and a clone's .cache/<name> or .venv-llama is a link
+# to it, so a fresh clone on the same machine (CI's) reuses a finished install in seconds. A
+# real folder at that path (an older layout) is used as it is. Each script re-checks its own
+# stamp, so a cached copy is never trusted blindly.
 
 tether_cache_root() {
-  echo "${TETHER_DEV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tether-dev}"
+  if [ -n "${TETHER_DEV_CACHE:-}" ]; then
+    echo "$TETHER_DEV_CACHE"
+  elif [ "$(id -u)" -eq 0 ]; then
+    echo /var/cache/tether-dev
+  else
+    echo "${XDG_CACHE_HOME:-$HOME/.cache}/tether-dev"
+  fi
 }
 
 # tether_cached_dir PATH NAME: make PATH (inside the repository) lead to the cache entry NAME
