@@ -37,6 +37,10 @@ def run_skills(argv: Sequence[str]) -> int:
 
 def run_install(argv: Sequence[str]) -> int:
     argv = list(argv)
+    if argv in (["--help"], ["-h"]):
+        sys.stdout.write("usage: tether install SOURCE [--agent ID | --global] [--path SUBDIR] "
+                         "[--force]\n\n" + __doc__)
+        return 0
     if argv and argv[0].startswith("npm:"):
         sys.stderr.write("Error: tether install takes skills (a folder or git:<url>); mods are "
                          "Python packages: pip install them, then `tether mods list`\n")

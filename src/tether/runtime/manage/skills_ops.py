@@ -83,7 +83,8 @@ def _fetch(source: str, scratch: Path, subdir: str | None) -> Path:
         if not url:
             raise UsageError("git: needs a repository, e.g. git:https://host/owner/repo#main")
         root = scratch / "checkout"
-        argv = ["git", "-c", "core.hooksPath=/dev/null", "clone", "-q", "--depth", "1"]
+        argv = ["git", "-c", "core.hooksPath=/dev/null", "-c", "protocol.ext.allow=never", "clone",
+                "-q", "--depth", "1", "--no-recurse-submodules"]
         if ref:
             argv += ["--branch", ref]
         env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
