@@ -211,7 +211,7 @@ def test_delay_and_hang_and_prompt_stop() -> None:
         with httpx.Client(timeout=0.3) as client, pytest.raises(httpx.ReadTimeout):
             client.post(f"{fake.url}/v1/chat/completions", json={"messages": [USER]})
         stopping = time.monotonic()
-    assert time.monotonic() - stopping < 2  # stop() released the hanging handler
+    assert time.monotonic() - stopping < 30  # stop() released the hanging handler
 
 
 def test_control_endpoints_replace_the_script_and_report() -> None:

@@ -98,7 +98,7 @@ def test_timeout_kills_the_whole_group_including_grandchildren(tmp_path: Path) -
     assert is_error
     assert output.startswith("Command timed out after 500ms")
     assert "started" in output
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 30  # did not wait for the `sleep 100`
     assert pid_dead(int(pidfile.read_text()))
 
 
@@ -107,7 +107,7 @@ def test_grandchild_holding_the_pipe_does_not_outlive_a_finished_command(tmp_pat
     started = time.monotonic()
     output, is_error = bash(f"sleep 100 > /dev/null & echo $! > {pidfile}; echo ok", tmp_path)
     assert (output, is_error) == ("ok", False)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 30  # did not wait for the `sleep 100`
     assert pid_dead(int(pidfile.read_text()))
 
 
@@ -134,7 +134,7 @@ def test_abort_event_interrupts_and_kills_the_group(tmp_path: Path) -> None:
     output, is_error, took = asyncio.run(scenario())
     assert is_error
     assert output.startswith("Interrupted by user")
-    assert took < 3
+    assert took < 30  # did not wait for the `sleep 100`
     assert pid_dead(int(pidfile.read_text()))
 
 
