@@ -108,3 +108,16 @@ def test_tokens_counts_committed_files(workdir: Path, tether_home: Path) -> None
     assert by_path["system/persona.md"]["in_prompt"]
     assert out["system_tokens"] == by_path["system/persona.md"]["tokens"]
     assert out["total_tokens"] == out["system_tokens"] + 100
+
+
+def test_a_lost_memory_comes_back_from_its_backup(workdir: Path, tether_home: Path) -> None:
+    import shutil
+
+    agent, repo = make_agent(workdir, tether_home)
+    head = commit(repo, "notes/a.md", "kept\n", "notes")
+    tether_json("memory", "backup", "--agent", agent, cwd=workdir)
+    shutil.rmtree(repo)
+    done = tether_json("memory", "restore", "--agent", agent, "--from", "latest", cwd=workdir)
+    assert done["restored"] and done["head"] == head and done["safety_backup"] is None
+    assert (repo / "notes" / "a.md").read_text() == "kept\n"
+    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"

@@ -3,7 +3,7 @@
     tether agents list   [--name N | --query Q | --tags a,b [--match-all-tags]] [--include-blocks] [--limit 20]
                          (--shared: a Letta organisation's agents, refused locally)
     tether agents create [--name N] [--model M] [--description D] [--tags a,b] [--system TEXT]
-                         [--block LABEL=TEXT ...] [--no-memfs]
+                         [--block LABEL=TEXT ...] [--memfs | --no-memfs]
     tether agents config ID [--name N] [--model M] [--description D] [--system TEXT]
                          [--tags a,b] [--add-tag T] [--remove-tag T] [--model-settings JSON]
 
@@ -65,6 +65,7 @@ def _run(argv: list[str]) -> int:
     create.add_argument("--tags")
     create.add_argument("--system")
     create.add_argument("--block", action="append", default=[], metavar="LABEL=TEXT")
+    create.add_argument("--memfs", action="store_true", help="the default: a git memory repo")
     create.add_argument("--no-memfs", action="store_true")
     config = sub.add_parser("config")
     config.add_argument("agent_id")
@@ -85,6 +86,8 @@ def _run(argv: list[str]) -> int:
     from tether.runtime.manage import agents
 
     if ns.action == "create":
+        if ns.memfs and ns.no_memfs:
+            raise UsageError("give --memfs or --no-memfs, not both")
         blocks = {}
         for item in ns.block:
             label, eq, text = item.partition("=")

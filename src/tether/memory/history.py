@@ -138,7 +138,8 @@ def restore_backup(memfs: MemFS, backup: Backup, *, force: bool) -> dict[str, An
                     f"not have (newest: {dropped[0]['sha'][:7]} {dropped[0]['subject']!r}); "
                     "pass --force to restore anyway (the current memory is backed up first)"
                 )
-            safety = create_backup(memfs, f"before restoring {backup.id}")
+            # nothing to keep in a repo with no commit yet (one restored after it was lost)
+            safety = create_backup(memfs, f"before restoring {backup.id}") if current else None
             memfs.git("reset", "-q", "--hard", backup.head)
         finally:
             fetched = memfs.try_git("for-each-ref", "--format=%(refname)", ref + "/").stdout
@@ -146,7 +147,7 @@ def restore_backup(memfs: MemFS, backup: Backup, *, force: bool) -> dict[str, An
                 memfs.try_git("update-ref", "-d", name)
     return {"restored": True, "from": backup.id, "head": backup.head,
             "previous_head": current, "dropped_commits": dropped,
-            "safety_backup": safety.to_dict()}
+            "safety_backup": safety.to_dict() if safety else None}
 
 
 def pending_merges(memfs: MemFS) -> list[dict[str, Any]]:

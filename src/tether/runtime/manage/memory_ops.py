@@ -43,10 +43,15 @@ def backups(home: Path, agent_id: str) -> list[dict[str, Any]]:
 
 def restore(home: Path, agent_id: str, source: str, *, force: bool = False) -> dict[str, Any]:
     from tether.memory.history import find_backup, restore_backup
+    from tether.memory.memfs import MemFS, memory_dir
 
-    memfs = open_memory(home, agent_id)
-    return {"agent_id": agent_id,
-            **restore_backup(memfs, find_backup(memfs, source), force=force)}
+    agent = LocalStore(home).get_agent(agent_id)
+    memfs = MemFS(memory_dir(home, agent.id), agent_id=agent.id, agent_name=agent.name)
+    backup = find_backup(memfs, source)  # backups live beside the repo: they outlive its loss
+    if not memfs.exists:
+        memfs.root.mkdir(parents=True, exist_ok=True)
+        memfs.git("init", "-q", "-b", "main")
+    return {"agent_id": agent_id, **restore_backup(memfs, backup, force=force)}
 
 
 def pending(home: Path, agent_id: str) -> dict[str, Any]:
