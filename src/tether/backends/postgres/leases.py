@@ -121,6 +121,20 @@ class ConversationLeases:
                 " WHERE conversation = %s AND token = %s", (lease.conversation, lease.token),
             )
 
+    def orphaned(self) -> list[str]:
+        """Conversations with unfinished inputs and no live holder (never leased, expired, or
+        held by a worker whose session is gone), oldest input first: what a starting worker,
+        or one woken by a notification, should try to `acquire` (the fleet's `claim_orphans`)."""
+        with self.session.transaction("find conversations without a live owner") as cur:
+            rows = cur.execute(
+                "SELECT i.conversation FROM inputs i LEFT JOIN conversation_leases l"
+                " ON l.conversation = i.conversation"
+                " WHERE i.state IN ('queued', 'started') AND (l.conversation IS NULL"
+                " OR l.expires_at < clock_timestamp() OR NOT " + ALIVE.format(w="l.holder") + ")"
+                " GROUP BY i.conversation ORDER BY min(i.seq)"
+            ).fetchall()
+        return [str(r[0]) for r in rows]
+
     def current(self, conversation: str) -> tuple[str, int] | None:
         """(holder, token) of the conversation's lease, expired or not; None if never taken."""
         with self.session.transaction("read a conversation's lease") as cur:
