@@ -53,6 +53,7 @@ from tether.server.protocol_v2 import (
     RuntimeStart,
     Sync,
 )
+from tether.server.request_kit import RequestFrame
 from tether.server.runtime import ConversationRuntime
 from tether.server.runtime_start import (
     ServerContext,
@@ -357,15 +358,18 @@ class AppServer:
         if isinstance(frame, RuntimeStart):
             self.runtime_start(conn, frame)
             return
+        if isinstance(frame, RequestFrame):  # the request families: server/requests.py
+            from tether.server.requests import answer
+
+            self._hold(answer(self, conn, frame))
+            return
         if isinstance(frame, protocol_v2.CronTrigger):
             if self.cron is None:
                 raise FrameError(
                     "this server runs no scheduler (started with TETHER_CRON=0)",
                     request_id=frame.request_id, frame_type="cron_trigger",
                 )
-            task = asyncio.ensure_future(self.cron.trigger(conn, frame))
-            self._background.add(task)  # held until done: the loop keeps only weak references
-            task.add_done_callback(self._background.discard)
+            self._hold(asyncio.ensure_future(self.cron.trigger(conn, frame)))
             return
         if isinstance(frame, ExternalToolCallResponse):
             problem = self.external.answer(frame)
@@ -410,6 +414,10 @@ class AppServer:
             conn.send_frame(
                 v2_frames.runtime_external_tools_update_response(frame.request_id, names)
             )
+
+    def _hold(self, task: asyncio.Future[None]) -> None:
+        self._background.add(task)  # held until done: the loop keeps only weak references
+        task.add_done_callback(self._background.discard)
 
     def runtime_start(self, conn: Connection, frame: RuntimeStart) -> None:
         try:

@@ -31,6 +31,7 @@ from tether.server.frame_reader import (
     FrameError,
     Reader,
 )
+from tether.server.request_kit import RequestFrame
 
 LOOP_STATUSES = (
     "SENDING_API_REQUEST",
@@ -144,6 +145,7 @@ ClientFrame = (
     | CronTrigger
     | ExternalToolCallResponse
     | ExternalToolsUpdate
+    | RequestFrame
 )
 FRAME_TYPES = (
     "app_server_info",
@@ -199,8 +201,14 @@ def parse_frame(raw: str | bytes) -> ClientFrame:
         return parse_call_response(reader)
     if kind == "runtime_external_tools_update":
         return parse_tools_update(reader)
+    from tether.server.requests import REQUESTS, parse_request
+
+    found = parse_request(kind, msg, request_id)
+    if found is not None:
+        return found
     raise FrameError(
-        f"unknown frame type {kind!r}; this server accepts: {', '.join(FRAME_TYPES)}",
+        f"unknown frame type {kind!r}; this server accepts: "
+        f"{', '.join((*FRAME_TYPES, *REQUESTS))}",
         request_id=request_id,
         frame_type=kind,
     )

@@ -242,8 +242,45 @@ def external_tool_call_request(
     }
 
 
-def crons_updated() -> dict[str, Any]:
-    return {"type": "crons_updated"}
+def crons_updated(agent_id: str | None = None, conversation_id: str | None = None) -> dict[str, Any]:
+    frame: dict[str, Any] = {"type": "crons_updated"}
+    if agent_id is not None:  # a request changed one agent's tasks (the scheduler sends none)
+        frame.update(timestamp=_now_ms(), agent_id=agent_id, conversation_id=conversation_id)
+    return frame
+
+
+# --- the request families (server/requests.py): `<name>_response` and `*_updated` ---------------
+
+UPDATED = ("agent_updated", "conversation_updated", "memory_updated", "skills_updated")
+
+
+def request_response(kind: str, request_id: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+    return {"type": f"{kind}_response", "request_id": request_id, "success": True, **payload}
+
+
+def request_failed(
+    kind: str, request_id: str | None, error: str, payload: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A request that could not be done: its response with `success: false`, the fields its
+    success would carry set empty (`payload`), and `error`."""
+    return {
+        "type": f"{kind}_response", "request_id": request_id, "success": False, **payload,
+        "error": error,
+    }
+
+
+def state_updated(kind: str, **fields: Any) -> dict[str, Any]:
+    """`agent_updated`, `conversation_updated`, `memory_updated` or `skills_updated`, sent to
+    every connection whose token may see what changed."""
+    if kind not in UPDATED:
+        raise ValueError(f"not a v2 update notification: {kind}")
+    return {"type": kind, **fields, "timestamp": _now_ms()}
+
+
+def _now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)
 
 
 def cron_trigger_failed(request_id: str, task_id: str, error: str) -> dict[str, Any]:

@@ -1,0 +1,66 @@
+"""Deleting agents and conversations from the local store: refused while any process runs a
+turn on them (the store's turn lock), and their schedules removed with them."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from pathlib import Path
+from typing import Any
+
+from tether.backends.local.store import DEFAULT_CONVERSATION, LocalStore, b64url
+from tether.errors import UsageError
+
+
+def delete_conversation(
+    home: Path, conversation_id: str, agent_id: str | None = None
+) -> dict[str, Any]:
+    """Remove a conversation's folder (transcript, record, attachments). `default` is the
+    agent's own conversation and goes only with the agent. ConversationBusy while a turn runs."""
+    if conversation_id == DEFAULT_CONVERSATION:
+        raise UsageError(
+            "the default conversation belongs to its agent and is deleted only with it"
+        )
+    store = LocalStore(home)
+    record = store.get_conversation(conversation_id, agent_id)
+    with store.turn_lock(record.agent_id, record.id):
+        shutil.rmtree(store.conversation_dir(record.agent_id, record.id))
+    return {"agent_id": record.agent_id, "conversation_id": record.id, "deleted": True}
+
+
+def delete_agent(home: Path, agent_id: str) -> dict[str, Any]:
+    """Remove the agent, every conversation of it, its memory repository and its scheduled
+    tasks. Nothing is removed when any of its conversations is running a turn."""
+    from tether.memory.memfs import memory_dir
+
+    store = LocalStore(home)
+    record = store.get_agent(agent_id)
+    conversations = [c.id for c in store.list_conversations(record.id)]
+    default_dir = store.conversation_dir(record.id, DEFAULT_CONVERSATION)
+    if default_dir.is_dir() and DEFAULT_CONVERSATION not in conversations:
+        conversations.append(DEFAULT_CONVERSATION)
+    with contextlib.ExitStack() as locks:
+        for conversation_id in conversations:  # all or nothing: busy anywhere refuses
+            locks.enter_context(store.turn_lock(record.id, conversation_id))
+        (home / "agents" / f"{b64url(record.id)}.json").unlink(missing_ok=True)
+        for conversation_id in conversations:
+            shutil.rmtree(store.conversation_dir(record.id, conversation_id), ignore_errors=True)
+    shutil.rmtree(memory_dir(home, record.id), ignore_errors=True)
+    removed = _delete_schedules(home, record.id)
+    return {"agent_id": record.id, "deleted": True, "conversations": conversations,
+            "schedules_deleted": removed}
+
+
+def _delete_schedules(home: Path, agent_id: str) -> int:
+    if not (home / "cron.db").exists():
+        return 0
+    from tether.runtime.cron.store import CronStore
+
+    cron = CronStore(home)
+    try:
+        tasks = cron.tasks(agent_id)
+        for task in tasks:
+            cron.delete(task["id"])
+        return len(tasks)
+    finally:
+        cron.close()

@@ -1,0 +1,88 @@
+"""The protocol v2 request families (reference §12.3) as one table, frame type → `Request`
+(its fields, handler and scope rule), and the one function that answers a request, so
+`app_server.py` only dispatches. Each family lives in its own `requests_<family>.py`.
+
+Every request gets exactly one `<type>_response`: its payload and `success: true`, or
+`success: false` with `error` and the payload's fields empty. A bad field is named in the
+error; an id the token does not grant gets the very answer a nonexistent id gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import sys
+import traceback
+from typing import TYPE_CHECKING, Any
+
+from tether.errors import NotFound, TetherError
+from tether.server import v2_frames
+from tether.server.frame_reader import FrameError
+from tether.server.request_kit import (
+    Call,
+    Request,
+    RequestFailed,
+    RequestFrame,
+    Scope,
+    check_fields,
+)
+from tether.server.requests_agents import FAMILY as AGENTS
+
+if TYPE_CHECKING:
+    from tether.server.app_server import AppServer, Connection
+
+REQUESTS: dict[str, Request] = {**AGENTS}
+
+
+def parse_request(kind: str, msg: dict[str, Any], request_id: str | None) -> RequestFrame | None:
+    """The checked frame when `kind` is a request family's, else None."""
+    row = REQUESTS.get(kind)
+    if row is None:
+        return None
+    return RequestFrame(kind, check_fields(kind, row, msg, request_id), msg)
+
+
+def answer(server: AppServer, conn: Connection, frame: RequestFrame) -> asyncio.Future[None]:
+    """Answer the request in its own task (a clone or git call never stalls other clients)."""
+    return asyncio.ensure_future(_answer(server, conn, frame))
+
+
+async def _answer(server: AppServer, conn: Connection, frame: RequestFrame) -> None:
+    row = REQUESTS[frame.kind]
+    call = Call(server, conn, frame)
+    try:
+        if row.scope is Scope.UNSCOPED:
+            call.require_unscoped()
+        elif row.scope is Scope.AGENT:
+            call.agent_record = call.agent(call.text("agent_id"))
+        if row.blocking:
+            payload = await asyncio.to_thread(row.handler, call)
+        else:
+            payload = row.handler(call)
+        if inspect.isawaitable(payload):
+            payload = await payload
+        assert isinstance(payload, dict)
+        conn.send_frame(v2_frames.request_response(frame.kind, frame.request_id, payload))
+    except Exception as exc:  # every request gets its response, whatever went wrong
+        conn.send_frame(
+            v2_frames.request_failed(frame.kind, frame.request_id, _why(exc), _failed(row, frame))
+        )
+
+
+def _failed(row: Request, frame: RequestFrame) -> dict[str, Any]:
+    payload = dict(row.failed)
+    for name in row.echo:
+        value = frame.msg.get(name)
+        payload[name] = value if isinstance(value, str) else None
+    return payload
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, (RequestFailed, FrameError)):
+        return str(exc)
+    if isinstance(exc, NotFound):
+        return str(exc)
+    if isinstance(exc, (TetherError, OSError)):
+        return str(exc)
+    traceback.print_exc(file=sys.stderr)  # a server bug: say so, keep the connection
+    return f"internal server error ({type(exc).__name__}: {exc})"
