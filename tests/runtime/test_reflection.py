@@ -154,7 +154,9 @@ def test_a_dirty_main_repo_is_parent_dirty(tether_home, repo) -> None:
     result = reflect(tether_home, child(edit))
     assert result.result == "parent_dirty" and str(repo.root) in result.message
     assert repo.revision() == before and (repo.root / "scratch.md").read_text() == "half-done\n"
-    assert_clean(repo)
+    # the child's commit is kept on its branch for `tether memory resolve`
+    assert git(repo.root, "branch", "--format=%(refname:short)").split() == ["main", result.branch]
+    assert "memory resolve" in result.message
 
 
 def test_a_conflict_aborts_the_merge_and_keeps_main(tether_home, repo) -> None:

@@ -170,12 +170,15 @@ async def run_pass(
             result, message = await asyncio.to_thread(_finalize, memfs, worktree, branch, outcome)
         finally:
             with memfs.writing():
-                # A conflicting branch is kept (its commits are a memory change) until
-                # `tether memory resolve` merges it.
-                memfs.remove_worktree(worktree, None if result == "merge_conflict" else branch)
+                # A branch main could not take is kept (its commits are a memory change)
+                # until `tether memory resolve` merges it.
+                memfs.remove_worktree(worktree, None if result in KEEP_BRANCH else branch)
     return PassResult(
         result, agent_id, pass_id, branch, message, memfs.revision(), outcome.agent_id
     )
+
+
+KEEP_BRANCH = ("merge_conflict", "parent_dirty")  # committed work that could not go in yet
 
 
 def _finalize(memfs: Any, worktree: Path, branch: str, outcome: ChildOutcome) -> tuple[str, str]:
@@ -194,7 +197,7 @@ def _finalize(memfs: Any, worktree: Path, branch: str, outcome: ChildOutcome) ->
         if memfs.status_lines():
             return "parent_dirty", (
                 f"{memfs.root} has uncommitted changes; commit or discard them, then run "
-                "`tether dream` again"
+                f"`tether memory resolve` to merge {branch} (kept) or `tether dream` again"
             )
         how = memfs.merge_branch(branch, f"reflection: merge {branch}")
     if how == "conflict":
