@@ -20,7 +20,9 @@ ALIVE = (
 
 def register(conn: psycopg.Connection[Any], worker: str) -> None:
     """Record `conn`'s backend as `worker`'s presence (a restart under the same name replaces
-    the dead session's row)."""
+    the dead session's row). Rows of dead workers are dropped on the way: a missing row means
+    dead too, so the table holds about as many rows as there are live workers."""
+    conn.execute("DELETE FROM workers o WHERE NOT " + ALIVE.format(w="o.worker"))
     conn.execute(
         "INSERT INTO workers (worker, backend_pid, backend_start, seen_at)"
         " SELECT %s, pid, backend_start, clock_timestamp() FROM pg_stat_activity"
