@@ -71,6 +71,8 @@ def conflicted(workdir: Path, home: Path) -> tuple[str, Path, str]:
 
 def test_resolve_lists_then_merges_with_the_given_text(workdir: Path, tether_home: Path) -> None:
     agent, repo, branch = conflicted(workdir, tether_home)
+    status = tether("memory", "status", "--agent", agent, cwd=workdir)
+    assert f"pending merges (1): {branch} (tether memory resolve)" in status.stdout, status
     pending = tether_json("memory", "resolve", "--agent", agent, cwd=workdir)["pending"]
     assert [(p["branch"], p["conflicts"]) for p in pending] == [(branch, ["system/persona.md"])]
     done = tether_json("memory", "resolve", "--agent", agent, "--resolutions",

@@ -135,9 +135,9 @@ def _list(home: Any, ns: argparse.Namespace) -> int:
         if ns.query or ns.tags or ns.include_blocks:
             raise UsageError("--query, --tags and --include-blocks list local agents; "
                              "the cloud listing takes --name and --limit")
-        from tether.cli.commands import _server_agents
+        from tether.cli.commands import server_agents
 
-        print_json(_server_agents(home, ns.name, ns.limit))
+        print_json(server_agents(home, ns.name, ns.limit))
         return 0
     from tether.runtime.manage.agents import list_agents
 

@@ -1,7 +1,7 @@
 """Subcommands (`tether version | messages list | connect | models | sandbox`), run before any bootstrap.
 
 Each prints JSON (messages) or one line, and exits 0, or prints `Error: …` and exits 1.
-`agents` lives in agents_cmd.py, the rest of `messages` in messages_cmd.py; `_server_agents`
+`agents` lives in agents_cmd.py, the rest of `messages` in messages_cmd.py; `server_agents`
 (the cloud listing) is shared with agents_cmd.
 """
 
@@ -64,7 +64,7 @@ def _version(argv: list[str]) -> int:
     return 0
 
 
-def _server_agents(home: Path, name: str | None, limit: int) -> list[dict[str, Any]]:
+def server_agents(home: Path, name: str | None, limit: int) -> list[dict[str, Any]]:
     """The Letta server's agents (the cloud backend keeps them there), as tether's records."""
     import asyncio
 

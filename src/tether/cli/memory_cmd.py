@@ -117,6 +117,13 @@ def _status(memfs: MemFS) -> str:
         f"skills ({len(skills)}): {', '.join(skills) or '-'}",
         f"other files: {len(other)}",
     ]
+    from tether.memory.history import list_backups, pending_merges
+
+    waiting = pending_merges(memfs)
+    if waiting:
+        lines.append(f"pending merges ({len(waiting)}): "
+                     f"{', '.join(p['branch'] for p in waiting)} (tether memory resolve)")
+    lines.append(f"backups: {len(list_backups(memfs))}")
     if dirty:
         lines.append(f"uncommitted ({len(dirty)}, not in the prompt until committed):")
         lines.extend(f"  {line}" for line in dirty)
