@@ -1,7 +1,12 @@
 """Which workers are alive: a worker is its database session. It registers the pid and start
 time of its backend; it is alive while that backend is (`pg_stat_activity`), so `kill -9` of a
 worker ends its presence as soon as the server sees the socket close, with no clock involved.
-A stopped (SIGSTOP) worker stays present: conversation leases expire for that case."""
+A stopped (SIGSTOP) worker stays present: conversation leases expire for that case.
+
+What this needs of a deployment: every worker connects as the same role (or one granted
+`pg_read_all_stats`), since PostgreSQL hides other roles' `backend_start`; and directly or
+through a session-mode pooler, never a transaction-mode one (a session must be one worker's,
+for presence and for LISTEN)."""
 
 from __future__ import annotations
 
