@@ -123,3 +123,20 @@ def test_a_lost_memory_comes_back_from_its_backup(workdir: Path, tether_home: Pa
     assert done["restored"] and done["head"] == head and done["safety_backup"] is None
     assert (repo / "notes" / "a.md").read_text() == "kept\n"
     assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
+
+
+def test_a_null_resolution_deletes_the_conflicted_file(workdir: Path, tether_home: Path) -> None:
+    agent, repo = make_agent(workdir, tether_home)
+    branch = "tether/reflection/20261205-000000-000001"
+    git(repo, "branch", branch)
+    git(repo, "rm", "-q", "system/persona.md")
+    git(repo, "commit", "-q", "-m", "drop persona")
+    git(repo, "checkout", "-q", branch)
+    commit(repo, "system/persona.md", "edited\n", "edit persona")
+    git(repo, "checkout", "-q", "main")
+    pending = tether_json("memory", "resolve", "--agent", agent, cwd=workdir)["pending"]
+    assert pending[0]["conflicts"] == ["system/persona.md"]
+    done = tether_json("memory", "resolve", "--agent", agent, "--branch", branch, "--resolutions",
+                       json.dumps({"system/persona.md": None}), cwd=workdir)
+    assert done["resolved"] and not (repo / "system" / "persona.md").exists()
+    assert "edit persona" in git(repo, "log", "--format=%s") and git(repo, "status", "--porcelain") == ""
