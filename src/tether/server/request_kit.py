@@ -91,7 +91,7 @@ class Call:
         self.frame = frame
         self.read = Reader(dict(frame.msg), frame.kind, frame.request_id)
         self.agent_record: AgentRecord | None = None
-        self.conversation_record: ConversationRecord | None = None
+        self.notices: list[tuple[dict[str, Any], str, str | None]] = []
 
     @property
     def grant(self) -> Grant:
@@ -181,18 +181,24 @@ class Call:
     def notify(
         self, kind: str, *, agent_id: str, conversation_id: str | None = None, **fields: Any
     ) -> None:
-        """Tell every connection that may see the agent (and conversation) what changed."""
+        """Tell every connection that may see the agent (and conversation) what changed, once
+        the request is answered (handlers may run in a thread; frames go out on the loop)."""
         from tether.server import v2_frames
 
         if conversation_id is not None:
             fields["conversation_id"] = conversation_id
         frame = v2_frames.state_updated(kind, agent_id=agent_id, **fields)
-        for conn in list(self.server.connections):
-            if conn.closed or not sees_agent(self.server, conn.grant, agent_id):
-                continue
-            if conversation_id is not None and conn.grant.refusal(agent_id, conversation_id):
-                continue
-            conn.send_frame(frame)
+        self.notices.append((frame, agent_id, conversation_id))
+
+    def send_notices(self) -> None:
+        for frame, agent_id, conversation_id in self.notices:
+            for conn in list(self.server.connections):
+                if conn.closed or not sees_agent(self.server, conn.grant, agent_id):
+                    continue
+                if conversation_id is not None and conn.grant.refusal(agent_id, conversation_id):
+                    continue
+                conn.send_frame(frame)
+        self.notices.clear()
 
 
 def sees_agent(server: AppServer, grant: Grant, agent_id: str) -> bool:

@@ -27,11 +27,12 @@ from tether.server.request_kit import (
     check_fields,
 )
 from tether.server.requests_agents import FAMILY as AGENTS
+from tether.server.requests_memory import FAMILY as MEMORY
 
 if TYPE_CHECKING:
     from tether.server.app_server import AppServer, Connection
 
-REQUESTS: dict[str, Request] = {**AGENTS}
+REQUESTS: dict[str, Request] = {**AGENTS, **MEMORY}
 
 
 def parse_request(kind: str, msg: dict[str, Any], request_id: str | None) -> RequestFrame | None:
@@ -62,6 +63,7 @@ async def _answer(server: AppServer, conn: Connection, frame: RequestFrame) -> N
         if inspect.isawaitable(payload):
             payload = await payload
         assert isinstance(payload, dict)
+        call.send_notices()
         conn.send_frame(v2_frames.request_response(frame.kind, frame.request_id, payload))
     except Exception as exc:  # every request gets its response, whatever went wrong
         conn.send_frame(

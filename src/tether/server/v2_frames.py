@@ -123,7 +123,7 @@ def app_server_info_response(
         "capabilities": {
             "agent_management": True,
             "conversation_management": True,
-            "memory_management": False,
+            "memory_management": True,
             "runtime_start": True,
             "runtime_workspace_sandbox": workspace_sandbox,
             "runtime_external_tools_update": True,
