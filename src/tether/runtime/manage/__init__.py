@@ -7,7 +7,9 @@ environment, returns JSON-ready dicts in the reference's shapes, and raises `Usa
 
     agents.py         create, get, list (name, query, tags), update; memory blocks
     conversations.py  create, get, list, update (summary, archived); message search, transcripts
-    memory_ops.py     memory files (list, read, write, delete), backups, restore, merges, tokens
+    memory_ops.py     opening an agent's memory; backups, restore, pending merges, tokens
+    memory_files.py   memory files one at a time (list, read, write, delete, history)
     skills_ops.py     list, install (folder or git), delete
-    trash.py          deleting an agent or conversation: moved whole to $TETHER_HOME/trash
+    removal.py        deleting an agent or conversation (refused while a turn runs)
+    models_ops.py     models and providers as a client sees them
 """
