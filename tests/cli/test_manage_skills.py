@@ -73,3 +73,12 @@ def test_bad_sources_are_refused_with_nothing_written(workdir: Path, tether_home
     run = tether("skills", "install", "git:/nonexistent/repo", "--agent", agent, cwd=workdir)
     assert run.code == 1 and "could not clone" in run.stderr
     assert git(repo, "rev-parse", "HEAD") == head and git(repo, "status", "--porcelain") == ""
+
+
+def test_list_creates_nothing_and_names_an_unknown_agent(workdir: Path, tether_home: Path) -> None:
+    agent = tether_json("agents", "create", "--no-memfs", cwd=workdir)["id"]
+    listed = tether_json("skills", "list", "--agent", agent, cwd=workdir)
+    assert all(s["source"] != "agent" for s in listed)
+    assert not (tether_home / "agents" / agent).exists()
+    unknown = tether("skills", "list", "--agent", "agent-local-nope", cwd=workdir)
+    assert unknown.code == 1 and "No agent 'agent-local-nope'" in unknown.stderr

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tether.backends.local.store import LocalStore
 from tether.errors import NotFound, UsageError
 from tether.runtime.manage.memory_ops import open_memory
 from tether.runtime.skills import SKILL_FILE, SOURCES, Skill, discover_skills, parse_skill
@@ -24,7 +25,13 @@ def list_skills(
 ) -> list[dict[str, Any]]:
     """Every skill a run in `cwd` would offer (the agent's own when `agent_id` is given), the
     highest-precedence source winning a name."""
-    memfs = open_memory(home, agent_id, create=True) if agent_id else None
+    memfs = None
+    if agent_id:
+        from tether.memory.memfs import MemFS, memory_dir
+
+        agent = LocalStore(home).get_agent(agent_id)  # NotFound names it
+        found = MemFS(memory_dir(home, agent.id), agent_id=agent.id, agent_name=agent.name)
+        memfs = found if found.exists else None  # listing creates nothing
     catalog = discover_skills(home=home, cwd=cwd, sources=frozenset(SOURCES),
                               project_trusted=project_trusted, memfs=memfs)
     return [_row(s) for s in catalog.all().values()]
