@@ -27,11 +27,18 @@ def test_the_cluster_listens_on_a_unix_socket_only(pg_cluster: str) -> None:
     assert row is not None and row[0] in pg_cluster
 
 
-def test_start_postgres_names_missing_binaries(tmp_path: Path) -> None:
-    done = subprocess.run([str(START)], env={"PATH": "/usr/bin:/bin", "PG_BINDIR": str(tmp_path)},
-                          capture_output=True, text=True, timeout=60, check=False)
+def test_start_postgres_names_missing_binaries_and_leaves_nothing(tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir(mode=0o777)
+    scratch.chmod(0o1777)  # the cluster's owner (nobody under root) creates its dir here
+    done = subprocess.run(
+        [str(START)], env={"PATH": "/usr/bin:/bin", "PG_BINDIR": str(tmp_path / "nowhere"),
+                           "TMPDIR": str(scratch)},
+        capture_output=True, text=True, timeout=60, check=False,
+    )
     assert done.returncode != 0 and done.stdout == ""
-    assert "initdb failed" in done.stderr or "no PostgreSQL server binaries" in done.stderr
+    assert f"initdb ({tmp_path}/nowhere/initdb) failed" in done.stderr
+    assert list(scratch.iterdir()) == []
 
 
 def test_migrations_run_once_and_a_newer_database_is_refused(pg_url: str) -> None:
