@@ -235,3 +235,18 @@ def test_a_schedule_due_while_workers_die_fires_once(
         state = states[name][0]
         assert ids[f"user-{name}"] == 1
         assert ids[f"assistant-{name}"] == (1 if state == "done" else 0), (name, state)
+
+
+def test_an_input_acknowledged_by_a_worker_killed_right_after_still_runs_once(
+    pg_url: str, logs: Path, client: Any
+) -> None:
+    with fleet(pg_url, logs, 3, ttl=120, idle_wait=60) as workers:
+        owner = wait_for(logs, _event("lease"), "a worker taking the conversation")["worker"]
+        other = next(n for n in workers.alive() if n != owner)
+        workers.send(other, "q-1", "hello")
+        wait_for(logs, _event("accepted", item="q-1"), "the non-owner acknowledging it")
+        workers.signal(other, signal.SIGKILL)  # acknowledged, then gone
+        done = wait_for(logs, _event("turn_done", item="q-1"), "the owner running it")
+    assert done["worker"] == owner
+    assert _states(client)["q-1"][0] == "done"
+    assert Counter(e["item"] for e in read_events(logs) if e["event"] == "turn_started") == {"q-1": 1}
