@@ -182,6 +182,7 @@ def test_every_line_of_using_it_and_the_permissions_block(world: World) -> None:
     if not (world.clone / ".venv" / "bin" / "tether").exists():
         pytest.fail("the quick start did not install tether into the clone (see test_quick_start)")
     blocks = readme_blocks((world.clone / "README.md").read_text())
+    assert len(blocks) == 3, "the README has a new ```sh block: run its lines here too"
     help_text = world.run("tether --help").stdout
     commands = re.findall(r"^  ([a-z-]+)\b", help_text.split("commands:")[1].split("\n\n")[0], re.M)
     assert "cron" in commands and "channels" in commands, help_text
