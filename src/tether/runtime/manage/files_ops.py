@@ -1,0 +1,153 @@
+"""Workspace files for a client of the App Server: list a folder, read a file, a folder's tree,
+only inside the workspaces it may see, and with the line the Read tool holds
+(`tools/boundary.py`: no tether state, no provider keys, no device or process secrets, no hard
+link to a file of tether's state), judged on the real path (a symlink cannot lead out)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tether.errors import UsageError
+
+MAX_READ_BYTES = 10 * 1024 * 1024
+
+
+class Workspace:
+    """The folders a client may read under, and the file tools' boundary for tether's home."""
+
+    def __init__(self, roots: Sequence[Path], home: Path) -> None:
+        from tether.core.tools import ToolRunContext
+        from tether.tools.boundary import boundary_for
+
+        self.roots = [os.path.realpath(r) for r in roots]
+        self.home = os.path.realpath(home)
+        ctx = ToolRunContext(cwd=Path(roots[0]) if roots else Path("/"),
+                             tool_call_id="app-server", env={"TETHER_HOME": str(home)})
+        self.boundary = boundary_for(ctx)
+
+    def check(self, raw: object, field: str = "path") -> tuple[str, str]:
+        """(the path as given, its real path) when the client may open it; UsageError naming
+        why not otherwise."""
+        if not isinstance(raw, str) or not raw:
+            raise UsageError(f"'{field}' is required (an absolute path)")
+        if not os.path.isabs(raw):
+            raise UsageError(f"'{field}' must be an absolute path, not {raw!r}")
+        if not self.roots:
+            raise UsageError(
+                "this connection has no workspace yet: start a runtime (runtime_start with a cwd)"
+            )
+        real = os.path.realpath(raw)
+        if not any(_within(real, root) for root in self.roots):
+            raise UsageError(
+                f"{raw} is outside this connection's workspaces ({', '.join(self.roots)})"
+            )
+        if _within(real, self.home):
+            raise UsageError(f"{raw} is inside tether's own state ({self.home}), which is not "
+                             "served to clients")
+        refusal = self.boundary.refusal("read_file", raw, real)
+        if refusal is not None:
+            raise UsageError(refusal)
+        return raw, real
+
+
+    def visible(self, full: str) -> bool:
+        """Whether a walk shows `full`: its real path inside a workspace, outside tether's
+        state and not hidden by the boundary (a symlink out is left out, not followed)."""
+        real = os.path.realpath(full)
+        return (any(_within(real, root) for root in self.roots) and not _within(real, self.home)
+                and self.boundary.why_hidden(real) is None)
+
+
+def list_directory(
+    ws: Workspace, path: str, *, include_files: bool = False, limit: int = 1000, offset: int = 0
+) -> dict[str, Any]:
+    shown, real = ws.check(path)
+    try:
+        names = sorted(os.listdir(real))
+    except NotADirectoryError:
+        raise UsageError(f"{shown} is not a directory") from None
+    except FileNotFoundError:
+        raise UsageError(f"{shown}: no such directory") from None
+    folders, files = [], []
+    for name in names:
+        full = os.path.join(real, name)
+        if not ws.visible(full):
+            continue
+        if os.path.isdir(full):
+            folders.append(name)
+        elif include_files:
+            files.append(name)
+    entries = [(n, True) for n in folders] + [(n, False) for n in files]
+    page = entries[offset:offset + limit]
+    out: dict[str, Any] = {"path": shown, "folders": [n for n, d in page if d],
+                           "hasMore": offset + limit < len(entries), "total": len(entries)}
+    if include_files:
+        out["files"] = [n for n, d in page if not d]
+    return out
+
+
+def read_file(ws: Workspace, path: str) -> dict[str, Any]:
+    shown, real = ws.check(path)
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise UsageError(f"{shown}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{shown} is a directory, not a file") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise UsageError(f"{shown} is a directory, not a file")
+        if not stat.S_ISREG(info.st_mode):
+            raise UsageError(f"{shown} is not a regular file")
+        alias = ws.boundary.alias_refusal("read_file", shown, info, real)
+        if alias is not None:
+            raise UsageError(alias)
+        if info.st_size > MAX_READ_BYTES:
+            raise UsageError(f"{shown} is {info.st_size} bytes; read_file serves files up to "
+                             f"{MAX_READ_BYTES}")
+        with os.fdopen(fd, "rb") as handle:
+            fd = -1
+            data = handle.read(MAX_READ_BYTES + 1)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return {"path": shown, "content": data.decode("utf-8", errors="replace")}
+
+
+def tree(ws: Workspace, path: str, depth: int) -> dict[str, Any]:
+    """Entries {path (relative to `path`), type: file|dir} down to `depth` levels."""
+    shown, real = ws.check(path)
+    if not os.path.isdir(real):
+        raise UsageError(f"{shown} is not a directory")
+    entries: list[dict[str, str]] = []
+    deeper = False
+    frontier = [("", real)]
+    for level in range(depth):
+        following = []
+        for rel, folder in frontier:
+            try:
+                names = sorted(os.listdir(folder))
+            except OSError:
+                continue
+            for name in names:
+                full = os.path.join(folder, name)
+                if not ws.visible(full):
+                    continue
+                child = f"{rel}/{name}" if rel else name
+                is_dir = os.path.isdir(full) and not os.path.islink(full)
+                entries.append({"path": child, "type": "dir" if is_dir else "file"})
+                if is_dir:
+                    following.append((child, full))
+        frontier = following
+        if level == depth - 1:
+            deeper = bool(following)
+    return {"path": shown, "entries": entries, "has_more_depth": deeper}
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")

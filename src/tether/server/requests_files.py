@@ -1,0 +1,46 @@
+"""The workspace file requests (reference §12.3: `list_in_directory`, `read_file`, `get_tree`)
+over `runtime/manage/files_ops`: a connection reads only inside the working directories of the
+runtimes it started (and, unscoped, the server's own `--cwd`), within the Read tool's
+boundary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tether.runtime.manage import files_ops
+from tether.server.request_kit import Call, Request, Scope, request
+
+
+def workspace(call: Call) -> files_ops.Workspace:
+    roots: list[Path] = [rt.p.cwd for rt in call.conn.runtimes.values()]
+    if not call.grant.scoped:
+        roots.append(call.server.ctx.default_cwd)
+    return files_ops.Workspace(list(dict.fromkeys(roots)), call.home)
+
+
+def list_in_directory(call: Call) -> dict[str, Any]:
+    return files_ops.list_directory(
+        workspace(call), call.text("path"), include_files=call.flag("include_files"),
+        limit=call.count("limit", 1000), offset=call.count("offset", 0, least=0, most=10**9),
+    )
+
+
+def read_file(call: Call) -> dict[str, Any]:
+    return files_ops.read_file(workspace(call), call.text("path"))
+
+
+def get_tree(call: Call) -> dict[str, Any]:
+    return files_ops.tree(workspace(call), call.text("path"), call.count("depth", 3, most=20))
+
+
+FAMILY: dict[str, Request] = {
+    "list_in_directory": request(
+        "path include_files limit offset", list_in_directory, Scope.OWN,
+        {"folders": [], "hasMore": False}, blocking=True, echo=("path",),
+    ),
+    "read_file": request("path", read_file, Scope.OWN, {"content": None}, blocking=True,
+                         echo=("path",)),
+    "get_tree": request("path depth", get_tree, Scope.OWN,
+                        {"entries": [], "has_more_depth": False}, blocking=True, echo=("path",)),
+}
