@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from tests.fleet.support import CODEC, item
-from tether.runtime.input_queue import InputQueue, SqliteInputQueue, Workspace
+from tether.backends.postgres.input_queue import PgInputQueue
+from tether.runtime.input_queue import InputQueue, SqliteInputQueue, StoredInput, Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 MakeQueue = Callable[[str], Any]
@@ -50,6 +51,10 @@ def make_queue(kind: str, store: str) -> Iterator[MakeQueue]:
     yield make
     for queue in opened:
         queue.close()
+
+
+def _typed(queue: PgInputQueue[StoredInput]) -> InputQueue:
+    return queue  # mypy: the PostgreSQL queue is the runtime's InputQueue
 
 
 def test_both_queues_are_input_queues(make_queue: MakeQueue) -> None:

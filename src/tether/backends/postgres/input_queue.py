@@ -66,6 +66,10 @@ class NotOwner(StoreError):
     believed dead): refused, so two workers never both settle one input."""
 
 
+class KeyTaken(StoreError):
+    """Another input of the conversation already holds this idempotency key."""
+
+
 def _check_state(state: str) -> None:
     if state not in PENDING + TERMINAL:
         raise ValueError(f"unknown input state {state!r}")
@@ -91,7 +95,7 @@ class PgInputQueue(Generic[T]):
 
     def accept(self, item: T) -> None:
         if self.accept_many([item]) != [None]:
-            raise KeyTakenPg(f"idempotency key {item.idempotency_key!r} is taken in {item.conversation}")
+            raise KeyTaken(f"idempotency key {item.idempotency_key!r} is taken in {item.conversation}")
 
     def accept_many(self, items: Sequence[T]) -> list[str | None]:
         """Record `items` (state queued, owned by this worker) in one commit; per item None, or
@@ -186,10 +190,6 @@ class PgInputQueue(Generic[T]):
                 " ORDER BY seq", (conversation, list(states)),
             ).fetchall()
         return [self.codec.decode(tuple(r)) for r in rows]
-
-
-class KeyTakenPg(StoreError):
-    """Another input of the conversation already holds this idempotency key."""
 
 
 def prune(cur: Any) -> None:
