@@ -29,11 +29,17 @@ class InputListener:
         the first), plus any already waiting. Empty when none came."""
         self.start()
         heard: set[str] = set()
-        with store_errors(self.url, "wait for inputs"):
-            for note in self._conn.notifies(timeout=timeout, stop_after=1):
-                heard.add(note.payload)
-            for note in self._conn.notifies(timeout=0):  # what arrived together
-                heard.add(note.payload)
+        try:
+            with store_errors(self.url, "wait for inputs"):
+                for note in self._conn.notifies(timeout=timeout, stop_after=1):
+                    heard.add(note.payload)
+                for note in self._conn.notifies(timeout=0):  # what arrived together
+                    heard.add(note.payload)
+        except BaseException:
+            # The next wait listens on a new connection; what was notified in between is lost,
+            # so after this error the caller looks at the queue itself (`queued`, `orphaned`).
+            self.close()
+            raise
         return heard
 
     def close(self) -> None:
