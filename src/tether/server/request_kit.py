@@ -48,7 +48,8 @@ class Request:
     scope: Scope
     failed: Mapping[str, Any] = field(default_factory=dict)
     blocking: bool = False  # runs git, a clone or a folder walk: off the event loop
-    echo: tuple[str, ...] = ()  # frame fields repeated in the response, failure included
+    # Frame fields repeated in a failed response ("field", or "field>response_field").
+    echo: tuple[str, ...] = ()
 
 
 def request(
@@ -91,7 +92,7 @@ class Call:
         self.frame = frame
         self.read = Reader(dict(frame.msg), frame.kind, frame.request_id)
         self.agent_record: AgentRecord | None = None
-        self.notices: list[tuple[dict[str, Any], str, str | None]] = []
+        self.notices: list[tuple[dict[str, Any], str | None, str | None]] = []
 
     @property
     def grant(self) -> Grant:
@@ -190,10 +191,18 @@ class Call:
         frame = v2_frames.state_updated(kind, agent_id=agent_id, **fields)
         self.notices.append((frame, agent_id, conversation_id))
 
+    def notify_all(self, kind: str, **fields: Any) -> None:
+        """Tell every connection of a change to tether-wide state (global skills)."""
+        from tether.server import v2_frames
+
+        self.notices.append((v2_frames.state_updated(kind, **fields), None, None))
+
     def send_notices(self) -> None:
         for frame, agent_id, conversation_id in self.notices:
             for conn in list(self.server.connections):
-                if conn.closed or not sees_agent(self.server, conn.grant, agent_id):
+                if conn.closed:
+                    continue
+                if agent_id is not None and not sees_agent(self.server, conn.grant, agent_id):
                     continue
                 if conversation_id is not None and conn.grant.refusal(agent_id, conversation_id):
                     continue

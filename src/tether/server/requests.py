@@ -30,11 +30,12 @@ from tether.server.requests_agents import FAMILY as AGENTS
 from tether.server.requests_files import FAMILY as FILES
 from tether.server.requests_memory import FAMILY as MEMORY
 from tether.server.requests_models import FAMILY as MODELS
+from tether.server.requests_skills import FAMILY as SKILLS
 
 if TYPE_CHECKING:
     from tether.server.app_server import AppServer, Connection
 
-REQUESTS: dict[str, Request] = {**AGENTS, **MEMORY, **MODELS, **FILES}
+REQUESTS: dict[str, Request] = {**AGENTS, **MEMORY, **MODELS, **FILES, **SKILLS}
 
 
 def parse_request(kind: str, msg: dict[str, Any], request_id: str | None) -> RequestFrame | None:
@@ -75,9 +76,10 @@ async def _answer(server: AppServer, conn: Connection, frame: RequestFrame) -> N
 
 def _failed(row: Request, frame: RequestFrame) -> dict[str, Any]:
     payload = dict(row.failed)
-    for name in row.echo:
+    for spec in row.echo:  # "field" or "field>response_field"
+        name, _, shown = spec.partition(">")
         value = frame.msg.get(name)
-        payload[name] = value if isinstance(value, str) else None
+        payload[shown or name] = value if isinstance(value, str) else None
     return payload
 
 
