@@ -27,6 +27,7 @@ from tether.server.request_kit import (
     check_fields,
 )
 from tether.server.requests_agents import FAMILY as AGENTS
+from tether.server.requests_cron import FAMILY as CRON
 from tether.server.requests_files import FAMILY as FILES
 from tether.server.requests_memory import FAMILY as MEMORY
 from tether.server.requests_models import FAMILY as MODELS
@@ -35,7 +36,9 @@ from tether.server.requests_skills import FAMILY as SKILLS
 if TYPE_CHECKING:
     from tether.server.app_server import AppServer, Connection
 
-REQUESTS: dict[str, Request] = {**AGENTS, **MEMORY, **MODELS, **FILES, **SKILLS}
+REQUESTS: dict[str, Request] = {
+    **AGENTS, **MEMORY, **MODELS, **FILES, **SKILLS, **CRON,
+}
 
 
 def parse_request(kind: str, msg: dict[str, Any], request_id: str | None) -> RequestFrame | None:

@@ -1,0 +1,107 @@
+"""The schedule requests (reference §12.3: `cron_list`, `cron_add`, `cron_get`, `cron_delete`,
+`cron_delete_all`; `cron_trigger` is the scheduler's, in cron_bridge.py) over
+`runtime/manage/cron_ops`. A task is visible to a token that reaches its agent (and, for a token
+limited to conversations, its conversation); any other task id gets the not-found answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tether.errors import UsageError
+from tether.runtime.manage import cron_ops
+from tether.server import v2_frames
+from tether.server.request_kit import Call, Request, RequestFailed, Scope, request
+
+ADD_FIELDS = ("agent_id", "conversation_id", "name", "description", "cron", "timezone",
+              "recurring", "prompt", "scheduled_for")
+
+
+def _visible(call: Call, task: dict[str, Any]) -> bool:
+    if not call.sees_agent(str(task.get("agent_id"))):
+        return False
+    held = call.grant.conversations
+    return held is None or task.get("conversation_id") in held
+
+
+def _task(call: Call) -> dict[str, Any]:
+    task = cron_ops.get_task(call.home, call.text("task_id"))
+    if task is None or not _visible(call, task):
+        raise RequestFailed("task_id: no such task (or this connection's token does not grant it)")
+    return task
+
+
+def _announce(call: Call, task: dict[str, Any]) -> None:
+    conversation = task.get("conversation_id")
+    call.notices.append((v2_frames.crons_updated(task["agent_id"], conversation),
+                         task["agent_id"],
+                         conversation if conversation not in ("new", "default") else None))
+
+
+def cron_list(call: Call) -> dict[str, Any]:
+    agent_id = call.opt_text("agent_id")
+    conversation_id = call.opt_text("conversation_id")
+    tasks = cron_ops.list_tasks(call.home, lambda t: _visible(call, t), agent_id)
+    if conversation_id is not None:
+        tasks = [t for t in tasks if t.get("conversation_id") == conversation_id]
+    return {"tasks": tasks}
+
+
+def cron_add(call: Call) -> dict[str, Any]:
+    fields = {name: call.frame.msg.get(name) for name in ADD_FIELDS}
+    for name in ("name", "prompt", "cron"):
+        if name != "cron" or fields["recurring"]:
+            call.text(name)  # required, a non-empty string
+    if fields["timezone"] is not None and not isinstance(fields["timezone"], str):
+        raise UsageError("timezone must be an IANA zone name such as Europe/Paris")
+    agent = call.agent(call.text("agent_id"))
+    conversation = call.opt_text("conversation_id") or "default"
+    if call.grant.conversations is not None and conversation in ("new", "default"):
+        raise RequestFailed(
+            f"this connection's token is scoped to conversations; a task for the "
+            f"{conversation!r} conversation is outside it (name one of its conversations)"
+        )
+    if conversation not in ("new", "default"):
+        call.conversation(conversation, agent.id)  # granted and of this agent, or not found
+    task = cron_ops.add_task(call.home, call.env, {**fields, "agent_id": agent.id,
+                                                   "conversation_id": conversation})
+    _announce(call, task)
+    return {"task": task}
+
+
+def cron_get(call: Call) -> dict[str, Any]:
+    try:
+        return {"found": True, "task": _task(call)}
+    except RequestFailed:
+        return {"found": False, "task": None}  # the reference answers a miss with found: false
+
+
+def cron_delete(call: Call) -> dict[str, Any]:
+    try:
+        task = _task(call)
+    except RequestFailed:
+        return {"found": False}
+    cron_ops.delete_task(call.home, task["id"])
+    _announce(call, task)
+    return {"found": True}
+
+
+def cron_delete_all(call: Call) -> dict[str, Any]:
+    agent = call.agent(call.text("agent_id"), change=True)
+    tasks = cron_ops.list_tasks(call.home, lambda t: True, agent.id)
+    for task in tasks:
+        cron_ops.delete_task(call.home, task["id"])
+    if tasks:
+        _announce(call, {"agent_id": agent.id, "conversation_id": None})
+    return {"agent_id": agent.id, "deleted": len(tasks)}
+
+
+FAMILY: dict[str, Request] = {
+    "cron_list": request("agent_id conversation_id", cron_list, Scope.LISTED, {"tasks": []},
+                         blocking=True),
+    "cron_add": request(" ".join(ADD_FIELDS), cron_add, Scope.OWN, blocking=True),
+    "cron_get": request("task_id", cron_get, Scope.OWN, {"found": False, "task": None},
+                        blocking=True),
+    "cron_delete": request("task_id", cron_delete, Scope.OWN, {"found": False}, blocking=True),
+    "cron_delete_all": request("agent_id", cron_delete_all, Scope.OWN, {"deleted": 0},
+                               blocking=True, echo=("agent_id",)),
+}
