@@ -32,7 +32,9 @@ FIELDS = {
         "wait_for_replay", "external_tools",
     },
     "input": {"type", "request_id", "runtime", "payload", "idempotency_key"},
-    "change_device_state": {"type", "request_id", "runtime", "payload"},
+    "change_device_state": {
+        "type", "request_id", "runtime", "payload", "mode", "cwd", "agent_id", "conversation_id",
+    },
     "abort_message": {"type", "request_id", "runtime", "run_id"},
     "sync": {"type", "request_id", "runtime", "recover_approvals", "force_device_status"},
     "cron_trigger": {"type", "request_id", "task_id"},

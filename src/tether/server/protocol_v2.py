@@ -184,13 +184,7 @@ def parse_frame(raw: str | bytes) -> ClientFrame:
     if kind == "input":
         return _input(reader)
     if kind == "change_device_state":
-        payload = reader.obj("payload", required=True)
-        assert payload is not None
-        sub = Reader(payload, kind, request_id, "payload.")
-        sub.known(PAYLOAD_FIELDS["change_device_state"])
-        return ChangeDeviceState(
-            request_id, RuntimeScope(*reader.runtime()), sub.opt_str("mode"), sub.opt_str("cwd")
-        )
+        return _change_device_state(reader)
     if kind == "abort_message":
         return AbortMessage(request_id, RuntimeScope(*reader.runtime()), reader.opt_str("run_id"))
     if kind == "sync":
@@ -212,6 +206,44 @@ def parse_frame(raw: str | bytes) -> ClientFrame:
         request_id=request_id,
         frame_type=kind,
     )
+
+
+def _change_device_state(r: Reader) -> ChangeDeviceState:
+    """`{runtime?, payload?{mode, cwd, agent_id, conversation_id}}`, the four fields also at top
+    level (older clients): one value per field, and the runtime named by `runtime` or by
+    `agent_id` + `conversation_id` (null: the agent's default conversation), never both
+    differently."""
+    payload = r.obj("payload") or {}
+    sub = Reader(payload, r.kind, r.request_id, "payload.")
+    sub.known(PAYLOAD_FIELDS["change_device_state"])
+    values: dict[str, str | None] = {}
+    for name in ("mode", "cwd", "agent_id", "conversation_id"):
+        top, inner = r.opt_str(name), sub.opt_str(name)
+        if top is not None and inner is not None and top != inner:
+            raise r.fail(name, f"is given twice with different values ({top!r}, payload {inner!r})")
+        values[name] = inner if inner is not None else top
+    named = None
+    if values["agent_id"] is not None:
+        named = RuntimeScope(values["agent_id"], values["conversation_id"] or "default")
+    elif values["conversation_id"] is not None:
+        raise sub.fail("agent_id", "is required with conversation_id")
+    if "runtime" in r.msg:
+        scope = RuntimeScope(*r.runtime())
+        conversation = values["conversation_id"]
+        if named is not None and (
+            named.agent_id != scope.agent_id
+            or conversation not in (None, scope.conversation_id)
+        ):
+            raise sub.fail(
+                "agent_id",
+                f"names {named.agent_id}/{named.conversation_id}, not the frame's runtime "
+                f"{scope.agent_id}/{scope.conversation_id}",
+            )
+    elif named is not None:
+        scope = named
+    else:
+        raise r.fail("runtime", "is required (or payload.agent_id and payload.conversation_id)")
+    return ChangeDeviceState(r.request_id, scope, values["mode"], values["cwd"])
 
 
 def _runtime_start(r: Reader) -> RuntimeStart:
