@@ -271,8 +271,11 @@ class AppServer:
     def info(self, request_id: str | None) -> dict[str, Any]:
         """app_server_info_response; `runtime_workspace_sandbox` says whether a runtime_start
         asking for the sandbox would get it here (the probe runs once per process)."""
+        from tether.server.requests import REQUESTS, capabilities
+
         return v2_frames.app_server_info_response(
-            request_id, workspace_sandbox=sandbox_available() is None
+            request_id, workspace_sandbox=sandbox_available() is None,
+            families=capabilities(), requests=sorted(REQUESTS),
         )
 
     # --- websocket clients --------------------------------------------------------------------

@@ -41,6 +41,33 @@ REQUESTS: dict[str, Request] = {
 }
 
 
+# A capability is true when every request it names is answered here.
+CAPABILITIES = {
+    "agent_management": ("agent_list", "agent_retrieve", "agent_create", "agent_update",
+                         "agent_delete"),
+    "conversation_management": ("conversation_list", "conversation_retrieve",
+                                "conversation_create", "conversation_update"),
+    "memory_management": ("list_memory", "read_memory_file", "write_memory_file",
+                          "delete_memory_file", "memory_history"),
+    "model_listing": ("list_models", "list_connect_providers"),
+    "workspace_files": ("list_in_directory", "read_file", "get_tree"),
+    "workspace_file_writes": ("write_file", "edit_file"),
+    "skill_management": ("skill_enable", "skill_disable"),
+    "cron_management": ("cron_list", "cron_add", "cron_get", "cron_delete", "cron_delete_all"),
+    "terminals": ("terminal_spawn", "terminal_input", "terminal_resize", "terminal_kill"),
+    "execute_command": ("execute_command",),
+    "reflection_settings": ("get_reflection_settings", "set_reflection_settings"),
+    "experiments": ("get_experiments", "set_experiment"),
+    "channels": ("channels_list",),
+    "branches": ("search_branches", "checkout_branch"),
+    "secrets": ("secret_list", "secret_apply"),
+}
+
+
+def capabilities() -> dict[str, bool]:
+    return {name: all(kind in REQUESTS for kind in kinds) for name, kinds in CAPABILITIES.items()}
+
+
 def parse_request(kind: str, msg: dict[str, Any], request_id: str | None) -> RequestFrame | None:
     """The checked frame when `kind` is a request family's, else None."""
     row = REQUESTS.get(kind)

@@ -111,8 +111,14 @@ def error_frame(
 
 
 def app_server_info_response(
-    request_id: str | None, *, workspace_sandbox: bool = False
+    request_id: str | None,
+    *,
+    workspace_sandbox: bool = False,
+    families: Mapping[str, bool] | None = None,
+    requests: Sequence[str] = (),
 ) -> dict[str, Any]:
+    """`families`: the request families' capabilities (server/requests.py says which exist);
+    `requests`: every request type answered, for clients that check one by one."""
     return {
         "type": "app_server_info_response",
         "request_id": request_id,
@@ -121,14 +127,16 @@ def app_server_info_response(
         "letta_code_version": __version__,
         "protocol_version": PROTOCOL_VERSION,
         "capabilities": {
-            "agent_management": True,
-            "conversation_management": True,
-            "memory_management": True,
+            "agent_management": False,
+            "conversation_management": False,
+            "memory_management": False,
+            **(families or {}),
             "runtime_start": True,
             "runtime_workspace_sandbox": workspace_sandbox,
             "runtime_external_tools_update": True,
             "split_channels": False,
         },
+        "requests": list(requests),
     }
 
 
