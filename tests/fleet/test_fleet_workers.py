@@ -130,6 +130,17 @@ def _transcript(pg_url: str) -> list[tuple[int, str, int]]:
     return [(int(s), str(i), int(t)) for s, i, t in rows]
 
 
+def _assert_one_holder_per_token(events: list[dict[str, Any]]) -> None:
+    """A conversation runs on one worker at a time: each token was taken once, and every turn
+    ran under a token its own worker held."""
+    taken = Counter(e["token"] for e in events if e["event"] == "lease")
+    assert taken and max(taken.values()) == 1, taken
+    holder = {e["token"]: e["worker"] for e in events if e["event"] == "lease"}
+    for e in events:
+        if e["event"] in ("turn_started", "turn_done"):
+            assert holder[e["token"]] == e["worker"], e
+
+
 def _wait_settled(client: Any, items: set[str], deadline_s: float = 90.0) -> dict[str, Any]:
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
@@ -155,6 +166,7 @@ def test_the_owner_killed_mid_turn_leaves_an_unknown_outcome_and_nothing_re_run(
     assert states["q-2"][0] == states["q-3"][0] == "done"
     turns = Counter(e["item"] for e in read_events(logs) if e["event"] == "turn_started")
     assert turns == {"q-1": 1, "q-2": 1, "q-3": 1}  # nothing ran twice
+    _assert_one_holder_per_token(read_events(logs))
     ids = [i for _, i, _ in _transcript(pg_url)]
     assert ids == ["user-q-1", "user-q-2", "assistant-q-2", "user-q-3", "assistant-q-3"]
     assert [s for s, _, _ in _transcript(pg_url)] == [1, 2, 3, 4, 5]
@@ -230,6 +242,7 @@ def test_a_schedule_due_while_workers_die_fires_once(
     assert max(fired.values()) == 1  # (a worker killed just after its commit logs nothing)
     turns = Counter(e["item"] for e in read_events(logs) if e["event"] == "turn_started")
     assert max(turns.values()) == 1  # none ran twice; an interrupted one is reported, not re-run
+    _assert_one_holder_per_token(read_events(logs))
     ids = Counter(i for _, i, _ in _transcript(pg_url))
     for name in items:
         state = states[name][0]
