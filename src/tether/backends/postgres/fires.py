@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Generic
 
+from tether.backends.postgres import logs
 from tether.backends.postgres.input_queue import PgInputQueue, T
 
 
@@ -30,6 +31,9 @@ class ScheduleFires(Generic[T]):
             if cur.rowcount != 1:
                 return False
             self.queue.accept_in(cur, [item])
+        logs.event("schedule_fired", f"{session.worker} fired {schedule_id} due {due_at.isoformat()}",
+                   schedule=schedule_id, due_at=due_at.isoformat(), worker=session.worker,
+                   conversation=item.conversation, item=item.item_id)
         return True
 
     def fired_by(self, schedule_id: str, due_at: datetime) -> str | None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from tether.backends.postgres import logs
 from tether.backends.postgres.connection import PgSession
 from tether.backends.postgres.presence import ALIVE
 from tether.errors import StoreError
@@ -165,10 +166,14 @@ class PgInputQueue(Generic[T]):
                 " WHERE seq IN (SELECT seq FROM dead)",
                 (self.owner, self.owner),
             )
+            claimed = cur.rowcount
             rows = cur.execute(
                 f"SELECT {COLUMNS} FROM inputs WHERE owner = %s"
                 " AND state IN ('queued', 'started') ORDER BY seq", (self.owner,),
             ).fetchall()
+        if claimed:
+            logs.event("inputs_claimed", f"{self.owner} claimed {claimed} inputs of dead workers",
+                       worker=self.owner, claimed=claimed)
         return [self.codec.decode(tuple(r)) for r in rows]
 
     # --- reads --------------------------------------------------------------------------------

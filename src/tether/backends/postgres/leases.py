@@ -14,10 +14,12 @@ Transcript rows are append-only, ordered by (conversation, seq), and appended on
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tether.backends.postgres import logs
 from tether.backends.postgres.connection import LeaseLost, PgSession
 from tether.backends.postgres.input_queue import COLUMNS, PENDING, TERMINAL, RowCodec, T
 from tether.backends.postgres.presence import ALIVE
@@ -73,6 +75,7 @@ class ConversationLeases:
                 return Lease(conversation, self.worker, token)
             if not expired and holder_alive:
                 return None
+            previous = (holder, token, "its lease expired" if expired else "its session ended")
             cur.execute(
                 "UPDATE conversation_leases SET holder = %s, token = token + 1,"
                 " expires_at = clock_timestamp() + make_interval(secs => %s)"
@@ -80,7 +83,14 @@ class ConversationLeases:
             )
             new = cur.fetchone()
             assert new is not None
-            return self._settle(cur, Lease(conversation, self.worker, int(new[0])), holder)
+            taken = self._settle(cur, Lease(conversation, self.worker, int(new[0])), holder)
+        logs.event(
+            "lease_taken", f"{self.worker} took {conversation} (token {taken.token}) from"
+            f" {previous[0]}: {previous[2]}", conversation=conversation,
+            worker=self.worker, token=taken.token, previous=previous[0],
+            previous_token=previous[1], interrupted=list(taken.interrupted),
+        )
+        return taken
 
     def _settle(self, cur: Any, lease: Lease, previous: str | None = None) -> Lease:
         """What earlier holders left: started inputs interrupted, queued ones this holder's."""
@@ -243,7 +253,12 @@ def fence(cur: Any, lease: Lease) -> None:
         (lease.conversation,),
     ).fetchone()
     if row is None or int(row[1]) != lease.token or row[0] != lease.holder:
-        raise LeaseLost(
+        refused = LeaseLost(
             lease.conversation, lease.token, None if row is None else int(row[1]),
             None if row is None else str(row[0]),
         )
+        logs.event(
+            "write_refused", str(refused), logging.WARNING, conversation=lease.conversation,
+            worker=lease.holder, token=lease.token, current_token=refused.current,
+        )
+        raise refused
