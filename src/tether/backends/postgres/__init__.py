@@ -6,7 +6,8 @@ fencing tokens and the fenced writes (inputs taken, marked, transcript rows appe
 `keeper.py` a lease renewed while a turn runs; `checkpoints.py` effect checkpoints with the
 runtime `CheckpointStore`'s methods; `fires.py` a schedule's due time fired once across the
 fleet; `notify.py` LISTEN/NOTIFY, an enqueued input waking its conversation's owner;
-`health.py` what /healthz, /readyz and /metrics say about the database; `migrate.py` a home's
+`health.py` what /healthz, /readyz and /metrics say about the database; `logs.py` structured
+fleet events (`tether.fleet`) and a JSON-lines formatter; `migrate.py` a home's
 `inputs.db` and `checkpoints.db` copied to the store and back, verified (agents,
 conversations, transcripts and memory repositories not yet). psycopg (the `postgres`
 extra) is imported only inside this package, so nothing here is on the start path of a local run.
