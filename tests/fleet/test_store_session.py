@@ -104,3 +104,13 @@ def test_a_worker_stopped_inside_a_fenced_write_does_not_block_the_takeover(pg_u
         late.renew(type(lease)("a/c", "stalled", 1))
     late.session.close()
     heir.session.close()
+
+
+def test_the_store_modules_import_without_psycopg() -> None:
+    code = (
+        "import sys, pkgutil, importlib, tether.backends.postgres as p\n"
+        "for m in pkgutil.iter_modules(p.__path__): importlib.import_module(p.__name__ + '.' + m.name)\n"
+        "print('psycopg' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout == "False\n", done.stderr
