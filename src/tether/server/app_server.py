@@ -117,6 +117,7 @@ class Connection:
         self.grant = grant  # what its bearer token lets it address
         self.outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(OUTBOX_LIMIT)
         self.runtimes: dict[RuntimeScope, ConversationRuntime] = {}
+        self.terminals: dict[str, Any] = {}  # terminal_id -> terminals.Terminal
         self.closed = False
 
     def send_frame(self, frame: dict[str, Any]) -> None:
@@ -299,6 +300,10 @@ class AppServer:
             for rt in conn.runtimes.values():
                 rt.unsubscribe(conn)
             self.external.client_gone(conn)
+            if conn.terminals:
+                from tether.server.terminals import close_all
+
+                close_all(conn)
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await writer

@@ -50,6 +50,9 @@ class Request:
     blocking: bool = False  # runs git, a clone or a folder walk: off the event loop
     # Frame fields repeated in a failed response ("field", or "field>response_field").
     echo: tuple[str, ...] = ()
+    # False: no `<type>_response` (terminal frames answer with their own frames); a failure is
+    # an `error` frame naming the frame type, and request_id is optional.
+    answered: bool = True
 
 
 def request(
@@ -60,8 +63,11 @@ def request(
     *,
     blocking: bool = False,
     echo: tuple[str, ...] = (),
+    answered: bool = True,
 ) -> Request:
-    return Request(frozenset(fields.split()), handler, scope, dict(failed or {}), blocking, echo)
+    return Request(
+        frozenset(fields.split()), handler, scope, dict(failed or {}), blocking, echo, answered
+    )
 
 
 class RequestFailed(Exception):
@@ -78,7 +84,7 @@ class RequestFrame:
     """A request frame whose fields have been checked against its row."""
 
     kind: str
-    request_id: str
+    request_id: str | None  # None only for frames that get no response (terminals)
     msg: Mapping[str, Any]
 
 
@@ -227,11 +233,13 @@ def sees_agent(server: AppServer, grant: Grant, agent_id: str) -> bool:
     return False
 
 
-def check_fields(kind: str, row: Request, msg: Mapping[str, Any], request_id: str | None) -> str:
+def check_fields(
+    kind: str, row: Request, msg: Mapping[str, Any], request_id: str | None
+) -> str | None:
     """The request_id of a request frame whose fields all belong to its row."""
     reader = Reader(dict(msg), kind, request_id)
     reader.known(set(row.fields) | {"type", "request_id"})
-    if request_id is None:
+    if request_id is None and row.answered:
         raise FrameError(
             f"{kind}: 'request_id' is required (a non-empty string)",
             request_id=None, frame_type=kind,

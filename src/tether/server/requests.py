@@ -32,12 +32,13 @@ from tether.server.requests_files import FAMILY as FILES
 from tether.server.requests_memory import FAMILY as MEMORY
 from tether.server.requests_models import FAMILY as MODELS
 from tether.server.requests_skills import FAMILY as SKILLS
+from tether.server.terminals import FAMILY as TERMINALS
 
 if TYPE_CHECKING:
     from tether.server.app_server import AppServer, Connection
 
 REQUESTS: dict[str, Request] = {
-    **AGENTS, **MEMORY, **MODELS, **FILES, **SKILLS, **CRON,
+    **AGENTS, **MEMORY, **MODELS, **FILES, **SKILLS, **CRON, **TERMINALS,
 }
 
 
@@ -97,8 +98,17 @@ async def _answer(server: AppServer, conn: Connection, frame: RequestFrame) -> N
             payload = await payload
         assert isinstance(payload, dict)
         call.send_notices()
-        conn.send_frame(v2_frames.request_response(frame.kind, frame.request_id, payload))
+        if row.answered:
+            assert frame.request_id is not None
+            conn.send_frame(v2_frames.request_response(frame.kind, frame.request_id, payload))
     except Exception as exc:  # every request gets its response, whatever went wrong
+        if not row.answered:
+            why = _why(exc)
+            conn.send_frame(v2_frames.error_frame(
+                why if isinstance(exc, FrameError) else f"{frame.kind}: {why}",
+                request_id=frame.request_id, frame_type=frame.kind,
+            ))
+            return
         conn.send_frame(
             v2_frames.request_failed(frame.kind, frame.request_id, _why(exc), _failed(row, frame))
         )

@@ -277,6 +277,22 @@ def request_failed(
     }
 
 
+def terminal_spawned(terminal_id: str, pid: int) -> dict[str, Any]:
+    return {"type": "terminal_spawned", "terminal_id": terminal_id, "pid": pid}
+
+
+def terminal_output(terminal_id: str, data: str) -> dict[str, Any]:
+    return {"type": "terminal_output", "terminal_id": terminal_id, "data": data}
+
+
+def terminal_exited(terminal_id: str, exit_code: int, error: str | None = None) -> dict[str, Any]:
+    frame: dict[str, Any] = {"type": "terminal_exited", "terminal_id": terminal_id,
+                             "exitCode": exit_code}
+    if error is not None:
+        frame["error"] = error
+    return frame
+
+
 def state_updated(kind: str, **fields: Any) -> dict[str, Any]:
     """`agent_updated`, `conversation_updated`, `memory_updated` or `skills_updated`, sent to
     every connection whose token may see what changed."""
