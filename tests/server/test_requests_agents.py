@@ -171,3 +171,43 @@ def test_scoped_token_sees_only_its_own_and_learns_nothing_else(
                     assert heard["agent_id"] == a
 
         asyncio.run(scenario())
+
+
+def test_conversation_scoped_token_reaches_its_conversation_and_its_agent_read_only(
+    project: Path, tether_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FakeProvider([]) as fake:
+        point_at(fake, monkeypatch)
+
+        async def scenario() -> None:
+            async with (
+                InProcess(project, policy=POLICY) as srv,
+                srv.connect(additional_headers=token()) as ws,
+            ):
+                admin = Client(ws)
+                a, b = [(await ask(admin, "agent_create", body={"model": MODEL}))["agent"]["id"]
+                        for _ in "ab"]
+                mine = (await ask(admin, "conversation_create",
+                                  body={"agent_id": a}))["conversation"]["id"]
+                other = (await ask(admin, "conversation_create",
+                                   body={"agent_id": a}))["conversation"]["id"]
+                async with srv.connect(additional_headers=token(conversations=[mine])) as ws2:
+                    s = Client(ws2)
+                    assert [x["id"] for x in (await ask(s, "agent_list"))["agents"]] == [a]
+                    convs = (await ask(s, "conversation_list"))["conversations"]
+                    assert [x["id"] for x in convs] == [mine]
+                    assert (await ask(s, "agent_retrieve", agent_id=a))["success"]
+                    hidden = await ask(s, "agent_retrieve", agent_id=b)
+                    guess = "agent-local-44444444-4444-4444-4444-444444444444"
+                    assert same_answer(hidden, await ask(s, "agent_retrieve", agent_id=guess),
+                                       (b, guess))
+                    hidden = await ask(s, "conversation_retrieve", conversation_id=other)
+                    made_up = await ask(s, "conversation_retrieve", conversation_id="local-conv-77")
+                    assert same_answer(hidden, made_up, (other, "local-conv-77"))
+                    # Changing an agent reaches past its conversations: refused whatever the id.
+                    for agent_id in (a, b, guess):
+                        no = await ask(s, "agent_update", agent_id=agent_id, body={"name": "x"})
+                        assert no["success"] is False and "scoped to conversations" in no["error"]
+                    assert LocalStore(tether_home).get_agent(a).name == "tether"
+
+        asyncio.run(scenario())
