@@ -1,0 +1,31 @@
+"""An agent's reflection settings from outside a run (the trigger and its step count), read and
+written through `runtime/reflection.py`'s per-agent state, as `--reflection-trigger` saves them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tether.backends.local.store import LocalStore
+from tether.errors import UsageError
+
+
+def get_settings(home: Path, agent_id: str) -> dict[str, Any]:
+    from tether.runtime.reflection import load_state
+
+    agent = LocalStore(home).get_agent(agent_id)
+    state = load_state(home, agent.id)
+    return {"agent_id": agent.id, "trigger": state.trigger, "step_count": state.step_count}
+
+
+def set_settings(home: Path, agent_id: str, trigger: Any, step_count: Any) -> dict[str, Any]:
+    from tether.runtime.reflection import TRIGGERS, updating_state
+
+    if trigger not in TRIGGERS:
+        raise UsageError(f"settings.trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
+    if isinstance(step_count, bool) or not isinstance(step_count, int) or step_count < 1:
+        raise UsageError(f"settings.step_count must be a positive integer, got {step_count!r}")
+    agent = LocalStore(home).get_agent(agent_id)
+    with updating_state(home, agent.id) as state:
+        state.trigger, state.step_count = trigger, step_count
+    return get_settings(home, agent.id)
