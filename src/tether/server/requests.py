@@ -27,6 +27,7 @@ from tether.server.request_kit import (
     check_fields,
 )
 from tether.server.requests_agents import FAMILY as AGENTS
+from tether.server.requests_branches import FAMILY as BRANCHES
 from tether.server.requests_cron import FAMILY as CRON
 from tether.server.requests_files import FAMILY as FILES
 from tether.server.requests_memory import FAMILY as MEMORY
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
 REQUESTS: dict[str, Request] = {
     **AGENTS, **MEMORY, **MODELS, **FILES, **SKILLS, **CRON, **TERMINALS, **REFLECTION,
+    **BRANCHES,
 }
 
 
