@@ -51,6 +51,11 @@ def test_files_are_served_inside_the_workspace_only(
                 assert read["content"] == "hello\n" and read["path"] == str(project / "README.md")
                 tree = await ask(c, "get_tree", path=str(project), depth=2)
                 assert {"path": "src/main.py", "type": "file"} in tree["entries"]
+                found = await ask(c, "search_files", query="MAIN")
+                assert found["files"] == [{"path": "src/main.py", "type": "file"}]
+                recent = await ask(c, "search_files", query="", max_results=50)
+                names = {f["path"] for f in recent["files"]}
+                assert {"README.md", "src/main.py"} <= names and not {"escape", "keys"} & names
 
                 for path in (str(project / "escape"), str(project / "keys"),
                              str(project / ".." / "outside.txt"), "/etc/passwd",

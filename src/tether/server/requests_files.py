@@ -1,4 +1,5 @@
-"""The workspace file requests (reference §12.3: `list_in_directory`, `read_file`, `get_tree`)
+"""The workspace file requests (reference §12.3: `list_in_directory`, `read_file`, `get_tree`,
+`search_files`)
 over `runtime/manage/files_ops`: a connection reads only inside the working directories of the
 runtimes it started (and, unscoped, the server's own `--cwd`), within the Read tool's
 boundary."""
@@ -34,7 +35,17 @@ def get_tree(call: Call) -> dict[str, Any]:
     return files_ops.tree(workspace(call), call.text("path"), call.count("depth", 3, most=20))
 
 
+def search_files(call: Call) -> dict[str, Any]:
+    query = call.frame.msg.get("query", "")
+    if not isinstance(query, str):
+        raise call.read.fail("query", "must be a string")
+    return files_ops.search(workspace(call), query, max_results=call.count("max_results", 5),
+                            cwd=call.opt_text("cwd"))
+
+
 FAMILY: dict[str, Request] = {
+    "search_files": request("query max_results cwd", search_files, Scope.OWN, {"files": []},
+                            blocking=True),
     "list_in_directory": request(
         "path include_files limit offset", list_in_directory, Scope.OWN,
         {"folders": [], "hasMore": False}, blocking=True, echo=("path",),

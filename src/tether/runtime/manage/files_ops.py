@@ -149,5 +149,42 @@ def tree(ws: Workspace, path: str, depth: int) -> dict[str, Any]:
     return {"path": shown, "entries": entries, "has_more_depth": deeper}
 
 
+SEARCH_LIMIT = 50_000  # files walked at most per search
+SKIP_DIRS = frozenset({".git", "node_modules", ".venv", "__pycache__"})
+
+
+def search(ws: Workspace, query: str, *, max_results: int = 5, cwd: str | None = None
+           ) -> dict[str, Any]:
+    """Files whose workspace-relative path holds `query` (case-insensitive), or with an empty
+    query the most recently modified; paths relative to the searched folder."""
+    top = cwd or (ws.roots[0] if ws.roots else None)
+    shown, real = ws.check(top, "cwd")
+    needle = query.lower()
+    found: list[tuple[float, str]] = []
+    walked = 0
+    for folder, dirs, files in os.walk(real):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS
+                         and ws.visible(os.path.join(folder, d)))
+        for name in files:
+            walked += 1
+            full = os.path.join(folder, name)
+            rel = os.path.relpath(full, real)
+            if needle and needle not in rel.lower():
+                continue
+            if not ws.visible(full):
+                continue
+            try:
+                found.append((os.stat(full).st_mtime, rel))
+            except OSError:
+                continue
+        if walked >= SEARCH_LIMIT:
+            break
+    if not needle:
+        found.sort(reverse=True)
+    else:
+        found.sort(key=lambda item: (len(item[1]), item[1]))
+    return {"files": [{"path": rel, "type": "file"} for _, rel in found[:max_results]]}
+
+
 def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
