@@ -70,6 +70,19 @@ def test_memory_files_are_listed_read_written_and_committed(
                 log = await ask(c, "memory_history", agent_id=agent, file_path="notes/todo.md")
                 assert [x["message"] for x in log["commits"]] == ["remember milk"]
                 assert log["file_path"] == "notes/todo.md"
+                sha = log["commits"][0]["sha"]
+                diff = await ask(c, "memory_commit_diff", agent_id=agent, sha=sha)
+                assert "+buy milk" in diff["diff"] and diff["sha"] == sha
+                await ask(c, "write_memory_file", agent_id=agent, path="notes/todo.md",
+                          content="buy bread\n")
+                old = await ask(c, "memory_file_at_ref", agent_id=agent,
+                                file_path="notes/todo.md", ref=sha)
+                assert old["content"] == "buy milk\n" and old["ref"] == sha
+                for bad in ("--output=/tmp/x", "nothere"):
+                    no = await ask(c, "memory_commit_diff", agent_id=agent, sha=bad)
+                    assert no["success"] is False and no["diff"] is None, no
+                enabled = await ask(c, "enable_memfs", agent_id=agent)
+                assert enabled["memory_directory"] == str(memory_dir(tether_home, agent))
 
                 for bad in ("../outside.md", "/etc/passwd", ".git/config"):
                     refused = await ask(c, "write_memory_file", agent_id=agent, path=bad,
@@ -113,6 +126,9 @@ def test_scoped_token_reaches_only_its_agents_memory(
                         ("write_memory_file", {"path": "x.md", "content": "x"}),
                         ("delete_memory_file", {"path": "system/persona.md"}),
                         ("memory_history", {}),
+                        ("memory_commit_diff", {"sha": "HEAD"}),
+                        ("memory_file_at_ref", {"file_path": "system/persona.md", "ref": "HEAD"}),
+                        ("enable_memfs", {}),
                     ):
                         hidden = await ask(s, kind, agent_id=b, **extra)
                         absent = await ask(s, kind, agent_id=guess, **extra)

@@ -1,5 +1,6 @@
 """The memory requests (reference §12.3: `list_memory`, `read_memory_file`,
-`write_memory_file`, `delete_memory_file`, `memory_history`) over `runtime/manage/memory_files`,
+`write_memory_file`, `delete_memory_file`, `memory_history`, `memory_commit_diff`,
+`memory_file_at_ref`, `enable_memfs`) over `runtime/manage/memory_files`,
 each for an agent the token grants (else the not-found answer); a write or delete is one commit
 in the agent's memory repository and tells the agent's clients `memory_updated`."""
 
@@ -55,6 +56,19 @@ def memory_history(call: Call) -> dict[str, Any]:
     )
 
 
+def memory_commit_diff(call: Call) -> dict[str, Any]:
+    return memory_files.commit_diff(call.home, _agent_id(call), call.text("sha"))
+
+
+def memory_file_at_ref(call: Call) -> dict[str, Any]:
+    return memory_files.file_at_ref(call.home, _agent_id(call), call.text("file_path"),
+                                    call.text("ref"))
+
+
+def enable_memfs(call: Call) -> dict[str, Any]:
+    return memory_files.enable(call.home, _agent_id(call))
+
+
 _ENTRIES = {"entries": [], "done": True, "total": 0}
 _FILE = {"content": None}
 
@@ -71,4 +85,9 @@ FAMILY: dict[str, Request] = {
                                   Scope.AGENT, blocking=True, echo=("agent_id", "path")),
     "memory_history": request("agent_id file_path limit", memory_history, Scope.AGENT,
                               {"commits": []}, blocking=True, echo=("file_path",)),
+    "memory_commit_diff": request("agent_id sha", memory_commit_diff, Scope.AGENT,
+                                  {"diff": None}, blocking=True, echo=("sha",)),
+    "memory_file_at_ref": request("agent_id file_path ref", memory_file_at_ref, Scope.AGENT,
+                                  {"content": None}, blocking=True, echo=("file_path", "ref")),
+    "enable_memfs": request("agent_id", enable_memfs, Scope.AGENT, blocking=True),
 }

@@ -126,3 +126,37 @@ def history(
             commits.append({"sha": sha, "message": subject, "timestamp": when,
                             "author_name": author or None})
     return {"file_path": rel or "", "commits": commits}
+
+
+def _commit(raw: object, field: str) -> str:
+    if not isinstance(raw, str) or not raw or raw.startswith("-") or not all(
+        c.isalnum() or c in "._/-~^" for c in raw
+    ):
+        raise UsageError(f"{field} must be a commit (a sha or a ref name), got {raw!r}")
+    return raw
+
+
+def commit_diff(home: Path, agent_id: str, sha: str) -> dict[str, Any]:
+    """What one commit changed, as `git show` prints it (without its header)."""
+    rev = _commit(sha, "sha")
+    memfs = open_memory(home, agent_id)
+    done = memfs.try_git("show", "--no-color", "--format=", rev, "--")
+    if done.returncode != 0:
+        raise UsageError(f"sha {sha!r}: no such commit in agent {agent_id}'s memory")
+    return {"sha": sha, "diff": done.stdout.decode("utf-8", errors="replace")}
+
+
+def file_at_ref(home: Path, agent_id: str, file_path: str, ref: str) -> dict[str, Any]:
+    """A file's text as of a commit."""
+    rel, rev = _path(file_path), _commit(ref, "ref")
+    memfs = open_memory(home, agent_id)
+    done = memfs.try_git("show", f"{rev}:{rel}")
+    if done.returncode != 0:
+        raise UsageError(f"{rel} does not exist at {ref!r} in agent {agent_id}'s memory")
+    return {"file_path": rel, "ref": ref, "content": done.stdout.decode("utf-8", errors="replace")}
+
+
+def enable(home: Path, agent_id: str) -> dict[str, Any]:
+    """The agent's memory repository, created (with its first commit) when it has none."""
+    memfs = open_memory(home, agent_id, create=True)
+    return {"memory_directory": str(memfs.root)}
