@@ -58,6 +58,9 @@ def test_schedules_are_added_listed_and_deleted_within_scope(
 
                 got = await ask(c, "cron_get", task_id=task_a)
                 assert got["found"] and got["task"]["name"] == "standup"
+                runs = await ask(c, "cron_runs", task_id=task_a)
+                assert runs["page"] == {"entries": [], "total": 0, "offset": 0, "limit": 20,
+                                        "hasMore": False, "nextOffset": None}
                 listed = await ask(c, "cron_list", agent_id=a)
                 assert {t["id"] for t in listed["tasks"]} == {task_a, once["task"]["id"]}
 
@@ -65,6 +68,10 @@ def test_schedules_are_added_listed_and_deleted_within_scope(
                     s = Client(ws2)
                     mine = await ask(s, "cron_list")
                     assert {t["id"] for t in mine["tasks"]} == {task_a, once["task"]["id"]}
+                    hidden = await ask(s, "cron_runs", task_id=task_b)
+                    absent = await ask(s, "cron_runs", task_id="deadbeef")
+                    assert hidden["success"] is False
+                    assert same_answer(hidden, absent, (task_b, "deadbeef"))
                     for kind in ("cron_get", "cron_delete"):
                         hidden = await ask(s, kind, task_id=task_b)
                         absent = await ask(s, kind, task_id="deadbeef")

@@ -1,5 +1,5 @@
-"""The schedule requests (reference §12.3: `cron_list`, `cron_add`, `cron_get`, `cron_delete`,
-`cron_delete_all`; `cron_trigger` is the scheduler's, in cron_bridge.py) over
+"""The schedule requests (reference §12.3: `cron_list`, `cron_add`, `cron_get`, `cron_runs`,
+`cron_delete`, `cron_delete_all`; `cron_trigger` is the scheduler's, in cron_bridge.py) over
 `runtime/manage/cron_ops`. A task is visible to a token that reaches its agent (and, for a token
 limited to conversations, its conversation); any other task id gets the not-found answer."""
 
@@ -85,6 +85,13 @@ def cron_delete(call: Call) -> dict[str, Any]:
     return {"found": True}
 
 
+def cron_runs(call: Call) -> dict[str, Any]:
+    task = _task(call)
+    return {"page": cron_ops.run_page(
+        call.home, task["id"], limit=call.count("limit", 20), offset=call.count(
+            "offset", 0, least=0, most=10**9), run_id=call.opt_text("run_id"))}
+
+
 def cron_delete_all(call: Call) -> dict[str, Any]:
     agent = call.agent(call.text("agent_id"), change=True)
     tasks = cron_ops.list_tasks(call.home, lambda t: True, agent.id)
@@ -102,6 +109,7 @@ FAMILY: dict[str, Request] = {
     "cron_get": request("task_id", cron_get, Scope.OWN, {"found": False, "task": None},
                         blocking=True),
     "cron_delete": request("task_id", cron_delete, Scope.OWN, {"found": False}, blocking=True),
+    "cron_runs": request("task_id limit offset run_id", cron_runs, Scope.OWN, blocking=True),
     "cron_delete_all": request("agent_id", cron_delete_all, Scope.OWN, {"deleted": 0},
                                blocking=True, echo=("agent_id",)),
 }

@@ -77,3 +77,21 @@ def delete_task(home: Path, task_id: str) -> dict[str, Any]:
         return store.delete(task_id)
     finally:
         store.close()
+
+
+def run_page(home: Path, task_id: str, *, limit: int = 20, offset: int = 0,
+             run_id: str | None = None) -> dict[str, Any]:
+    """The task's run log newest first as the reference's CronRunLogPage."""
+    from tether.runtime.cron.store import CronStore
+
+    store = CronStore(home)
+    try:
+        entries = list(reversed(store.runs(task_id, 1_000_000)))
+    finally:
+        store.close()
+    if run_id is not None:
+        entries = [e for e in entries if e.get("runId") == run_id]
+    page = entries[offset:offset + limit]
+    more = offset + limit < len(entries)
+    return {"entries": page, "total": len(entries), "offset": offset, "limit": limit,
+            "hasMore": more, "nextOffset": offset + limit if more else None}
