@@ -45,6 +45,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("tether.backends.local.compaction", "tether.providers.base"): BACKEND_WIRE,
     ("tether.mcp.tools", "tether.tools.output"):
         "MCP results overflow to a file exactly as built-in tools' output does",
+    ("tether.memory.memfs", "tether.backends.local.disk_full"):
+        "a git command a full disk refused is named as one, like every other store's write",
     ("tether.memory.memfs", "tether.backends.local.locks"):
         "the memory repo takes the same cross-process lock primitive as the store",
     ("tether.tools.memory", "tether.memory.blocks"): "the memory tool edits memory blocks",

@@ -319,3 +319,22 @@ def test_every_fill_level_either_runs_or_names_the_full_disk(
         outcomes.append(run.code)
         target.unlink(missing_ok=True)
     assert outcomes[0] == 1 and outcomes[-1] == 0, outcomes
+
+
+def test_a_memory_commit_on_a_full_disk_names_it_and_keeps_the_last_commit(tmp_path: Path) -> None:
+    from tether.memory.memfs import MemFS
+
+    with tmpfs(tmp_path / "fs", "2m") as disk:
+        memory = MemFS(disk / "memory", agent_id="agent-local-1")
+        memory.ensure_created()
+        head = memory.revision()
+        memory.write_working("system/human.md", "x" * 200_000)
+        fill(disk, leave=0)
+        with memory.writing(), pytest.raises(DiskFull) as exc:
+            memory.commit(["system/human.md"], "remember")
+        assert_names_the_full_disk(str(exc.value), disk / "memory", disk)
+        assert "git " in str(exc.value)
+        assert memory.revision() == head  # nothing half-committed
+        (disk / "filler").unlink()
+        with memory.writing():
+            assert memory.commit(["system/human.md"], "remember") is not None

@@ -19,6 +19,7 @@ Writes take an flock inside `.git` so two processes never race on the index.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -28,6 +29,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tether.backends.local.disk_full import disk_full
 from tether.backends.local.locks import exclusive_flock, write_atomic
 from tether.errors import StoreError
 
@@ -165,6 +167,9 @@ class MemFS:
         proc = self._run(*args, stdin=stdin)
         if proc.returncode != 0:
             why = proc.stderr.decode(errors="replace").strip() or f"exit code {proc.returncode}"
+            full = _disk_full(self.root, why, f"git {args[0]}")
+            if full is not None:
+                raise full
             raise MemFSError(f"git {args[0]} failed in {self.root}: {why}")
         return proc.stdout
 
@@ -418,3 +423,19 @@ class MemFS:
 
 def _flock(path: Path, busy: str) -> contextlib.AbstractContextManager[None]:
     return exclusive_flock(path, wait=_LOCK_WAIT_S, busy=lambda: MemFSError(busy))
+
+
+# git says a full disk only in words: its strerror text for ENOSPC and EDQUOT.
+_SPACE_WORDS = {
+    os.strerror(errno.ENOSPC): errno.ENOSPC,
+    os.strerror(errno.EDQUOT): errno.EDQUOT,
+}
+
+
+def _disk_full(root: Path, why: str, doing: str) -> StoreError | None:
+    """The DiskFull for a git command in the memory repo that a full disk (or quota) refused."""
+    for words, code in _SPACE_WORDS.items():
+        if words in why:
+            return disk_full(root, OSError(code, f"{words} ({why})"), doing=doing)
+    return None
+
