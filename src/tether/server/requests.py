@@ -32,6 +32,7 @@ from tether.server.requests_cron import FAMILY as CRON
 from tether.server.requests_files import FAMILY as FILES
 from tether.server.requests_memory import FAMILY as MEMORY
 from tether.server.requests_models import FAMILY as MODELS
+from tether.server.requests_queue import FAMILY as QUEUE
 from tether.server.requests_reflection import FAMILY as REFLECTION
 from tether.server.requests_skills import FAMILY as SKILLS
 from tether.server.terminals import FAMILY as TERMINALS
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
 REQUESTS: dict[str, Request] = {
     **AGENTS, **MEMORY, **MODELS, **FILES, **SKILLS, **CRON, **TERMINALS, **REFLECTION,
-    **BRANCHES,
+    **BRANCHES, **QUEUE,
 }
 
 
