@@ -70,9 +70,28 @@ def test_files_are_served_inside_the_workspace_only(
                 up = await ask(c, "list_in_directory", path=str(tmp_path))
                 assert up["success"] is False and "outside" in up["error"]
 
+                target = project / "src" / "new.txt"
+                wrote = await ask(c, "write_file", path=str(target), content="a b a\n")
+                assert wrote["success"] and target.read_text() == "a b a\n", wrote
+                twice = await ask(c, "edit_file", file_path=str(target), old_string="a",
+                                  new_string="c")
+                assert twice["success"] is False and "2 times" in twice["error"]
+                edited = await ask(c, "edit_file", file_path=str(target), old_string="a",
+                                   new_string="c", replace_all=True)
+                assert edited["replacements"] == 2 and target.read_text() == "c b c\n"
+                assert edited["start_line"] == 1
+                for path in (project / "innocent.json", project / "escape", project / "keys"):
+                    no = await ask(c, "write_file", path=str(path), content="overwritten")
+                    assert no["success"] is False, (path, no)
+                assert (tether_home / "agents" / "record.json").read_text() == '{"secret": "state"}'
+                assert outside.read_text() == "not yours\n"
+
                 async with srv.connect(additional_headers=token(agents=["agent-x"])) as ws2:
                     s = Client(ws2)
                     none = await ask(s, "read_file", path=str(project / "README.md"))
                     assert none["success"] is False and "no workspace" in none["error"]
+                    no = await ask(s, "write_file", path=str(target), content="x")
+                    assert no["success"] is False and "scoped" in no["error"]
+                    assert target.read_text() == "c b c\n"
 
         asyncio.run(scenario())

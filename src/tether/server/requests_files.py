@@ -1,5 +1,5 @@
 """The workspace file requests (reference §12.3: `list_in_directory`, `read_file`, `get_tree`,
-`search_files`)
+`search_files`, and for unscoped connections `write_file`, `edit_file`)
 over `runtime/manage/files_ops`: a connection reads only inside the working directories of the
 runtimes it started (and, unscoped, the server's own `--cwd`), within the Read tool's
 boundary."""
@@ -43,7 +43,32 @@ def search_files(call: Call) -> dict[str, Any]:
                             cwd=call.opt_text("cwd"))
 
 
+def write_file(call: Call) -> dict[str, Any]:
+    content = call.frame.msg.get("content")
+    if not isinstance(content, str):
+        raise call.read.fail("content", "is required (a string)")
+    return files_ops.write_file(workspace(call), call.text("path"), content)
+
+
+def edit_file(call: Call) -> dict[str, Any]:
+    new = call.frame.msg.get("new_string")
+    if not isinstance(new, str):
+        raise call.read.fail("new_string", "is required (a string)")
+    expected = call.frame.msg.get("expected_replacements")
+    return files_ops.edit_file(
+        workspace(call), call.text("file_path"), call.text("old_string"), new,
+        replace_all=call.flag("replace_all"),
+        expected=call.count("expected_replacements", 1) if expected is not None else None,
+    )
+
+
 FAMILY: dict[str, Request] = {
+    # Writes bypass the permission system: the server's operator (an unscoped token) only.
+    "write_file": request("path content", write_file, Scope.UNSCOPED, blocking=True,
+                          echo=("path",)),
+    "edit_file": request("file_path old_string new_string replace_all expected_replacements",
+                         edit_file, Scope.UNSCOPED, {"message": None, "replacements": 0},
+                         blocking=True, echo=("file_path",)),
     "search_files": request("query max_results cwd", search_files, Scope.OWN, {"files": []},
                             blocking=True),
     "list_in_directory": request(

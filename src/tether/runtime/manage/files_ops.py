@@ -1,4 +1,5 @@
 """Workspace files for a client of the App Server: list a folder, read a file, a folder's tree,
+search names, and (for the server's operator) write or edit a file,
 only inside the workspaces it may see, and with the line the Read tool holds
 (`tools/boundary.py`: no tether state, no provider keys, no device or process secrets, no hard
 link to a file of tether's state), judged on the real path (a symlink cannot lead out)."""
@@ -147,6 +148,82 @@ def tree(ws: Workspace, path: str, depth: int) -> dict[str, Any]:
         if level == depth - 1:
             deeper = bool(following)
     return {"path": shown, "entries": entries, "has_more_depth": deeper}
+
+
+def _open_for_write(ws: Workspace, shown: str, real: str, *, create: bool) -> int:
+    """The file opened read-write (never through a symlink, never a hard link to tether's
+    state), created when `create`; nothing is truncated before those checks."""
+    if not os.path.isdir(os.path.dirname(real)):
+        raise UsageError(f"{shown}: its folder does not exist")
+    flags = os.O_RDWR | os.O_NOFOLLOW | (os.O_CREAT if create else 0)
+    try:
+        fd = os.open(real, flags, 0o644)
+    except FileNotFoundError:
+        raise UsageError(f"{shown}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{shown} is a directory, not a file") from None
+    info = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(info.st_mode):
+        problem = f"{shown} is not a regular file"
+    else:
+        problem = ws.boundary.alias_refusal("write_file", shown, info, real)
+    if problem is not None:
+        os.close(fd)
+        raise UsageError(problem)
+    return fd
+
+
+def _replace_contents(fd: int, data: bytes) -> None:
+    try:
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def write_file(ws: Workspace, path: str, content: str) -> dict[str, Any]:
+    shown, real = ws.check(path)
+    _replace_contents(_open_for_write(ws, shown, real, create=True), content.encode("utf-8"))
+    return {"path": shown}
+
+
+def edit_file(
+    ws: Workspace, path: str, old: str, new: str, *, replace_all: bool = False,
+    expected: int | None = None,
+) -> dict[str, Any]:
+    """Replace `old` with `new` (every occurrence with `replace_all`, else exactly one)."""
+    shown, real = ws.check(path, "file_path")
+    if not old:
+        raise UsageError("old_string must not be empty")
+    fd = _open_for_write(ws, shown, real, create=False)
+    try:
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            text = handle.read(MAX_READ_BYTES + 1).decode("utf-8")
+    except UnicodeDecodeError:
+        os.close(fd)
+        raise UsageError(f"{shown} is not UTF-8 text") from None
+    count = text.count(old)
+    problem = None
+    if count == 0:
+        problem = f"old_string was not found in {shown}"
+    elif expected is not None and count != expected:
+        problem = f"old_string occurs {count} times in {shown}, not {expected}"
+    elif count > 1 and not replace_all and expected is None:
+        problem = (f"old_string occurs {count} times in {shown}; give more context or "
+                   "replace_all")
+    if problem is not None:
+        os.close(fd)
+        raise UsageError(problem)
+    start_line = text[:text.index(old)].count("\n") + 1
+    done = text.replace(old, new) if (replace_all or expected) else text.replace(old, new, 1)
+    _replace_contents(fd, done.encode("utf-8"))
+    replaced = count if (replace_all or expected) else 1
+    return {"file_path": shown, "message": f"replaced {replaced} occurrence(s) in {shown}",
+            "replacements": replaced, "start_line": start_line}
 
 
 SEARCH_LIMIT = 50_000  # files walked at most per search
