@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tether.errors import UsageError
+from tether.errors import NotFound, UsageError
 from tether.runtime.manage import agents, conversations, removal
 from tether.server.request_kit import Call, Request, RequestFailed, Scope, request
 
@@ -103,7 +103,7 @@ def conversation_list(call: Call) -> dict[str, Any]:
             found = conversations.list_conversations(
                 call.home, owner, include_archived=bool(query.get("archived")), limit=1_000_000
             )
-        except Exception:  # an agent named but absent lists nothing, as one out of scope does
+        except NotFound:  # an agent named but absent lists nothing, as one out of scope does
             continue
         rows.extend(r for r in found if call.grant.refusal(r["agent_id"], r["id"]) is None)
     rows.sort(key=lambda r: (r.get("created_at") or "", r["id"]))
