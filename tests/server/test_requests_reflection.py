@@ -64,3 +64,29 @@ def test_reflection_settings_are_read_and_saved_per_agent(
                     assert load_state(tether_home, b).trigger == "compaction-event"
 
         asyncio.run(scenario())
+
+
+def test_device_status_shows_the_agents_toolset_memory_and_reflection(
+    tmp_path: Path, tether_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    with FakeProvider([]) as fake:
+        point_at(fake, monkeypatch)
+
+        async def scenario() -> None:
+            async with InProcess(project) as srv, srv.connect() as ws:
+                c = Client(ws)
+                runtime = (await c.start(project))["runtime"]
+                agent = runtime["agent_id"]
+                status = (await c.of_type("update_device_status"))["device_status"]
+                assert status["current_toolset"] == "default"  # auto, for an Anthropic model
+                assert status["current_toolset_preference"] == "auto"
+                assert status["reflection_settings"] == {
+                    "agent_id": agent, "trigger": "compaction-event", "step_count": 25}
+                await ask(c, "set_reflection_settings", runtime=runtime,
+                          settings={"trigger": "off", "step_count": 3})
+                changed = [f for f in c.seen if f.get("type") == "update_device_status"][-1]
+                assert changed["device_status"]["reflection_settings"]["trigger"] == "off"
+
+        asyncio.run(scenario())

@@ -40,6 +40,9 @@ def set_reflection_settings(call: Call) -> dict[str, Any]:
         raise call.read.fail(f"settings.{unknown[0]}", "is not a field (trigger, step_count)")
     done = reflection_ops.set_settings(call.home, agent_id, settings.get("trigger"),
                                        settings.get("step_count"))
+    for running, rt in call.server.runtimes.items():  # their device status shows the settings
+        if running.agent_id == agent_id:
+            rt.broadcast(rt.device_status_frame())
     return {"reflection_settings": done, "scope": "global"}
 
 

@@ -197,7 +197,31 @@ class ConversationRuntime:
             loaded_tools=self.p.registry.names(),
             mcp_servers=mcp.status() if (mcp := self.p.services.mcp) else [],
             pending_control_requests=[(a.request_id, a.frame["request"]) for a in self.approvals.values()],
+            **self._agent_state(),
         )
+
+    def _agent_state(self) -> dict[str, Any]:
+        """The device status fields read from the agent: its toolset (as `auto` resolves it
+        for the model), memory directory and reflection settings."""
+        from tether.memory.memfs import memory_dir
+        from tether.runtime.reflection import load_state
+        from tether.tools.toolsets import resolve_toolset
+
+        agent_id = self.p.session.agent.id
+        home = self.ctx.store.home
+        memory = memory_dir(home, agent_id)
+        try:
+            state = load_state(home, agent_id)
+            reflection: dict[str, Any] | None = {
+                "agent_id": agent_id, "trigger": state.trigger, "step_count": state.step_count}
+        except TetherError:  # a damaged reflection.json: reported by the run, not here
+            reflection = None
+        return {
+            "toolset": resolve_toolset(self.p.flags.toolset, self.p.session.model),
+            "toolset_preference": self.p.flags.toolset or "auto",
+            "memory_directory": str(memory) if (memory / ".git").is_dir() else None,
+            "reflection_settings": reflection,
+        }
 
     def loop_status_frame(self) -> dict[str, Any]:
         return self.stream.loop_status(self.status, self.active_run_ids, self.executing)

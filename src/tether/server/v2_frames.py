@@ -377,6 +377,10 @@ class EventStream:
         loaded_tools: Sequence[str],
         mcp_servers: Sequence[Mapping[str, Any]],
         pending_control_requests: Iterable[tuple[str, Mapping[str, Any]]],
+        toolset: str = "default",
+        toolset_preference: str = "auto",
+        memory_directory: str | None = None,
+        reflection_settings: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """`update_device_status`; `permission_mode` is tether's name, sent as v2 names it."""
         return self._frame(
@@ -390,8 +394,8 @@ class EventStream:
                 "current_working_directory": cwd,
                 "git_context": None,
                 "letta_code_version": __version__,
-                "current_toolset": "default",
-                "current_toolset_preference": "auto",
+                "current_toolset": toolset,
+                "current_toolset_preference": toolset_preference,
                 "current_loaded_tools": list(loaded_tools),
                 "mcp_servers": list(mcp_servers),
                 "current_available_skills": [],
@@ -400,8 +404,8 @@ class EventStream:
                     {"request_id": rid, "request": request}
                     for rid, request in pending_control_requests
                 ],
-                "memory_directory": None,
-                "reflection_settings": None,
+                "memory_directory": memory_directory,
+                "reflection_settings": dict(reflection_settings) if reflection_settings else None,
                 "supported_commands": [],
             },
         )
