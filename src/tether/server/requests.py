@@ -3,8 +3,9 @@
 `app_server.py` only dispatches. Each family lives in its own `requests_<family>.py`.
 
 Every request gets exactly one `<type>_response`: its payload and `success: true`, or
-`success: false` with `error` and the payload's fields empty. A bad field is named in the
-error; an id the token does not grant gets the very answer a nonexistent id gets.
+`success: false` with `error` and the payload's fields empty (terminal frames, which the
+reference answers with their own frames, fail as an `error` frame instead). A bad field is
+named in the error; an id the token does not grant gets the very answer a nonexistent id gets.
 """
 
 from __future__ import annotations
