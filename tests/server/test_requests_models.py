@@ -13,6 +13,7 @@ import pytest
 
 from tests.server.requests_client import POLICY, ask, token
 from tests.server.support import Client, InProcess, point_at
+from tether.backends.local.store import LocalStore
 from tether.providers.credentials import save_credential
 from tether.testing.fake_provider import FakeProvider
 
@@ -57,5 +58,36 @@ def test_models_and_providers_are_listed_without_secrets(
                     refused = await ask(s, "list_connect_providers", target="local")
                     assert refused["success"] is False and "scoped" in refused["error"]
                     assert refused["providers"] == []
+
+        asyncio.run(scenario())
+
+
+def test_update_model_switches_the_agents_next_turns(
+    tmp_path: Path, tether_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    with FakeProvider([{"text": "one"}, {"text": "two"}]) as fake:
+        point_at(fake, monkeypatch)
+
+        async def scenario() -> None:
+            async with InProcess(project) as srv, srv.connect() as ws:
+                c = Client(ws)
+                runtime = (await c.start(project))["runtime"]
+                await c.say(runtime, "first", request_id="m1")
+                await c.of_type("turn_finished", request_id="m1")
+                done = await ask(c, "update_model", runtime=runtime,
+                                 payload={"model_handle": "anthropic/claude-other"})
+                assert done["success"] and done["applied_to"] == "agent", done
+                assert done["model_handle"] == "anthropic/claude-other"
+                agent = LocalStore(tether_home).get_agent(runtime["agent_id"])
+                assert agent.model == "anthropic/claude-other"
+                bad = await ask(c, "update_model", runtime=runtime,
+                                payload={"model_handle": "nowhere/x"})
+                assert bad["success"] is False
+                await c.say(runtime, "second", request_id="m2")
+                await c.of_type("turn_finished", request_id="m2")
+                models = [r["body"]["model"] for r in fake.requests]
+                assert models == ["claude-test", "claude-other"], models
 
         asyncio.run(scenario())

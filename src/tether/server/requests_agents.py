@@ -54,7 +54,7 @@ def agent_retrieve(call: Call) -> dict[str, Any]:
 def agent_create(call: Call) -> dict[str, Any]:
     body = _known("body", call.obj("body"), AGENT_BODY)
     model = body.get("model")
-    _check_model(call, model)
+    check_model(call, model)
     blocks = _memory_blocks(body.get("memory_blocks"))
     created = agents.create_agent(
         call.home, name=body.get("name"), model=model, description=body.get("description") or "",
@@ -68,7 +68,7 @@ def agent_update(call: Call) -> dict[str, Any]:
     record = call.agent(call.text("agent_id"), change=True)
     body = call.obj("body")
     if "model" in body and body["model"] is not None:
-        _check_model(call, body["model"])
+        check_model(call, body["model"])
     updated = agents.update_agent(call.home, record.id, body)
     call.notify("agent_updated", agent_id=record.id, agent=updated)
     return {"agent": updated}
@@ -179,7 +179,7 @@ async def _stop_idle_runtimes(call: Call, agent_id: str, conversation_id: str | 
         server.ctx.released.pop(scope, None)
 
 
-def _check_model(call: Call, model: Any) -> None:
+def check_model(call: Call, model: Any) -> None:
     from tether.providers.catalog import default_handle, resolve_provider
     from tether.runtime.session import NO_MODEL
 

@@ -1,5 +1,5 @@
 """The model and provider requests (reference §12.3: `list_models`,
-`list_connect_providers`) over `runtime/manage/models_ops`; provider records are tether-wide,
+`list_connect_providers`, `update_model`) over `runtime/manage/models_ops`; provider records are tether-wide,
 so listing them needs an unscoped token, and no answer ever carries a key."""
 
 from __future__ import annotations
@@ -23,7 +23,41 @@ def list_connect_providers(call: Call) -> dict[str, Any]:
     return {"target": target, "providers": models_ops.list_providers(call.home, call.env)}
 
 
+def update_model(call: Call) -> dict[str, Any]:
+    """The agent's model, for its next turns: saved on the agent and its idle runtimes here
+    rebuilt with it; refused while one of them runs a turn (nothing is changed then)."""
+    from tether.runtime.manage import agents
+    from tether.server.protocol_v2 import RuntimeScope
+    from tether.server.requests_agents import check_model
+
+    scope = RuntimeScope(*call.read.runtime())
+    conversation = call.conversation(scope.conversation_id, scope.agent_id)
+    agent = call.agent(scope.agent_id, change=True)
+    payload = call.obj("payload")
+    unknown = sorted(set(payload) - {"model_id", "model_handle"})
+    if unknown:
+        raise call.read.fail(f"payload.{unknown[0]}", "is not a field (model_id, model_handle)")
+    handle = payload.get("model_handle") or payload.get("model_id")
+    if not isinstance(handle, str) or "/" not in handle:
+        raise UsageError("payload.model_handle must be a handle like anthropic/claude-sonnet-4-5 "
+                         "(this server has no model ids of its own: model_id must be a handle)")
+    if conversation.model:
+        raise UsageError(f"conversation {conversation.id} has its own model "
+                         f"({conversation.model}); this server changes agents' models only")
+    check_model(call, handle)
+    running = [rt for s, rt in call.server.runtimes.items() if s.agent_id == agent.id]
+    if any(rt.busy for rt in running):
+        raise UsageError(f"agent {agent.id} is running a turn; change its model when it ends")
+    updated = agents.update_agent(call.home, agent.id, {"model": handle})
+    for rt in running:
+        rt.reload_agent()
+    call.notify("agent_updated", agent_id=agent.id, agent=updated)
+    return {"runtime": scope.to_dict(), "applied_to": "agent", "model_id": handle,
+            "model_handle": handle, "model_settings": updated.get("model_settings") or None}
+
+
 FAMILY: dict[str, Request] = {
+    "update_model": request("runtime payload", update_model, Scope.OWN),
     "list_models": request("", list_models, Scope.OPEN, {"entries": []}, blocking=True),
     "list_connect_providers": request(
         "target", list_connect_providers, Scope.UNSCOPED, {"target": "local", "providers": []}

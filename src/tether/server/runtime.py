@@ -359,6 +359,18 @@ class ConversationRuntime:
         if not self.busy:
             self._apply_device_state()
 
+    def reload_agent(self) -> None:
+        """Build the runtime again from its agent's record (its model changed), where and how
+        it runs now; only between turns (the caller checks `busy`)."""
+        old = self.p
+        given = old.flags.permission_mode if old.flags.permission_mode_given else None
+        self.p = build_prepared(self.ctx, self.scope, old.cwd, given,
+                                workspace_sandbox=self.sandboxed)
+        self._built_trusted = folder_trusted(self.ctx, self.p.cwd)
+        carry_external_tools(old, self.p)
+        asyncio.ensure_future(old.shutdown())
+        self.broadcast(self.device_status_frame())
+
     def _apply_device_state(self) -> None:
         if self._pending_state is None:
             return
