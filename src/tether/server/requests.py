@@ -56,6 +56,8 @@ CAPABILITIES = {
     "memory_management": ("list_memory", "read_memory_file", "write_memory_file",
                           "delete_memory_file", "memory_history"),
     "model_listing": ("list_models", "list_connect_providers"),
+    "model_update": ("update_model",),
+    "toolset_update": ("update_toolset",),
     "workspace_files": ("list_in_directory", "read_file", "get_tree", "search_files"),
     "workspace_file_writes": ("write_file", "edit_file"),
     "skill_management": ("skill_enable", "skill_disable"),
