@@ -3,75 +3,50 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.support import TETHER
+from tests.e2e.cron_support import (
+    MIN,
+    T0,
+    Clock,
+    add_task,
+    cron,
+    new_agent,
+    ok,
+    prompts,
+    scheduled_env,
+    settle,
+    wait_until,
+)
 from tether.backends.local.store import LocalStore
-
-CRON = [TETHER, "cron"]
-
-
-def cron(
-    *args: str, home: Path, extra: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "TETHER_HOME": str(home), **(extra or {})}
-    return subprocess.run([*CRON, *args], capture_output=True, text=True, env=env, timeout=60)
-
-
-def ok(proc: subprocess.CompletedProcess[str]) -> Any:
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
 
 
 @pytest.fixture
 def agent(tether_home: Path) -> str:
-    return LocalStore(tether_home).create_agent(model="anthropic/claude-test", system="s").id
+    return new_agent(tether_home)
 
 
 def test_add_list_get_runs_delete(tether_home: Path, agent: str) -> None:
-    task = ok(
-        cron(
-            "add",
-            "--agent",
-            agent,
-            "--name",
-            "tidy",
-            "--prompt",
-            "tidy up",
-            "--every",
-            "5m",
-            "--timezone",
-            "Europe/Berlin",
-            "--description",
-            "d",
-            home=tether_home,
-        )
+    task = add_task(
+        tether_home,
+        agent,
+        "tidy",
+        "tidy up",
+        "--every",
+        "5m",
+        "--timezone",
+        "Europe/Berlin",
+        "--description",
+        "d",
     )
     assert task["status"] == "active" and task["cron"] == "*/5 * * * *" and task["recurring"]
     assert task["conversation_id"] == "new" and task["timezone"] == "Europe/Berlin"
     assert len(task["id"]) == 8 and int(task["id"], 16) >= 0
-    one = ok(
-        cron(
-            "add",
-            "--agent",
-            agent,
-            "--conversation",
-            "default",
-            "--name",
-            "once",
-            "--prompt",
-            "p",
-            "--at",
-            "in 45m",
-            home=tether_home,
-        )
-    )
+    one = add_task(tether_home, agent, "once", "p", "--at", "in 45m", conversation="default")
     assert not one["recurring"] and one["scheduled_for"]
     listed = ok(cron("list", home=tether_home))
     assert [t["id"] for t in listed] == [task["id"], one["id"]]
@@ -176,20 +151,7 @@ def test_bad_input_is_named(tether_home: Path, agent: str, args: list[str], why:
 def test_trigger_without_a_running_server_says_how_to_start_one(
     tether_home: Path, agent: str
 ) -> None:
-    task = ok(
-        cron(
-            "add",
-            "--agent",
-            agent,
-            "--name",
-            "n",
-            "--prompt",
-            "p",
-            "--every",
-            "1h",
-            home=tether_home,
-        )
-    )
+    task = add_task(tether_home, agent, "n", "p", "--every", "1h")
     proc = cron("trigger", task["id"], home=tether_home)
     assert proc.returncode == 1 and "start `tether server`" in proc.stderr
     proc = cron("trigger", "deadbeef", home=tether_home)
@@ -198,69 +160,10 @@ def test_trigger_without_a_running_server_says_how_to_start_one(
 
 # --- the scheduler inside a real `tether server` --------------------------------------------------
 
-T0 = 1_900_000_000_000 - (1_900_000_000_000 % 60_000) + 10_000  # hh:mm:10, a fixed fake time
-MIN = 60_000
-
-
-class Clock:
-    """The servers' and the CLI's time (TETHER_CRON_CLOCK_FILE), moved by the test."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.now = T0
-        self.set(T0)
-
-    def set(self, ms: int) -> None:
-        self.now = ms
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(str(ms))
-        tmp.replace(self.path)
-
-    def advance(self, ms: int) -> None:
-        self.set(self.now + ms)
-
 
 @pytest.fixture
 def clock(tmp_path: Path) -> Clock:
     return Clock(tmp_path / "clock")
-
-
-def scheduled_env(fake_url: str, home: Path, tmp: Path, clock: Clock) -> dict[str, str]:
-    from tests.server.support import server_env
-
-    env = server_env(fake_url, home, tmp)
-    env.update(TETHER_CRON_CLOCK_FILE=str(clock.path), TETHER_CRON_POLL_S="0.05")
-    return env
-
-
-def prompts(fake: Any) -> list[str]:
-    """The last user message of each request the provider received."""
-    out = []
-    for request in fake.requests:
-        last = request["body"]["messages"][-1]
-        content = last["content"]
-        out.append(
-            content if isinstance(content, str) else " ".join(p.get("text", "") for p in content)
-        )
-    return out
-
-
-def wait_until(pred: Any, timeout: float = 30, what: str = "") -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def settle() -> None:
-    """Long enough for many scheduler polls (0.05 s) to have happened."""
-    import time
-
-    time.sleep(1.0)
 
 
 @pytest.fixture
@@ -277,22 +180,16 @@ def test_every_minute_fires_into_a_new_conversation_with_no_client(
 
     with FakeProvider([{"text": "checked"}] * 3) as fake:
         env = scheduled_env(fake.url, home_dir, tmp_path, clock)
-        task = ok(
-            cron(
-                "add",
-                "--agent",
-                agent,
-                "--name",
-                "heartbeat",
-                "--prompt",
-                "check the build",
-                "--every",
-                "1m",
-                "--timezone",
-                "UTC",
-                home=home_dir,
-                extra=env,
-            )
+        task = add_task(
+            home_dir,
+            agent,
+            "heartbeat",
+            "check the build",
+            "--every",
+            "1m",
+            "--timezone",
+            "UTC",
+            extra=env,
         )
         server = ServerProcess(env, workdir)
         try:
@@ -335,38 +232,17 @@ def test_one_shot_fires_once_and_a_deleted_task_never(
 
     with FakeProvider([{"text": "done"}] * 3) as fake:
         env = scheduled_env(fake.url, home_dir, tmp_path, clock)
-        once = ok(
-            cron(
-                "add",
-                "--agent",
-                agent,
-                "--conversation",
-                "default",
-                "--name",
-                "once",
-                "--prompt",
-                "one time only",
-                "--at",
-                "in 5m",
-                home=home_dir,
-                extra=env,
-            )
+        once = add_task(
+            home_dir,
+            agent,
+            "once",
+            "one time only",
+            "--at",
+            "in 5m",
+            conversation="default",
+            extra=env,
         )
-        gone = ok(
-            cron(
-                "add",
-                "--agent",
-                agent,
-                "--name",
-                "gone",
-                "--prompt",
-                "never say this",
-                "--every",
-                "1m",
-                home=home_dir,
-                extra=env,
-            )
-        )
+        gone = add_task(home_dir, agent, "gone", "never say this", "--every", "1m", extra=env)
         ok(cron("delete", gone["id"], home=home_dir, extra=env))
         server = ServerProcess(env, workdir)
         try:
@@ -400,21 +276,7 @@ def test_two_servers_on_one_home_fire_each_slot_once(
 
     with FakeProvider([{"text": "tick"}] * 10) as fake:
         env = scheduled_env(fake.url, home_dir, tmp_path, clock)
-        task = ok(
-            cron(
-                "add",
-                "--agent",
-                agent,
-                "--name",
-                "tick",
-                "--prompt",
-                "tick",
-                "--every",
-                "1m",
-                home=home_dir,
-                extra=env,
-            )
-        )
+        task = add_task(home_dir, agent, "tick", "tick", "--every", "1m", extra=env)
         servers = [ServerProcess(env, workdir), ServerProcess(env, workdir)]
         try:
             for n in range(1, 4):
@@ -441,21 +303,7 @@ def test_trigger_runs_a_task_now_from_the_cli_and_over_the_wire(
 
     with FakeProvider([{"text": "ran"}] * 3) as fake:
         env = scheduled_env(fake.url, home_dir, tmp_path, clock)
-        task = ok(
-            cron(
-                "add",
-                "--agent",
-                agent,
-                "--name",
-                "nightly",
-                "--prompt",
-                "run it now",
-                "--cron",
-                "0 3 * * *",
-                home=home_dir,
-                extra=env,
-            )
-        )
+        task = add_task(home_dir, agent, "nightly", "run it now", "--cron", "0 3 * * *", extra=env)
         server = ServerProcess(env, workdir)
         try:
             wait_until(
@@ -512,22 +360,8 @@ def test_a_full_conversation_queue_is_recorded_and_the_task_kept(
 
     with FakeProvider([{"text": "slow", "delay_ms": 4000}, {"text": "next"}]) as fake:
         env = scheduled_env(fake.url, home_dir, tmp_path, clock)
-        task = ok(
-            cron(
-                "add",
-                "--agent",
-                agent,
-                "--conversation",
-                "default",
-                "--name",
-                "busy",
-                "--prompt",
-                "work",
-                "--every",
-                "1h",
-                home=home_dir,
-                extra=env,
-            )
+        task = add_task(
+            home_dir, agent, "busy", "work", "--every", "1h", conversation="default", extra=env
         )
         server = ServerProcess(env, workdir, "--max-queue", "1")
         try:
@@ -568,21 +402,8 @@ def test_a_scoped_token_triggers_only_its_own_agents_tasks_and_learns_nothing_el
     mine = store.create_agent(model="anthropic/claude-test", system="s").id
     other = store.create_agent(model="anthropic/claude-test", system="s").id
     tasks = {
-        name: ok(
-            cron(
-                "add",
-                "--agent",
-                agent,
-                "--conversation",
-                conv,
-                "--name",
-                name,
-                "--prompt",
-                f"prompt of {name}",
-                "--every",
-                "1h",
-                home=tether_home,
-            )
+        name: add_task(
+            tether_home, agent, name, f"prompt of {name}", "--every", "1h", conversation=conv
         )["id"]
         for name, agent, conv in (
             ("own", mine, "default"),

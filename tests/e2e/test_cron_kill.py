@@ -16,13 +16,37 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.e2e.test_cron import MIN, T0, Clock, cron, ok, scheduled_env, wait_until
+from tests.e2e.cron_support import (
+    MIN,
+    T0,
+    Clock,
+    add_task,
+    cron,
+    new_agent,
+    ok,
+    scheduled_env,
+    wait_until,
+)
 from tests.server.support import Client, ServerProcess
 from tether.backends.local.store import LocalStore
 from tether.protocol.messages import TextPart, UserMessage
 from tether.testing.fake_provider import FakeProvider
 
 TAKEOVER = 91_000  # past the dead server's scheduler lease and presence
+
+
+def add_tick(home: Path, agent: str, env: dict[str, str]) -> Any:
+    """An hourly task "tick" into the default conversation."""
+    return add_task(
+        home, agent, "tick", "tick once", "--every", "1h", conversation="default", extra=env
+    )
+
+
+def many_more_passes(clock: Clock) -> None:
+    """Many more passes of the scheduler, the clock moving on a little each time."""
+    for _ in range(4):
+        clock.advance(5_000)
+        time.sleep(0.3)
 
 
 def fired_prompts(home: Path, agent: str) -> list[str]:
@@ -49,7 +73,7 @@ def test_kill_9_of_the_lease_holder_then_a_takeover_runs_each_due_time_once(
     tmp_path: Path, workdir: Path, tether_home: Path, point: str
 ) -> None:
     home = tether_home
-    agent = LocalStore(home).create_agent(model="anthropic/claude-test", system="s").id
+    agent = new_agent(home)
     clock = Clock(tmp_path / "clock")
     marker = tmp_path / "held"
     busy = point == "queued behind a busy turn"
@@ -61,23 +85,7 @@ def test_kill_9_of_the_lease_holder_then_a_takeover_runs_each_due_time_once(
     script += [{"text": "ticked"}] * 4
     with FakeProvider(script) as fake:
         env = scheduled_env(fake.url, home, tmp_path, clock)
-        task = ok(
-            cron(
-                "add",
-                "--agent",
-                agent,
-                "--conversation",
-                "default",
-                "--name",
-                "tick",
-                "--prompt",
-                "tick once",
-                "--every",
-                "1h",
-                home=home,
-                extra=env,
-            )
-        )
+        task = add_tick(home, agent, env)
         hold = "claimed" if point == "claimed" else "queued"
         first = ServerProcess({**env, "TETHER_CRON_HOLD": f"{hold}:{marker}"}, workdir)
         second: ServerProcess | None = None
@@ -123,9 +131,7 @@ def test_kill_9_of_the_lease_holder_then_a_takeover_runs_each_due_time_once(
             )
             if point != "mid-turn":
                 wait_until(lambda: fired_prompts(home, agent), 30, "the prompt to run")
-            for _ in range(4):  # many more passes of the scheduler: nothing fires again
-                clock.advance(5_000)
-                time.sleep(0.3)
+            many_more_passes(clock)  # nothing fires again
             prompts = fired_prompts(home, agent)
             assert len(prompts) == 1, prompts
             assert "Prompt: tick once" in prompts[0] and "(fire #1)" in prompts[0]
@@ -143,27 +149,11 @@ def test_a_second_live_server_finishes_the_fire_of_the_holder_killed_after_its_c
     tmp_path: Path, workdir: Path, tether_home: Path
 ) -> None:
     home = tether_home
-    agent = LocalStore(home).create_agent(model="anthropic/claude-test", system="s").id
+    agent = new_agent(home)
     clock = Clock(tmp_path / "clock")
     with FakeProvider([{"text": "ticked"}] * 3) as fake:
         env = scheduled_env(fake.url, home, tmp_path, clock)
-        task = ok(
-            cron(
-                "add",
-                "--agent",
-                agent,
-                "--conversation",
-                "default",
-                "--name",
-                "tick",
-                "--prompt",
-                "tick once",
-                "--every",
-                "1h",
-                home=home,
-                extra=env,
-            )
-        )
+        task = add_tick(home, agent, env)
         # Either may hold the lease when the slot comes (an hour of clock runs it out): the
         # one that claims the fire stops there, and is the one killed.
         markers = [tmp_path / "held-0", tmp_path / "held-1"]
@@ -182,9 +172,7 @@ def test_a_second_live_server_finishes_the_fire_of_the_holder_killed_after_its_c
             clock.advance(TAKEOVER)
             wait_until(lambda: fired_prompts(home, agent), 30, "the other server's takeover")
             wait_until(lambda: fire_states(home) == ["done"], 30, "the fire's turn to end")
-            for _ in range(4):
-                clock.advance(5_000)
-                time.sleep(0.3)
+            many_more_passes(clock)
             assert len(fired_prompts(home, agent)) == 1
             assert not markers[1 - dead].exists()  # the survivor fired nothing of its own
             runs = ok(cron("runs", task["id"], home=home))
@@ -203,28 +191,12 @@ def test_kill_9_at_seeded_moments_around_each_fire_runs_every_due_time_once(
 
     rng = random.Random(2902)
     home = tether_home
-    agent = LocalStore(home).create_agent(model="anthropic/claude-test", system="s").id
+    agent = new_agent(home)
     clock = Clock(tmp_path / "clock")
     rounds = 5
     with FakeProvider([{"text": "ticked", "delay_ms": 100}] * (2 * rounds)) as fake:
         env = scheduled_env(fake.url, home, tmp_path, clock)
-        task = ok(
-            cron(
-                "add",
-                "--agent",
-                agent,
-                "--conversation",
-                "default",
-                "--name",
-                "tick",
-                "--prompt",
-                "tick once",
-                "--every",
-                "1h",
-                home=home,
-                extra=env,
-            )
-        )
+        task = add_tick(home, agent, env)
         first_slot = T0 - 10_000 + 60 * MIN
         server = ServerProcess(env, workdir)
         try:
