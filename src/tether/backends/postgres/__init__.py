@@ -8,8 +8,8 @@ runtime `CheckpointStore`'s methods; `fires.py` a schedule's due time fired once
 fleet; `notify.py` LISTEN/NOTIFY, an enqueued input waking its conversation's owner;
 `health.py` what /healthz, /readyz and /metrics say about the database; `logs.py` structured
 fleet events (`tether.fleet`) and a JSON-lines formatter; `migrate.py` a home's
-`inputs.db` and `checkpoints.db` copied to the store and back, verified (agents,
-conversations, transcripts and memory repositories not yet). psycopg (the `postgres`
+`inputs.db` and `checkpoints.db` copied to the store and back, verified; `migrate_home.py` the
+rest of a home (records, transcripts, memory repositories, files). psycopg (the `postgres`
 extra) is imported only inside this package, so nothing here is on the start path of a local run.
 
 Not wired yet. How `tether server --store postgresql://…` plugs in (server/ and runtime/ code):

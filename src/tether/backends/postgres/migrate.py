@@ -2,8 +2,8 @@
 `tether store migrate`, issue 31 item 3): the durable inputs (`inputs.db`) and the effect
 checkpoints (`checkpoints.db`), row for row, order and sequence numbers kept, each table checked
 after the copy by a digest of its rows on both sides. A target table must be empty: a migration
-never merges into a live store. Agents, conversations, transcripts and memory repositories are
-not copied yet (the package docstring says what remains)."""
+never merges into a live store. The rest of a home (agents, conversations, transcripts, memory
+repositories, every other file) is `migrate_home.py`'s, which calls this for these two."""
 
 from __future__ import annotations
 

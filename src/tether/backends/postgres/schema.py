@@ -82,6 +82,62 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (conversation, tool_call_id)
     );
     """,
+    # 3: a whole TETHER_HOME (migrate_home.py): agent and conversation records (the JSON
+    # document, its exact bytes and the columns looked up by), transcripts in the fenced rows
+    # table (each entry's exact line kept; a row appended live has none and renders from
+    # `entry`), the file's header, torn tail and `.replaced` log, memory repositories as git
+    # bundles, the SQLite stores' schemas, every other file of the home, and the digests the
+    # copy was verified against
+    """
+    CREATE TABLE agents (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        model TEXT,
+        updated_at TEXT NOT NULL,
+        path TEXT NOT NULL UNIQUE,
+        document JSONB NOT NULL,
+        raw BYTEA NOT NULL
+    );
+    CREATE TABLE conversations (
+        key TEXT PRIMARY KEY,
+        id TEXT NOT NULL,
+        agent_id TEXT NOT NULL,
+        archived BOOLEAN NOT NULL,
+        updated_at TEXT NOT NULL,
+        path TEXT NOT NULL UNIQUE,
+        document JSONB NOT NULL,
+        raw BYTEA NOT NULL
+    );
+    CREATE INDEX conversations_agent ON conversations (agent_id, updated_at);
+    ALTER TABLE transcript ADD COLUMN line BYTEA;
+    CREATE TABLE transcript_files (
+        conversation TEXT PRIMARY KEY,
+        path TEXT NOT NULL UNIQUE,
+        header BYTEA NOT NULL,
+        torn BYTEA NOT NULL,
+        replaced BYTEA
+    );
+    CREATE TABLE memory_repos (
+        path TEXT PRIMARY KEY,
+        bundle BYTEA NOT NULL,
+        refs JSONB NOT NULL,
+        config BYTEA NOT NULL
+    );
+    CREATE TABLE sqlite_schemas (
+        path TEXT PRIMARY KEY,
+        user_version INTEGER NOT NULL,
+        ddl TEXT[] NOT NULL
+    );
+    CREATE TABLE home_files (
+        path TEXT PRIMARY KEY,
+        mode INTEGER NOT NULL,
+        content BYTEA
+    );
+    CREATE TABLE home_digests (
+        path TEXT PRIMARY KEY,
+        digest TEXT NOT NULL
+    );
+    """,
 )
 
 

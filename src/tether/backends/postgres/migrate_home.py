@@ -1,0 +1,483 @@
+"""A whole TETHER_HOME copied to the PostgreSQL store and back (`tether store migrate`, issue 31
+item 3), verified: agent and conversation records (`agents`, `conversations`: the JSON document,
+its exact bytes and the columns looked up by), transcripts (the fenced `transcript` rows of
+`leases.py`, each entry's exact line kept, plus `transcript_files`: the header line, a torn tail
+and the `.replaced` log), memory repositories (`memory_repos`: a git bundle of every ref, cloned
+back and every ref's sha compared), the SQLite stores (`inputs.db` and `checkpoints.db` row for
+row by `migrate.py`, their schemas in `sqlite_schemas`; any other SQLite database, such as
+`cron.db` or a channel journal, as a consistent snapshot) and every other file and folder
+(`home_files`), each with its mode.
+
+Verified both ways against `home_digests`: each file's sha256 (a SQLite database by its rows, a
+memory repository by its refs), recorded in the store. Going in, the copy is read back from the
+store inside the same transaction, written to a scratch folder and compared before it commits;
+coming out, the home is built in a temporary folder beside the target, compared, and only then
+renamed into place. A non-empty target is refused: a migration never merges.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shutil
+import sqlite3
+import stat
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tether.backends.postgres import migrate as rows
+from tether.backends.postgres.connection import PgSession
+from tether.backends.postgres.migrate import MigrationRefused
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+ROW_DBS = {t.file: t for t in rows.TABLES}  # root SQLite stores copied row for row
+STORE_TABLES = (
+    "agents", "conversations", "transcript", "transcript_files", "memory_repos",
+    "sqlite_schemas", "home_files", "home_digests", "inputs", "effect_checkpoints",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    counts: dict[str, int]  # what was copied, by kind
+    files: int  # entries in the verified digest manifest
+    digest: str  # sha256 of the manifest (path and digest of every entry), equal on both sides
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"counts": self.counts, "verified_entries": self.files, "digest": self.digest}
+
+
+def _git(*args: str, cwd: Path | None = None) -> bytes:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, check=False)
+    if done.returncode != 0:
+        raise MigrationRefused(
+            f"git {' '.join(args[:2])} failed in {cwd}: {done.stderr.decode(errors='replace').strip()}"
+        )
+    return done.stdout
+
+
+def _refs(repo: Path) -> dict[str, str]:
+    """Every ref of the repository at `repo` and its sha, HEAD as `ref: <name>` or a sha."""
+    out: dict[str, str] = {}
+    for line in _git("for-each-ref", "--format=%(objectname) %(refname)", cwd=repo).splitlines():
+        sha, name = line.decode().split(" ", 1)
+        out[name] = sha
+    head = (repo / ".git" / "HEAD").read_text().strip()
+    out["HEAD"] = head
+    return out
+
+
+def _is_sqlite(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+
+
+def _sqlite_digest(path: Path, rel: str) -> str:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        table = ROW_DBS.get(rel)
+        if table is not None:
+            return "rows:" + rows._digest(table, rows._sqlite_rows(conn, table))
+        h = hashlib.sha256()
+        names = [r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            " ORDER BY name"
+        )]
+        for name in names:
+            found = sorted(repr(r).encode() for r in conn.execute(f'SELECT * FROM "{name}"'))
+            h.update(name.encode() + b"\x00" + b"\x00".join(found) + b"\x01")
+        return "rows:" + h.hexdigest()
+    finally:
+        conn.close()
+
+
+def _walk(home: Path) -> Iterator[tuple[str, Path, str]]:
+    """(relative path, path, kind) of everything in `home` that a migration carries: kind is
+    dir, repo (a folder holding `.git`: its `.git` is not walked), sqlite or file. SQLite side
+    files (-wal, -shm, -journal) are part of their database; a symlink or special file is refused."""
+    sqlite_side: set[str] = set()
+    for top, dirs, files in os.walk(home):
+        dirs.sort()
+        base = Path(top)
+        if (base / ".git").is_dir() and base != home:
+            dirs.remove(".git")
+        for name in sorted(files):
+            path = base / name
+            if path.is_symlink() or not path.is_file():
+                raise MigrationRefused(f"{path} is not a regular file: a home to migrate holds none")
+            if _is_sqlite(path):
+                sqlite_side.update(str(path) + s for s in ("-wal", "-shm", "-journal"))
+        for name in sorted(dirs):
+            path = base / name
+            if path.is_symlink():
+                raise MigrationRefused(f"{path} is a symlink: a home to migrate holds none")
+            rel = path.relative_to(home).as_posix()
+            yield rel, path, "repo" if (path / ".git").is_dir() else "dir"
+        for name in sorted(files):
+            path = base / name
+            if str(path) in sqlite_side:
+                continue
+            rel = path.relative_to(home).as_posix()
+            yield rel, path, "sqlite" if _is_sqlite(path) else "file"
+
+
+def home_digests(home: Path) -> dict[str, str]:
+    """What a copy of `home` must reproduce, entry by entry."""
+    out: dict[str, str] = {}
+    for rel, path, kind in _walk(home):
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if kind in ("dir", "repo"):
+            out[rel] = f"dir:{mode:o}"
+            if kind == "repo":
+                refs = orjson.dumps(_refs(path), option=orjson.OPT_SORT_KEYS)
+                out[rel + "/.git"] = "refs:" + hashlib.sha256(refs).hexdigest()
+        elif kind == "sqlite":
+            out[rel] = f"{mode:o}:" + _sqlite_digest(path, rel)
+        else:
+            out[rel] = f"{mode:o}:sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def manifest_digest(digests: dict[str, str]) -> str:
+    return hashlib.sha256(
+        b"".join(f"{p}\x00{d}\n".encode() for p, d in sorted(digests.items()))
+    ).hexdigest()
+
+
+def _split_transcript(path: Path) -> tuple[bytes, list[tuple[Any, bytes]], bytes]:
+    """A transcript's header line, its entries (decoded, exact line) and a torn tail."""
+    data = path.read_bytes()
+    cut = data.find(b"\n") + 1
+    if cut == 0:
+        return data, [], b""
+    header, body = data[:cut], data[cut:]
+    lines = body.split(b"\n")
+    tail = lines.pop()  # bytes after the last LF: a torn write (usually empty)
+    entries: list[tuple[Any, bytes]] = []
+    for n, line in enumerate(lines):
+        try:
+            entries.append((orjson.loads(line), line + b"\n"))
+        except orjson.JSONDecodeError:
+            if n == len(lines) - 1:  # a torn last line: kept as bytes, as the reader treats it
+                return header, entries, line + b"\n" + tail
+            raise MigrationRefused(
+                f"line {n + 2} of {path} is not JSON: the transcript is damaged; run tether on"
+                " the conversation (it names the damage) before migrating"
+            ) from None
+    return header, entries, tail
+
+
+def _record(path: Path, what: str) -> tuple[bytes, dict[str, Any]]:
+    raw = path.read_bytes()
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise MigrationRefused(f"{path} is not a JSON {what} record: {exc}") from None
+    if type(doc) is not dict or type(doc.get("id")) is not str:
+        raise MigrationRefused(f"{path} is not a {what} record (no string id)")
+    return raw, doc
+
+
+def _conversation_of(rel: str) -> str:
+    name = rel.split("/")[1]
+    try:
+        return base64.urlsafe_b64decode(name + "=" * (-len(name) % 4)).decode()
+    except ValueError:
+        raise MigrationRefused(
+            f"conversations/{name} is not a conversation folder (its name is not a base64url key)"
+        ) from None
+
+
+def _copy_in(cur: Any, home: Path, counts: dict[str, int]) -> None:
+    """Every entry of `home` into the store. A file whose bytes a structured table holds (a
+    record, a transcript, its log, a row-copied database) still gets its `home_files` row, with
+    its mode and no content."""
+    from psycopg.types.json import Jsonb
+
+    def count(kind: str, n: int = 1) -> None:
+        counts[kind] = counts.get(kind, 0) + n
+
+    for rel, path, kind in _walk(home):
+        parts = rel.split("/")
+        mode = stat.S_IMODE(path.stat().st_mode)
+        content: bytes | None = None
+        if kind in ("dir", "repo"):
+            mode |= stat.S_IFDIR
+            if kind == "repo":
+                _repo_in(cur, path, rel)
+                count("memory_repos")
+        elif kind == "sqlite" and rel in ROW_DBS:
+            _schema_in(cur, path, rel)
+            count("sqlite_row_stores")
+        elif len(parts) == 2 and parts[0] == "agents" and rel.endswith(".json"):
+            raw, doc = _record(path, "agent")
+            cur.execute(
+                "INSERT INTO agents (id, name, model, updated_at, path, document, raw)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                (doc["id"], str(doc.get("name", "")), doc.get("model"),
+                 str(doc.get("updated_at", "")), rel, Jsonb(doc), raw),
+            )
+            count("agents")
+        elif len(parts) == 3 and parts[0] == "conversations" and parts[2] == "conversation.json":
+            raw, doc = _record(path, "conversation")
+            cur.execute(
+                "INSERT INTO conversations (key, id, agent_id, archived, updated_at, path,"
+                " document, raw) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                (_conversation_of(rel), doc["id"], str(doc.get("agent_id", "")),
+                 bool(doc.get("archived")), str(doc.get("updated_at", "")), rel, Jsonb(doc), raw),
+            )
+            count("conversations")
+        elif len(parts) == 3 and parts[0] == "conversations" and parts[2] == "messages.jsonl":
+            conversation = _conversation_of(rel)
+            header, entries, torn = _split_transcript(path)
+            side = path.with_name(path.name + ".replaced")
+            cur.execute(
+                "INSERT INTO transcript_files (conversation, path, header, torn, replaced)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                (conversation, rel, header, torn, side.read_bytes() if side.is_file() else None),
+            )
+            cur.executemany(
+                "INSERT INTO transcript (conversation, seq, entry, token, line)"
+                " VALUES (%s, %s, %s, 0, %s)",
+                [(conversation, n, Jsonb(e), line) for n, (e, line) in enumerate(entries, 1)],
+            )
+            count("transcripts")
+            count("transcript_entries", len(entries))
+        elif (len(parts) == 3 and parts[0] == "conversations"
+              and parts[2] == "messages.jsonl.replaced"
+              and path.with_name("messages.jsonl").is_file()):
+            pass  # held by its transcript's row
+        else:
+            content = _snapshot(path) if kind == "sqlite" else path.read_bytes()
+            count("files")
+        cur.execute("INSERT INTO home_files (path, mode, content) VALUES (%s, %s, %s)",
+                    (rel, mode, content))
+
+
+def _snapshot(path: Path) -> bytes:
+    """A consistent copy of a live SQLite database's bytes (its WAL folded in)."""
+    with tempfile.TemporaryDirectory(prefix="tether-migrate-") as scratch:
+        out = Path(scratch) / "snapshot.db"
+        src, dst = sqlite3.connect(f"file:{path}?mode=ro", uri=True), sqlite3.connect(out)
+        try:
+            src.backup(dst)
+        finally:
+            src.close()
+            dst.close()
+        return out.read_bytes()
+
+
+def _schema_in(cur: Any, path: Path, rel: str) -> None:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        ddl = [r[0] for r in conn.execute(
+            "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%'"
+            " ORDER BY rowid"
+        )]
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+    finally:
+        conn.close()
+    cur.execute("INSERT INTO sqlite_schemas (path, user_version, ddl) VALUES (%s, %s, %s)",
+                (rel, version, ddl))
+
+
+def _repo_in(cur: Any, repo: Path, rel: str) -> None:
+    refs = _refs(repo)
+    bundle = b""
+    if len(refs) > 1:
+        with tempfile.TemporaryDirectory(prefix="tether-migrate-") as scratch:
+            out = Path(scratch) / "repo.bundle"
+            _git("bundle", "create", "-q", str(out), "--all", cwd=repo)
+            bundle = out.read_bytes()
+    config = (repo / ".git" / "config").read_bytes()
+    cur.execute("INSERT INTO memory_repos (path, bundle, refs, config) VALUES (%s, %s, %s, %s)",
+                (rel, bundle, orjson.dumps(refs).decode(), config))
+
+
+def _materialize(cur: Any, target: Path) -> dict[str, int]:
+    """The home the store holds, written under the (new, empty) folder `target`."""
+    counts: dict[str, int] = {}
+    entries = cur.execute("SELECT path, mode, content FROM home_files ORDER BY path").fetchall()
+    for rel, mode, content in entries:
+        path = target / rel
+        if mode & stat.S_IFDIR:
+            path.mkdir(parents=True, exist_ok=True)
+        elif content is not None:
+            path.write_bytes(bytes(content))
+            counts["files"] = counts.get("files", 0) + 1
+    for table in ("agents", "conversations"):
+        for rel, raw in cur.execute(f"SELECT path, raw FROM {table}").fetchall():
+            (target / rel).write_bytes(bytes(raw))
+            counts[table] = counts.get(table, 0) + 1
+    files = cur.execute(
+        "SELECT conversation, path, header, torn, replaced FROM transcript_files"
+    ).fetchall()
+    for conversation, rel, header, torn, replaced in files:
+        lines = cur.execute(
+            "SELECT entry, line FROM transcript WHERE conversation = %s ORDER BY seq",
+            (conversation,),
+        ).fetchall()
+        body = b"".join(bytes(line) if line is not None else orjson.dumps(entry) + b"\n"
+                        for entry, line in lines)
+        path = target / rel
+        path.write_bytes(bytes(header) + body + bytes(torn))
+        if replaced is not None:
+            path.with_name(path.name + ".replaced").write_bytes(bytes(replaced))
+        counts["transcripts"] = counts.get("transcripts", 0) + 1
+        counts["transcript_entries"] = counts.get("transcript_entries", 0) + len(lines)
+    for rel, bundle, refs, config in cur.execute(
+        "SELECT path, bundle, refs, config FROM memory_repos ORDER BY path"
+    ).fetchall():
+        _repo_out(target / rel, bytes(bundle), refs, bytes(config))
+        counts["memory_repos"] = counts.get("memory_repos", 0) + 1
+    for rel, version, ddl in cur.execute(
+        "SELECT path, user_version, ddl FROM sqlite_schemas ORDER BY path"
+    ).fetchall():
+        _sqlite_out(cur, target / rel, ROW_DBS[rel], int(version), list(ddl))
+        counts["sqlite_row_stores"] = counts.get("sqlite_row_stores", 0) + 1
+    for rel, mode, _content in sorted(entries, key=lambda e: -e[0].count("/")):
+        os.chmod(target / rel, stat.S_IMODE(mode))  # deepest first: a read-only folder last
+    return counts
+
+
+def _sqlite_out(cur: Any, path: Path, table: rows.Table, version: int, ddl: list[str]) -> None:
+    copied = rows._pg_rows(cur, table)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        for statement in ddl:
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {version}")
+        marks = ", ".join(["?"] * len(table.columns))
+        conn.executemany(
+            f"INSERT INTO {table.name} ({', '.join(table.columns)}) VALUES ({marks})",
+            [rows._to_sqlite(table, r) for r in copied],
+        )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def _repo_out(repo: Path, bundle: bytes, refs: dict[str, str], config: bytes) -> None:
+    """A memory repository cloned back from its bundle: every ref as it was, HEAD as it was,
+    its config, and the index matching HEAD (the work tree's files come from `home_files`)."""
+    git_dir = repo / ".git"
+    if bundle:
+        with tempfile.TemporaryDirectory(prefix="tether-migrate-") as scratch:
+            src = Path(scratch) / "repo.bundle"
+            src.write_bytes(bundle)
+            _git("clone", "-q", "--mirror", str(src), str(git_dir))
+    else:
+        _git("init", "-q", "--bare", str(git_dir))
+    (git_dir / "config").write_bytes(config)
+    (git_dir / "HEAD").write_text(refs["HEAD"] + "\n")
+    (git_dir / "FETCH_HEAD").unlink(missing_ok=True)
+    if len(refs) > 1:  # the index as HEAD has it (no reset: it would leave ORIG_HEAD behind)
+        _git("read-tree", "HEAD", cwd=repo)
+        subprocess.run(["git", "update-index", "-q", "--refresh"], cwd=repo, capture_output=True,
+                       check=False)
+    got = _refs(repo)
+    if got != refs:
+        wrong = sorted(k for k in refs.keys() | got.keys() if refs.get(k) != got.get(k))
+        raise MigrationRefused(f"the memory repository {repo} did not come back: refs {wrong} differ")
+
+
+def _refuse_filled(cur: Any) -> None:
+    for table in STORE_TABLES:
+        row = cur.execute(f"SELECT count(*) FROM {table}").fetchone()
+        if row and row[0]:
+            raise MigrationRefused(
+                f"the store's {table} already holds {row[0]} rows: a migration copies into an"
+                " empty store only (use a fresh database)"
+            )
+
+
+def _compare(want: dict[str, str], got: dict[str, str], where: str) -> None:
+    if want == got:
+        return
+    wrong = sorted(k for k in want.keys() | got.keys() if want.get(k) != got.get(k))
+    shown = ", ".join(wrong[:5]) + (f" and {len(wrong) - 5} more" if len(wrong) > 5 else "")
+    raise MigrationRefused(
+        f"the copy {where} did not verify: {len(wrong)} entries differ ({shown}); nothing was"
+        " committed"
+    )
+
+
+def home_to_store(home: Path, session: PgSession) -> Report:
+    """Copy all of `home` into the (empty) store at `session`, in one transaction committed
+    only after the copy, read back, reproduces `home` entry for entry."""
+    home = Path(home)
+    if not home.is_dir():
+        raise MigrationRefused(f"{home} is not a folder: nothing to migrate")
+    want = home_digests(home)
+    counts: dict[str, int] = {}
+    with session.transaction("copy a TETHER_HOME into the store") as cur:
+        _refuse_filled(cur)
+        _copy_in(cur, home, counts)
+        for copied in rows.home_to_postgres(home, session):
+            counts[copied.table] = copied.rows
+        cur.executemany("INSERT INTO home_digests (path, digest) VALUES (%s, %s)",
+                        sorted(want.items()))
+        with tempfile.TemporaryDirectory(prefix="tether-migrate-") as scratch:
+            back = Path(scratch) / "home"
+            back.mkdir()
+            _materialize(cur, back)
+            _compare(want, home_digests(back), "into the store")
+            os.chmod(back, 0o700)
+            for top, dirs, _files in os.walk(back):  # writable again, so it can be removed
+                for name in dirs:
+                    os.chmod(Path(top) / name, 0o700)
+    return Report(counts, len(want), manifest_digest(want))
+
+
+def store_to_home(session: PgSession, target: Path) -> Report:
+    """Write the store's home to `target` (absent or an empty folder): built beside it,
+    verified against the digests recorded when it was copied in, then renamed into place."""
+    target = Path(target)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise MigrationRefused(
+            f"{target} is not empty: a migration writes a new home only (name a new folder)"
+        )
+    if not target.parent.is_dir():
+        raise MigrationRefused(f"{target.parent} does not exist: create it first")
+    scratch = target.parent / f".{target.name}.migrating-{uuid.uuid4().hex[:8]}"
+    scratch.mkdir()
+    try:
+        with session.transaction("copy the store into a TETHER_HOME") as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            want = dict(cur.execute("SELECT path, digest FROM home_digests").fetchall())
+            if not want:
+                raise MigrationRefused("the store holds no migrated home (its home_digests is empty)")
+            counts = _materialize(cur, scratch)
+        _compare(want, home_digests(scratch), f"into {target}")
+        if target.exists():
+            target.rmdir()
+        scratch.rename(target)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    return Report(counts, len(want), manifest_digest(want))
+
+
+def store_status(session: PgSession) -> dict[str, Any]:
+    """The store's schema version and how many rows each of its tables holds."""
+    from tether.backends.postgres import schema
+
+    with session.transaction("read the store's status") as cur:
+        version = schema.current_version(session.conn)
+        counts = {t: int(next(iter(cur.execute(f"SELECT count(*) FROM {t}").fetchall()))[0])
+                  for t in STORE_TABLES}
+        digest = None
+        if counts["home_digests"]:
+            digest = manifest_digest(dict(cur.execute("SELECT path, digest FROM home_digests").fetchall()))
+    return {"schema_version": version, "counts": counts, "migrated_home_digest": digest}
