@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -187,6 +188,16 @@ class ServerProcess:
             err = self.proc.stderr.read() if self.proc.stderr else ""
             raise AssertionError(f"tether server printed no URL (exit {self.proc.poll()}): {err}")
         self.url = line
+
+    @property
+    def http_base(self) -> str:
+        """The server's HTTP root (its websocket URL without ws:// and /ws)."""
+        return self.url.replace("ws://", "http://").removesuffix("/ws")
+
+    def kill_9(self) -> None:
+        """SIGKILL, as a crash: the server gets no chance to clean up."""
+        os.kill(self.proc.pid, signal.SIGKILL)
+        assert self.stop() == -signal.SIGKILL
 
     def stop(self, sig: int | None = None) -> int:
         if self.proc.poll() is None:

@@ -51,8 +51,7 @@ def test_kill_9_mid_tool_reports_unknown_and_never_reruns(tmp_path: Path) -> Non
 
         try:
             runtime = asyncio.run(start_turn())
-            os.kill(first.proc.pid, signal.SIGKILL)  # mid-tool: `before` is on disk, `after` is not
-            assert first.stop() == -signal.SIGKILL
+            first.kill_9()  # mid-tool: `before` is on disk, `after` is not
         finally:
             first.stop()
             _kill_group(project / "group.pid")

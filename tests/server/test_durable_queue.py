@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import sqlite3
 import threading
 import time
@@ -63,15 +61,55 @@ def _states(home: Path) -> list[tuple[str | None, str]]:
         db.close()
 
 
-def _kill_9(server: ServerProcess) -> None:
-    os.kill(server.proc.pid, signal.SIGKILL)
-    assert server.stop() == -signal.SIGKILL
+def _project_and_home(tmp_path: Path) -> tuple[Path, Path]:
+    project = tmp_path / "project"
+    project.mkdir()
+    return project, tmp_path / "tether-home"
+
+
+def _kill_9_once_running(server: ServerProcess, fake: FakeProvider, queue: Any) -> Any:
+    """Run the coroutine function `queue` against the server (what it returns is returned),
+    wait for the first turn's provider request, then kill -9 the server."""
+    try:
+        result = asyncio.run(queue())
+        _wait_until(lambda: len(fake.requests) == 1, "the first turn's provider request")
+        server.kill_9()
+    finally:
+        server.stop()
+    return result
+
+
+def _chat(base: str, agent: str, text: str, key: str | None = None) -> httpx.Response | None:
+    """POST /v1/chat/completions of one user message; None when the server dies under it."""
+    body = {"model": agent, "messages": [{"role": "user", "content": text}]}
+    headers = {"Idempotency-Key": key} if key else {}
+    try:
+        return httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30, headers=headers)
+    except httpx.HTTPError:
+        return None
+
+
+def _kill_9_with_one_running_one_waiting(
+    server: ServerProcess, fake: FakeProvider, home: Path, running: Any, waiting: Any
+) -> None:
+    """Post `running` (its turn starts), then `waiting` (queued behind it), each from its own
+    thread; once both inputs are on disk kill -9 the server."""
+    first = threading.Thread(target=running)
+    first.start()
+    _wait_until(lambda: len(fake.requests) == 1, "the first turn's provider request")
+    second = threading.Thread(target=waiting)
+    second.start()
+    try:
+        _wait_until(lambda: len(_states(home)) == 2, "the second input on disk")
+        server.kill_9()
+    finally:
+        server.stop()
+        first.join(10)
+        second.join(10)
 
 
 def test_kill_9_with_inputs_queued_runs_each_once_in_order(tmp_path: Path) -> None:
-    project = tmp_path / "project"
-    project.mkdir()
-    home = tmp_path / "tether-home"
+    project, home = _project_and_home(tmp_path)
     script = [
         {"fault": {"hang": True}},  # the first input's turn: running when the server dies
         {"text": "two done"},
@@ -93,12 +131,7 @@ def test_kill_9_with_inputs_queued_runs_each_once_in_order(tmp_path: Path) -> No
                     assert accepted["disposition"] == ("started" if n == 1 else "queued")
                 return runtime
 
-        try:
-            runtime = asyncio.run(queue_three())
-            _wait_until(lambda: len(fake.requests) == 1, "the first turn's provider request")
-            _kill_9(first)
-        finally:
-            first.stop()
+        runtime = _kill_9_once_running(first, fake, queue_three)
         assert _user_texts(home) == ["one"]  # the running turn's input reached the transcript
 
         second = ServerProcess(env, project)
@@ -138,9 +171,7 @@ def test_kill_9_with_inputs_queued_runs_each_once_in_order(tmp_path: Path) -> No
 def test_sigterm_keeps_queued_inputs_for_the_next_start(tmp_path: Path) -> None:
     """A clean stop cancels the running turn (its client gets turn_finished) and keeps what
     waits: the next start runs it, once."""
-    project = tmp_path / "project"
-    project.mkdir()
-    home = tmp_path / "tether-home"
+    project, home = _project_and_home(tmp_path)
     script = [{"fault": {"hang": True}}, {"text": "two done"}]
     with FakeProvider(script) as fake:
         env = server_env(fake.url, home, tmp_path)
@@ -172,9 +203,7 @@ def test_sigterm_keeps_queued_inputs_for_the_next_start(tmp_path: Path) -> None:
 def test_kill_9_keeps_the_openai_bridge_input_waiting_behind_a_turn(tmp_path: Path) -> None:
     """The resumed request's client is gone: its turn runs, and what would ask is denied with
     the headless text as the bridge does (nobody is left to answer; the queue never stalls)."""
-    project = tmp_path / "project"
-    project.mkdir()
-    home = tmp_path / "tether-home"
+    project, home = _project_and_home(tmp_path)
     script = [
         {"fault": {"hang": True}},
         {"tool_calls": [bash("touch made-by-the-resumed-turn")]},
@@ -184,27 +213,13 @@ def test_kill_9_keeps_the_openai_bridge_input_waiting_behind_a_turn(tmp_path: Pa
         env = server_env(fake.url, home, tmp_path)
         agent = LocalStore(home).create_agent(model=MODEL, system="test", name="t").id
         first = ServerProcess(env, project, "--openai-api")
-        base = first.url.replace("ws://", "http://").removesuffix("/ws")
-
-        def post(text: str) -> None:
-            body = {"model": agent, "messages": [{"role": "user", "content": text}]}
-            try:
-                httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30)
-            except httpx.HTTPError:
-                pass  # the server is killed under it
-
-        running = threading.Thread(target=post, args=("hanging",))
-        running.start()
-        _wait_until(lambda: len(fake.requests) == 1, "the first turn's provider request")
-        waiting = threading.Thread(target=post, args=("waiting",))
-        waiting.start()
-        try:
-            _wait_until(lambda: len(_states(home)) == 2, "the second input on disk")
-            _kill_9(first)
-        finally:
-            first.stop()
-            running.join(10)
-            waiting.join(10)
+        _kill_9_with_one_running_one_waiting(
+            first,
+            fake,
+            home,
+            lambda: _chat(first.http_base, agent, "hanging"),
+            lambda: _chat(first.http_base, agent, "waiting"),
+        )
         second = ServerProcess(env, project, "--openai-api")
         try:
             _wait_until(lambda: "queued one ran" in _assistant_texts(home), "the resumed turn")
@@ -228,9 +243,7 @@ def test_a_resumed_input_calls_the_client_tool_once_its_client_is_back(tmp_path:
     """A channel's message queued behind a running turn: after kill -9 and a restart its turn
     runs with the conversation's client-executed tool registered again, and the call goes to
     the client when it reconnects (not to nobody, not twice)."""
-    project = tmp_path / "project"
-    project.mkdir()
-    home = tmp_path / "tether-home"
+    project, home = _project_and_home(tmp_path)
     script = [
         {"fault": {"hang": True}},
         {"tool_calls": [{"name": "MessageChannel", "arguments": {"text": "reply to two"}}]},
@@ -250,12 +263,7 @@ def test_a_resumed_input_calls_the_client_tool_once_its_client_is_back(tmp_path:
                     assert (await c.of_type("input_accepted", request_id=f"msg-{n}"))["accepted"]
                 return runtime
 
-        try:
-            runtime = asyncio.run(queue_two())
-            _wait_until(lambda: len(fake.requests) == 1, "the first turn's provider request")
-            _kill_9(first)
-        finally:
-            first.stop()
+        runtime = _kill_9_once_running(first, fake, queue_two)
         second = ServerProcess(env, project)
         try:
             # The resumed turn reaches its tool call before the client is back.
@@ -326,43 +334,26 @@ def test_openai_idempotency_key_is_kept_across_kill_9(tmp_path: Path) -> None:
     """A retried OpenAI request (same Idempotency-Key) after kill -9: the one whose turn had
     begun is 409 interrupted, the resumed one is followed to its answer while it runs and is
     409 done after; nothing runs twice."""
-    project = tmp_path / "project"
-    project.mkdir()
-    home = tmp_path / "tether-home"
+    project, home = _project_and_home(tmp_path)
     script = [{"fault": {"hang": True}}, {"text": "answer to b", "delay_ms": 8000}]
     with FakeProvider(script) as fake:
         env = server_env(fake.url, home, tmp_path)
         agent = LocalStore(home).create_agent(model=MODEL, system="test", name="t").id
-
-        def post(base: str, text: str, key: str) -> httpx.Response | None:
-            body = {"model": agent, "messages": [{"role": "user", "content": text}]}
-            try:
-                return httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30,
-                                  headers={"Idempotency-Key": key})
-            except httpx.HTTPError:
-                return None  # the server is killed under it
-
         first = ServerProcess(env, project, "--openai-api")
-        base = first.url.replace("ws://", "http://").removesuffix("/ws")
-        running = threading.Thread(target=post, args=(base, "a", "key-a"))
-        running.start()
-        _wait_until(lambda: len(fake.requests) == 1, "the first turn's provider request")
-        waiting = threading.Thread(target=post, args=(base, "b", "key-b"))
-        waiting.start()
-        try:
-            _wait_until(lambda: len(_states(home)) == 2, "the second input on disk")
-            _kill_9(first)
-        finally:
-            first.stop()
-            running.join(10)
-            waiting.join(10)
+        _kill_9_with_one_running_one_waiting(
+            first,
+            fake,
+            home,
+            lambda: _chat(first.http_base, agent, "a", "key-a"),
+            lambda: _chat(first.http_base, agent, "b", "key-b"),
+        )
         second = ServerProcess(env, project, "--openai-api")
-        base = second.url.replace("ws://", "http://").removesuffix("/ws")
+        base = second.http_base
         try:
             _wait_until(lambda: len(fake.requests) == 2, "the resumed turn's provider request")
-            joined = post(base, "b", "key-b")  # while the resumed turn runs
-            again_b = post(base, "b", "key-b")  # after it finished
-            again_a = post(base, "a", "key-a")
+            joined = _chat(base, agent, "b", "key-b")  # while the resumed turn runs
+            again_b = _chat(base, agent, "b", "key-b")  # after it finished
+            again_a = _chat(base, agent, "a", "key-a")
         finally:
             assert second.stop() == 0
     assert joined is not None and joined.status_code == 200, joined and joined.text
@@ -475,9 +466,7 @@ def test_ten_inputs_from_two_clients_each_run_once_in_queue_order_after_kill_9(
     """The tester's case (10 of 10 queued inputs lost): two clients send five inputs each at
     once behind a running turn; after kill -9 and a restart every one is in the transcript
     exactly once, in the order the server queued (and acknowledged) them."""
-    project = tmp_path / "project"
-    project.mkdir()
-    home = tmp_path / "tether-home"
+    project, home = _project_and_home(tmp_path)
     script: list[dict[str, Any]] = [{"fault": {"hang": True}}]
     script += [{"text": f"answer {n}"} for n in range(10)]
     with FakeProvider(script) as fake:
@@ -501,12 +490,7 @@ def test_ten_inputs_from_two_clients_each_run_once_in_queue_order_after_kill_9(
 
                 await asyncio.gather(send(a, "a"), send(b, "b"))
 
-        try:
-            asyncio.run(flood())
-            _wait_until(lambda: len(fake.requests) == 1, "the first turn's provider request")
-            _kill_9(first)
-        finally:
-            first.stop()
+        _kill_9_once_running(first, fake, flood)
         queued_order = [rid for rid, _ in _states(home)][1:]
         assert sorted(queued_order) == [f"a{n}" for n in range(5)] + [f"b{n}" for n in range(5)]
         second = ServerProcess(env, project)
