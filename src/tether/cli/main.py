@@ -49,6 +49,8 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], str, bool, str], ...] = (
      "run the App Server (websocket, optional OpenAI-compatible API)"),
     ("skills", (), "tether.cli.skills_cmd:run_skills", False,
      "list, install and delete skills (JSON)"),
+    ("store", (), "tether.cli.store_cmd:run_store", False,
+     "copy a TETHER_HOME to a PostgreSQL store and back, verified (migrate), or show one (status)"),
     ("trust", (), "tether.cli.trust:run_trust", False,
      "let a folder's project settings (rules, hooks, mods) apply"),
     ("update", ("upgrade",), "tether.cli.update_cmd:run_update", False,
