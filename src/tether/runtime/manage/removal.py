@@ -1,5 +1,7 @@
 """Deleting agents and conversations from the local store: refused while any process runs a
-turn on them (the store's turn lock), and their schedules removed with them."""
+turn on them (the store's turn lock), and their schedules removed with them. An agent's
+committed memory outlives it: its repository is bundled into `memory-backups/` (beside a copy
+of the agent record) before anything is removed, and a backup that fails refuses the delete."""
 
 from __future__ import annotations
 
@@ -42,13 +44,34 @@ def delete_agent(home: Path, agent_id: str) -> dict[str, Any]:
     with contextlib.ExitStack() as locks:
         for conversation_id in conversations:  # all or nothing: busy anywhere refuses
             locks.enter_context(store.turn_lock(record.id, conversation_id))
+        backup = _keep_memory(home, record.id)
         (home / "agents" / f"{b64url(record.id)}.json").unlink(missing_ok=True)
         for conversation_id in conversations:
             shutil.rmtree(store.conversation_dir(record.id, conversation_id), ignore_errors=True)
     shutil.rmtree(memory_dir(home, record.id), ignore_errors=True)
     removed = _delete_schedules(home, record.id)
     return {"agent_id": record.id, "deleted": True, "conversations": conversations,
-            "schedules_deleted": removed}
+            "schedules_deleted": removed, "memory_backup": backup}
+
+
+def _keep_memory(home: Path, agent_id: str) -> str | None:
+    """Bundle the agent's memory repo (every ref) and copy its record beside the bundle, so a
+    committed memory change is never lost with the agent; the bundle's path, or None when the
+    agent never had a memory repo. Raises (and so refuses the delete) when the backup fails."""
+    from tether.memory.history import backups_dir, create_backup
+    from tether.memory.memfs import MemFS, memory_dir
+
+    root = memory_dir(home, agent_id)
+    if not (root / ".git" / "HEAD").is_file():
+        return None
+    memfs = MemFS(root, agent_id=agent_id)
+    if memfs.revision() is None:
+        return None
+    backup = create_backup(memfs, "the agent was deleted")
+    record = home / "agents" / f"{b64url(agent_id)}.json"
+    if record.is_file():
+        shutil.copyfile(record, backups_dir(memfs) / f"{backup.id}.agent.json")
+    return str(backup.path)
 
 
 def _delete_schedules(home: Path, agent_id: str) -> int:
