@@ -193,6 +193,25 @@ class Stack:
         self.server.stop()
 
 
+def webhook_stack(fake_url: str, home: Path, tmp: Path, project: Path, receiver: Recorder,
+                  route_chat: str, *account: str, listen: tuple[str, ...] = ()) -> tuple[Stack, int]:
+    """A Stack (its server started with `listen`) with a new agent, the webhook channel
+    configured to post to `receiver` (plus the `account` flags) and `route_chat` routed to the
+    agent: the stack and the port the webhook listens on."""
+    stack = Stack(fake_url, home, tmp, project, *listen)
+    try:
+        port = free_port()
+        agent = stack.agent()
+        stack.channels("configure", "webhook", "--set", f"secret={SECRET}",
+                       "--set", f"outbound_url={receiver.url}/out", "--set", f"port={port}",
+                       *account)
+        stack.channels("route", "add", "webhook", route_chat, "--agent", agent)
+    except BaseException:
+        stack.stop()
+        raise
+    return stack, port
+
+
 class FakeTelegram:
     """The Telegram Bot API methods the channel uses (getMe, getUpdates with offsets and
     confirmation, sendMessage), on loopback; python-telegram-bot talks to it via base_url."""

@@ -7,8 +7,6 @@ so, and every message is answered exactly once; the journal marks none handled u
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -18,13 +16,13 @@ from typing import Any
 import pytest
 
 from tests.channels.platforms import (
-    SECRET,
     Recorder,
     Stack,
     free_port,
     post_webhook,
     wait_until,
     webhook_receiver,
+    webhook_stack,
 )
 from tests.server.support import ServerProcess
 from tether.testing.fake_provider import FakeProvider
@@ -37,6 +35,13 @@ def reply(text: str) -> dict[str, Any]:
 
 def inbound(message_id: str, text: str) -> dict[str, Any]:
     return {"message_id": message_id, "chat_id": "c1", "sender_id": "u1", "text": text}
+
+
+def ask_the_first_question(stack: Stack, port: int, fake: FakeProvider) -> None:
+    """Start the gateway, send m1 and wait for its turn to start."""
+    stack.start_gateway()
+    assert post_webhook(port, inbound("m1", "first question")) == 200
+    wait_until(lambda: fake.requests, what="m1's turn to start")
 
 
 @pytest.fixture
@@ -73,27 +78,18 @@ def test_a_server_killed_mid_message_and_restarted_answers_every_message_once(
     ]
     with FakeProvider(script) as fake:
         listen = ("--listen", f"ws://127.0.0.1:{ws_port}")  # the restarted server's URL too
-        stack = Stack(fake.url, tether_home, tmp_path, workdir, *listen)
+        stack, port = webhook_stack(
+            fake.url, tether_home, tmp_path, workdir, receiver, "c1", "--allow", "u1", listen=listen
+        )
         try:
-            port = free_port()
-            agent = stack.agent()
-            stack.channels(
-                "configure", "webhook", "--set", f"secret={SECRET}",
-                "--set", f"outbound_url={receiver.url}/out", "--set", f"port={port}",
-                "--allow", "u1",
-            )
-            stack.channels("route", "add", "webhook", "c1", "--agent", agent)
-            stack.start_gateway()
-            assert post_webhook(port, inbound("m1", "first question")) == 200
-            wait_until(lambda: fake.requests, what="m1's turn to start")
+            ask_the_first_question(stack, port, fake)
             assert post_webhook(port, inbound("q", "queued question")) == 200
             wait_until(
                 lambda: journal_states(tether_home).get("q") == "submitted:webhook/default/c1",
                 20, "q to be accepted behind m1",
             )
             assert journal_states(tether_home)["m1"] == "submitted:webhook/default/c1"
-            os.kill(stack.server.proc.pid, signal.SIGKILL)  # mid-message
-            assert stack.server.stop() == -signal.SIGKILL
+            stack.server.kill_9()  # mid-message
             assert post_webhook(port, inbound("m2", "second question")) == 200  # journaled
             stack.server = ServerProcess(stack.env, workdir, *listen)
             try:
@@ -145,19 +141,11 @@ def test_gateway_and_server_both_killed_mid_message_answer_each_message_once(
     ]
     with FakeProvider(script) as fake:
         listen = ("--listen", f"ws://127.0.0.1:{ws_port}")
-        stack = Stack(fake.url, tether_home, tmp_path, workdir, *listen)
+        stack, port = webhook_stack(
+            fake.url, tether_home, tmp_path, workdir, receiver, "c1", "--allow", "u1", listen=listen
+        )
         try:
-            port = free_port()
-            agent = stack.agent()
-            stack.channels(
-                "configure", "webhook", "--set", f"secret={SECRET}",
-                "--set", f"outbound_url={receiver.url}/out", "--set", f"port={port}",
-                "--allow", "u1",
-            )
-            stack.channels("route", "add", "webhook", "c1", "--agent", agent)
-            stack.start_gateway()
-            assert post_webhook(port, inbound("m1", "first question")) == 200
-            wait_until(lambda: fake.requests, what="m1's turn to start")
+            ask_the_first_question(stack, port, fake)
             for m in ("q", "r"):
                 assert post_webhook(port, inbound(m, f"question {m}")) == 200
                 wait_until(
@@ -165,8 +153,7 @@ def test_gateway_and_server_both_killed_mid_message_answer_each_message_once(
                     20, f"{m} to be accepted behind m1",
                 )
             stack.kill_gateway()
-            os.kill(stack.server.proc.pid, signal.SIGKILL)
-            assert stack.server.stop() == -signal.SIGKILL
+            stack.server.kill_9()
             stack.server = ServerProcess(stack.env, workdir, *listen)
             wait_until(lambda: len(fake.requests) >= 2, 30, "q's turn, with no gateway")
             stack.start_gateway()

@@ -14,13 +14,11 @@ from typing import Any
 import pytest
 
 from tests.channels.platforms import (
-    SECRET,
     Recorder,
-    Stack,
-    free_port,
     post_webhook,
     wait_until,
     webhook_receiver,
+    webhook_stack,
 )
 from tether.testing.fake_provider import FakeProvider
 
@@ -37,17 +35,6 @@ def receiver() -> Iterator[Recorder]:
     rec = webhook_receiver()
     yield rec
     rec.close()
-
-
-def _stack(fake: FakeProvider, tmp: Path, home: Path, project: Path, receiver: Recorder,
-           route_chat: str, *extra: str) -> tuple[Stack, int]:
-    stack = Stack(fake.url, home, tmp, project)
-    port = free_port()
-    agent = stack.agent()
-    stack.channels("configure", "webhook", "--set", f"secret={SECRET}",
-                   "--set", f"outbound_url={receiver.url}/out", "--set", f"port={port}", *extra)
-    stack.channels("route", "add", "webhook", route_chat, "--agent", agent)
-    return stack, port
 
 
 HOSTILE_REPLIES = [
@@ -69,8 +56,9 @@ def test_message_channel_reaches_only_chats_of_its_own_conversation(
 ) -> None:
     script: list[dict[str, Any]] = [{"tool_calls": [{"name": "MessageChannel", "arguments": args}]}, {"text": "ok"}]
     with FakeProvider(script) as fake:
-        stack, port = _stack(fake, tmp_path, tether_home, workdir, receiver, route_chat,
-                             "--allow", "u1")
+        stack, port = webhook_stack(
+            fake.url, tether_home, tmp_path, workdir, receiver, route_chat, "--allow", "u1"
+        )
         try:
             stack.start_gateway()
             body = {"message_id": "m1", "chat_id": "c1", "sender_id": "u1", "text": "hi"}
@@ -106,7 +94,7 @@ def test_people_who_may_not_talk_to_the_agent_never_reach_it(
     flags: tuple[str, ...], body: dict[str, Any],
 ) -> None:
     with FakeProvider([{"text": "never"}]) as fake:
-        stack, port = _stack(fake, tmp_path, tether_home, workdir, receiver, "c1", *flags)
+        stack, port = webhook_stack(fake.url, tether_home, tmp_path, workdir, receiver, "c1", *flags)
         try:
             stack.start_gateway()
             message = {"message_id": "m1", "chat_id": "c1", "text": "do it", **body}
