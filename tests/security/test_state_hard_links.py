@@ -8,19 +8,20 @@ refuse it (`ReadBoundary.alias_refusal`) and no sandboxed command runs while one
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-from websockets.asyncio.client import connect
 
 from tests.requirements import need_bwrap
+from tests.security.scoped_server import (
+    canary_in_conversation_b,
+    run_against_a_token_server,
+    scoped_turn,
+)
 from tests.security.support import CANARY_SECRET, World, attempt, bash, tool
-from tests.security.test_server_scope import SECRET, _token, _turn
-from tests.server.support import Client, ServerProcess, server_env
 from tether.backends.local.store import LocalStore
 from tether.testing.fake_provider import FakeProvider
 
@@ -128,17 +129,9 @@ ATTACKS = {
 @pytest.mark.parametrize("name", list(ATTACKS))
 def test_a_scoped_client_cannot_read_state_through_a_planted_link(world: World, name: str) -> None:
     need_bwrap()
-    secret_file = world.root / "jwt-secret"
-    secret_file.write_bytes(SECRET)
-    os.chmod(secret_file, 0o600)
-    with FakeProvider([{"text": "noted"}]) as fake:
-        env = server_env(fake.url, world.tether_home, world.root)
-        server = ServerProcess(env, world.project, "--ws-auth", "signed-bearer-token",
-                               "--ws-shared-secret-file", str(secret_file))
-        try:
-            seen = asyncio.run(_attack(server.url, world, fake, ATTACKS[name]))
-        finally:
-            server.stop()
+    seen = run_against_a_token_server(
+        world, [{"text": "noted"}], lambda url, fake: _attack(url, world, fake, ATTACKS[name])
+    )
     text = json.dumps(seen)
     assert CANARY_SECRET not in text, f"canary leaked: {text[-3000:]}"
     assert "hard link" in text, text[-3000:]
@@ -147,29 +140,16 @@ def test_a_scoped_client_cannot_read_state_through_a_planted_link(world: World, 
 
 async def _attack(url: str, world: World, fake: FakeProvider, call: dict[str, Any]) -> list[Any]:
     home = world.tether_home
-    async with connect(url, additional_headers=_token(), open_timeout=10) as ws:
-        admin = Client(ws)
-        b = await admin.start(world.project)
-        runtime_b = b["runtime"]
-        finished = await _turn(admin, runtime_b, f"keep this: {CANARY_SECRET}")
-        assert finished["stop_reason"] == "end_turn", finished
-    agent = runtime_b["agent_id"]
+    agent, b_messages = await canary_in_conversation_b(url, world)
     store = LocalStore(home)
-    b_messages = store.conversation_dir(agent, runtime_b["conversation_id"]) / "messages.jsonl"
     assert CANARY_SECRET in b_messages.read_text()
     # the hostile repository (or a process before this run) left two names in the workspace
     _plant(world, home / KEYS, "k.json")
     _plant(world, b_messages, "b.jsonl")
     conversation_a = store.create_conversation(agent).id
     fake.set_script([{"tool_calls": [call]}, {"text": "done"}])
-    scoped = _token(agents=[agent], conversations=[conversation_a])
-    async with connect(url, additional_headers=scoped, open_timeout=10) as ws:
-        client = Client(ws)
-        started = await client.start(world.project, agent_id=agent, conversation_id=conversation_a)
-        assert started["workspace_sandbox"] is True
-        finished = await _turn(client, started["runtime"], "go")
-        assert finished["stop_reason"] == "end_turn", finished
-        assert len(client.deltas("tool_return_message")) == 1, client.seen
+    client = await scoped_turn(url, world, agent, conversation_a)
+    assert len(client.deltas("tool_return_message")) == 1, client.seen
     return client.seen
 
 
