@@ -205,6 +205,7 @@ def fill(world: World, command: str) -> str:
                                                            f"--base-url {world.fake.url}")
     command = command.replace("--server URL", f"--server {world.server_url}")
     command = command.replace("--out DIR", f"--out {world.tmp / 'memory-export'}")
+    command = command.replace("postgresql://…", "postgresql://127.0.0.1:9/tether")  # none here
     left = [p for p in ("…", "URL", "DIR", "<", ">") if p in command.replace("->", "")]
     if left:
         raise AssertionError(f"README line {command!r}: no value for placeholder {left}")
@@ -229,6 +230,8 @@ def run_one(world: World, raw: str) -> None:
     elif "--backend cloud" in command:  # no Letta server here: it must get as far as asking one
         proc = world.run(command, env={"LETTA_BASE_URL": "http://127.0.0.1:9"})
         world.expect(command, proc, code=1, said="cannot reach the Letta server at")
+    elif command.startswith("tether store migrate"):  # no PostgreSQL here: as far as asking it
+        world.expect(command, world.run(command), code=1, said="PostgreSQL store")
     elif command == "tether update":  # a clone's editable install is updated with git
         world.expect(command, world.run(command), code=1, said="update it with git")
     elif command.startswith("tether cron add") and "--name" not in command:

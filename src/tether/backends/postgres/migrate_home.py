@@ -419,6 +419,7 @@ def home_to_store(home: Path, session: PgSession) -> Report:
     home = Path(home)
     if not home.is_dir():
         raise MigrationRefused(f"{home} is not a folder: nothing to migrate")
+    session.open()  # an unreachable store is named before the home is read
     want = home_digests(home)
     counts: dict[str, int] = {}
     with session.transaction("copy a TETHER_HOME into the store") as cur:
@@ -450,6 +451,7 @@ def store_to_home(session: PgSession, target: Path) -> Report:
         )
     if not target.parent.is_dir():
         raise MigrationRefused(f"{target.parent} does not exist: create it first")
+    session.open()
     scratch = target.parent / f".{target.name}.migrating-{uuid.uuid4().hex[:8]}"
     scratch.mkdir()
     try:
