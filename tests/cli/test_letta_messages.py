@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tether.cli.letta_messages import letta_messages
+from tether.protocol.letta_messages import letta_messages
 from tether.protocol.messages import (
     AssistantMessage,
     ImagePart,

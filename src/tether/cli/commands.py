@@ -107,7 +107,7 @@ def _messages(argv: list[str]) -> int:
     # Read back from the end of the file: the cost follows --limit, not the conversation.
     messages = store.transcript(agent_id, ns.conversation).tail(ns.limit)
     if ns.format == "letta":
-        from tether.cli.letta_messages import letta_messages
+        from tether.protocol.letta_messages import letta_messages
 
         _print_json(letta_messages(messages))
     else:

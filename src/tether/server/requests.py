@@ -29,6 +29,7 @@ from tether.server.request_kit import (
 )
 from tether.server.requests_agents import FAMILY as AGENTS
 from tether.server.requests_branches import FAMILY as BRANCHES
+from tether.server.requests_conversations import FAMILY as CONVERSATIONS
 from tether.server.requests_cron import FAMILY as CRON
 from tether.server.requests_files import FAMILY as FILES
 from tether.server.requests_memory import FAMILY as MEMORY
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 
 REQUESTS: dict[str, Request] = {
     **AGENTS, **MEMORY, **MODELS, **FILES, **SKILLS, **CRON, **TERMINALS, **REFLECTION,
-    **BRANCHES, **QUEUE,
+    **BRANCHES, **QUEUE, **CONVERSATIONS,
 }
 
 
@@ -52,7 +53,8 @@ CAPABILITIES = {
     "agent_management": ("agent_list", "agent_retrieve", "agent_create", "agent_update",
                          "agent_delete"),
     "conversation_management": ("conversation_list", "conversation_retrieve",
-                                "conversation_create", "conversation_update"),
+                                "conversation_create", "conversation_update",
+                                "conversation_messages_list"),
     "memory_management": ("list_memory", "read_memory_file", "write_memory_file",
                           "delete_memory_file", "memory_history"),
     "model_listing": ("list_models", "list_connect_providers"),

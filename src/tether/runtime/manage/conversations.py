@@ -173,3 +173,34 @@ def _messages(home: Path, record: ConversationRecord) -> list[Message]:
     if not path.is_file():
         return []
     return Transcript(path).load()
+
+
+MESSAGE_ORDERS = ("asc", "desc")
+
+
+def letta_message_page(
+    home: Path, record: ConversationRecord, *, limit: int = 50, order: str = "asc",
+    before: str | None = None, after: str | None = None,
+) -> list[dict[str, Any]]:
+    """The conversation's active view as Letta API messages: those strictly between the
+    `after` and `before` message ids (either may be absent), the `limit` newest of them, in
+    `order` (oldest first for "asc"). An id the page does not hold is named as unknown."""
+    from tether.protocol.letta_messages import letta_messages
+
+    if order not in MESSAGE_ORDERS:
+        raise UsageError(f"query.order must be one of {', '.join(MESSAGE_ORDERS)}, got {order!r}")
+    rows = letta_messages(_messages(home, record))
+    ids = [row["id"] for row in rows]
+    start, end = 0, len(rows)
+    for name, cursor in (("after", after), ("before", before)):
+        if cursor is None:
+            continue
+        if cursor not in ids:
+            raise UsageError(f"query.{name}: no message {cursor!r} in conversation {record.id}")
+        if name == "after":
+            start = ids.index(cursor) + 1
+        else:
+            end = ids.index(cursor)
+    page = rows[start:end]
+    page = page[:limit] if after is not None and before is None else page[-limit:]
+    return page if order == "asc" else page[::-1]

@@ -1,0 +1,78 @@
+"""Conversation requests beyond CRUD over protocol v2: `conversation_messages_list` answers a
+conversation's messages in Letta's shape after a real turn through the fake provider, pages
+them, names a bad query field, and gives a scoped token the same answer for another agent's
+conversation as for a made-up id."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tests.server.requests_client import POLICY, ask, same_answer, token
+from tests.server.support import MODEL, Client, InProcess, point_at
+from tether.testing.fake_provider import FakeProvider
+
+
+def test_messages_are_listed_in_letta_shape_within_scope(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    with FakeProvider([{"text": "hello back"}]) as fake:
+        point_at(fake, monkeypatch)
+
+        async def scenario() -> None:
+            async with (
+                InProcess(project, policy=POLICY) as srv,
+                srv.connect(additional_headers=token()) as ws,
+            ):
+                c = Client(ws)
+                runtime = (await c.start(project))["runtime"]
+                await c.say(runtime, "hello there", request_id="t1")
+                await c.of_type("turn_finished", request_id="t1")
+                conv, agent = runtime["conversation_id"], runtime["agent_id"]
+
+                listed = await ask(c, "conversation_messages_list", conversation_id=conv)
+                assert listed["success"], listed
+                kinds = [(m["message_type"], m.get("content")) for m in listed["messages"]]
+                assert kinds == [("user_message", "hello there"),
+                                 ("assistant_message", "hello back")], kinds
+                first, last = listed["messages"]
+                newest = await ask(c, "conversation_messages_list", conversation_id=conv,
+                                   query={"limit": 1, "order": "desc"})
+                assert [m["id"] for m in newest["messages"]] == [last["id"]]
+                older = await ask(c, "conversation_messages_list", conversation_id=conv,
+                                  query={"before": last["id"]})
+                assert [m["id"] for m in older["messages"]] == [first["id"]]
+                bad = await ask(c, "conversation_messages_list", conversation_id=conv,
+                                query={"limit": 0})
+                assert bad["success"] is False and "query.limit" in bad["error"]
+                assert bad["messages"] == []
+                odd = await ask(c, "conversation_messages_list", conversation_id=conv,
+                                query={"page": 2})
+                assert odd["success"] is False and "query.page" in odd["error"]
+
+                other = (await ask(c, "agent_create", body={"model": MODEL}))
+                other_id = other["agent"]["id"]
+                async with srv.connect(additional_headers=token(agents=[other_id])) as ws2:
+                    s = Client(ws2)
+                    hidden = await ask(s, "conversation_messages_list", conversation_id=conv)
+                    guess = "local-conv-00000000-0000-0000-0000-000000000000"
+                    absent = await ask(s, "conversation_messages_list", conversation_id=guess)
+                    assert hidden["success"] is False and hidden["messages"] == []
+                    assert same_answer(hidden, absent, (conv, guess)), (hidden, absent)
+                    default = await ask(s, "conversation_messages_list",
+                                        conversation_id="default", agent_id=agent)
+                    made_up = "agent-local-33333333-3333-3333-3333-333333333333"
+                    nobody = await ask(s, "conversation_messages_list",
+                                       conversation_id="default", agent_id=made_up)
+                    assert same_answer(default, nobody, (agent, made_up)), (default, nobody)
+                async with srv.connect(additional_headers=token(conversations=[conv])) as ws3:
+                    mine = await ask(Client(ws3), "conversation_messages_list",
+                                     conversation_id=conv)
+                    assert [m["id"] for m in mine["messages"]] == [first["id"], last["id"]]
+
+        asyncio.run(scenario())
+
