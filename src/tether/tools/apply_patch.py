@@ -54,19 +54,23 @@ PARAMETERS: dict[str, Any] = {
 }
 
 
-def patch_paths(args: Mapping[str, Any], cwd: Path) -> list[Path]:
-    """Every path the patch touches (moves: both ends), or [] when it does not parse."""
+def _parsed(args: Mapping[str, Any]) -> list[FileChange]:
+    """The patch's changes, or [] when its input is not text, holds a NUL or does not parse."""
     from tether.tools.patch_format import parse_patch  # on first use: off the start-up path
 
     text = args.get("input")
     if not isinstance(text, str) or "\0" in text:
         return []
     try:
-        changes = parse_patch(text)
+        return parse_patch(text)
     except ToolFailure:
         return []
+
+
+def patch_paths(args: Mapping[str, Any], cwd: Path) -> list[Path]:
+    """Every path the patch touches (moves: both ends), or [] when it does not parse."""
     out: list[Path] = []
-    for change in changes:
+    for change in _parsed(args):
         for spelled in (change.path, change.move_to):
             if spelled is not None:
                 with contextlib.suppress(ToolFailure):
@@ -77,17 +81,8 @@ def patch_paths(args: Mapping[str, Any], cwd: Path) -> list[Path]:
 def patch_accesses(args: Mapping[str, Any], cwd: Path) -> list[tuple[str, Path]]:
     """(family, path) for every path the patch reads, writes, deletes or moves from/to, or []
     when it does not parse (then `paths` is empty too, and the call is judged as a bare edit)."""
-    from tether.tools.patch_format import parse_patch
-
-    text = args.get("input")
-    if not isinstance(text, str) or "\0" in text:
-        return []
-    try:
-        changes = parse_patch(text)
-    except ToolFailure:
-        return []
     out: list[tuple[str, Path]] = []
-    for change in changes:
+    for change in _parsed(args):
         families = {"add": ("Write",), "delete": ("Edit",), "update": ("Read", "Edit")}[change.kind]
         with contextlib.suppress(ToolFailure):
             source = resolve_path(change.path, cwd)
