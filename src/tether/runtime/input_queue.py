@@ -46,7 +46,8 @@ PENDING = ("queued", "started")
 TERMINAL = ("done", "cancelled", "interrupted", "not_run")
 KEEP_FINISHED_S = 24 * 3600  # finished rows (and so their idempotency keys) kept this long
 PRUNE_EVERY = 1000  # marks between two prunes of a long-lived queue
-_FINISHED_BODY = b'{"messages": [], "workspace": null}'
+FINISHED_BODY = b'{"messages": [], "workspace": null}'  # what a finished input keeps
+_FINISHED_BODY = FINISHED_BODY
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS inputs (
@@ -337,7 +338,7 @@ class SqliteInputQueue:
         if state not in PENDING + TERMINAL:
             raise ValueError(f"unknown input state {state!r}")
         # A finished input keeps its key and state, not its content (an image can be large).
-        body = _FINISHED_BODY if state in TERMINAL else None
+        body = FINISHED_BODY if state in TERMINAL else None
         now = time.time()
         with self._lock, _store_errors(self.path):
             db = self._marker
@@ -409,6 +410,20 @@ _COLUMNS = (
     "seq, conversation, item_id, idempotency_key, request_id, source, disposition, state, body,"
     " user_message_id, reason"
 )
+
+
+def encode_body(item: StoredInput) -> bytes:
+    """The bytes a queue keeps as an input's body (any `InputQueue`: the row codec)."""
+    return orjson.dumps(_body(item))
+
+
+def decode_row(row: tuple[Any, ...]) -> StoredInput:
+    """The input a row of `COLUMNS` (seq, conversation, item_id, idempotency_key, request_id,
+    source, disposition, state, body, user_message_id, reason) holds."""
+    return _row(tuple(row))
+
+
+COLUMNS = _COLUMNS
 
 
 def _body(item: StoredInput) -> dict[str, Any]:

@@ -67,7 +67,7 @@ DEFAULT_LISTEN = "ws://127.0.0.1:0"
 DEFAULT_PATH = "/ws"
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
 OUTBOX_LIMIT = 10_000  # frames waiting for a client that does not read; past it, it is closed
-HEALTH_PATHS = ("/healthz", "/readyz")
+HEALTH_PATHS = ("/healthz", "/readyz", "/metrics")
 
 
 @dataclass
@@ -82,6 +82,8 @@ class ServerOptions:
     openai_api: bool = False  # also serve /v1/* (server/openai_bridge.py)
     max_connections_per_ip: int = 64  # open websockets one address may hold (slowloris, e10)
     idle_release_after: float = 60.0  # seconds before an idle runtime is released (issue 22)
+    store: str | None = None  # a postgresql:// URL (server/fleet_store.py); None: the local store
+    log_format: str = "text"
 
 
 def parse_listen_url(url: str) -> tuple[str, int, str]:
@@ -189,6 +191,10 @@ class AppServer:
         self.port = self._server.sockets[0].getsockname()[1]
         self.allowed_hosts = auth.allowed_host_headers(self.host, self.port)
         resume_inputs(self)
+        if self.options.store is not None:
+            from tether.server.fleet_store import sweep
+
+            self._hold(asyncio.ensure_future(sweep(self)))
         await self._server.start_serving()
         return self.url
 
@@ -205,6 +211,8 @@ class AppServer:
         what is queued for each client, then close every connection (1001)."""
         if self.cron is not None:
             await self.cron.stop()  # first: no new fires into runtimes being closed
+        for task in list(self._background):
+            task.cancel()  # the fleet sweep: it would resume into runtimes being closed
         if self._server is not None:
             self._server.close(close_connections=False)
         if self.bridge is not None:
@@ -245,7 +253,7 @@ class AppServer:
         if url.path in HEALTH_PATHS:
             if rejection is not None and rejection.status != 401:
                 return connection.respond(rejection.status, rejection.message + "\n")
-            return connection.respond(200, "ok\n")
+            return self._ops(connection, url.path)
         if rejection is not None:
             return connection.respond(rejection.status, rejection.message + "\n")
         if url.path == "/app-server-info":
@@ -268,6 +276,24 @@ class AppServer:
         assert isinstance(checked, auth.Grant)
         self._grants[connection] = checked
         return None
+
+    def _ops(self, connection: ServerConnection, path: str) -> Response:
+        """/healthz: the process answers; /readyz: and its store does (503 naming why not);
+        /metrics: Prometheus text (the process's counters, the store's gauges)."""
+        from tether.server import ops
+
+        if path == "/healthz":
+            return connection.respond(200, "ok\n")
+        if path == "/readyz":
+            ready, why = ops.health(self.options.store)
+            return connection.respond(200 if ready else 503, why + "\n")
+        text = ops.metrics_text(
+            self.options.store, (len(rt.queue) for rt in self.runtimes.values()), len(self.runtimes)
+        )
+        response = connection.respond(200, text)
+        del response.headers["Content-Type"]
+        response.headers["Content-Type"] = "text/plain; version=0.0.4; charset=utf-8"
+        return response
 
     def info(self, request_id: str | None) -> dict[str, Any]:
         """app_server_info_response; `runtime_workspace_sandbox` says whether a runtime_start
@@ -499,6 +525,17 @@ def _parser() -> _Parser:
         "(rebuilt from disk when asked for again; default 60)",
     )
     p.add_argument(
+        "--store", metavar="URL",
+        help="keep the input queue, idempotency keys and effect checkpoints in PostgreSQL "
+        "(postgresql://…; needs pip install 'tether[postgres]') so several servers share them; "
+        "agents, conversations and transcripts stay in TETHER_HOME, so every server of one "
+        "store must share one TETHER_HOME (default: the local store)",
+    )
+    p.add_argument(
+        "--log-format", choices=("text", "json"), default="text",
+        help="json: structured logs, one JSON object per line on stderr",
+    )
+    p.add_argument(
         "--openai-api",
         action="store_true",
         help="also serve /v1/models, /v1/chat/completions, /v1/responses (model = agent id)",
@@ -526,6 +563,10 @@ def options_from_argv(argv: Sequence[str]) -> ServerOptions:
         )
     )
     cwd = check_cwd(ns.cwd, Path.cwd()) if ns.cwd else None
+    if ns.store is not None:
+        from tether.server.fleet_store import check_store_url
+
+        check_store_url(ns.store)
     return ServerOptions(
         ns.listen,
         policy,
@@ -537,6 +578,8 @@ def options_from_argv(argv: Sequence[str]) -> ServerOptions:
         ns.openai_api,
         ns.max_connections_per_ip,
         ns.idle_release_after,
+        ns.store,
+        ns.log_format,
     )
 
 
@@ -549,15 +592,22 @@ def make_context(options: ServerOptions, env: dict[str, str]) -> ServerContext:
     from tether.runtime.input_queue import SqliteInputQueue
 
     owner = new_owner()
+    inputs: Any = None
+    checkpoints: Any = None
+    if options.store is not None:  # one session: the owner is the worker's name in the store
+        from tether.server.fleet_store import open_pg_store
+
+        pg = open_pg_store(options.store, owner)
+        inputs, checkpoints = pg.inputs, pg.checkpoints
     return ServerContext(
         store=LocalStore(home),
-        checkpoints=CheckpointStore(home / "checkpoints.db"),
+        checkpoints=checkpoints or CheckpointStore(home / "checkpoints.db"),
         env=env,
         default_cwd=options.cwd or Path.cwd(),
         owner=owner,
         max_queue=options.max_queue,
         idle_release_after=options.idle_release_after,
-        inputs=SqliteInputQueue(home / "inputs.db", owner),
+        inputs=inputs or SqliteInputQueue(home / "inputs.db", owner),
     )
 
 
@@ -593,6 +643,9 @@ def run_server_command(argv: Sequence[str]) -> int:
         from tether.runtime import gc_policy
 
         gc_policy.serving()  # a long-lived process: collections walk only what is new
+        from tether.server.ops import configure_logging
+
+        configure_logging(options.log_format)
         return asyncio.run(serve_until_signalled(options))
     except TetherError as exc:
         sys.stderr.write(f"Error: {exc}\n")

@@ -275,6 +275,15 @@ def resume_inputs(server: AppServer) -> int:
     except TetherError as exc:
         sys.stderr.write(f"tether: cannot resume queued inputs: {exc}\n")
         return 0
+    return resume_stored(server, orphans)
+
+
+def resume_stored(server: AppServer, orphans: Sequence[StoredInput]) -> int:
+    """Queue `orphans` (claimed by this server) again or report them, per conversation in
+    order: at start-up, or when a fleet worker takes over a dead one's (`fleet_store.sweep`)."""
+    queue = server.ctx.inputs
+    if queue is None or not orphans:
+        return 0
     groups: dict[str, list[StoredInput]] = {}
     for stored in orphans:
         groups.setdefault(stored.conversation, []).append(stored)
@@ -311,19 +320,19 @@ def _resume_conversation(
         why = f"the server restarted and could not resume this conversation: {exc}"
         sys.stderr.write(f"tether: {conversation}: {len(items)} queued input(s) not run: {exc}\n")
         for stored in items:
-            queue.mark(conversation, stored.item_id, "not_run", reason=why)
+            _mark_now(queue, conversation, stored.item_id, "not_run", reason=why)
         return 0
     again: list[StoredInput] = []
     for stored in items:
         if stored.item_id in begun:
-            queue.mark(conversation, stored.item_id, "interrupted", reason=INTERRUPTED)
+            _mark_now(queue, conversation, stored.item_id, "interrupted", reason=INTERRUPTED)
             rt.interrupted.append(InterruptedInput(
                 stored.item_id, stored.request_id, stored.idempotency_key,
                 tuple(m.client_message_id for m in stored.messages), stored.source, INTERRUPTED,
             ))
             continue
         if stored.state != "queued":
-            queue.mark(conversation, stored.item_id, "queued")
+            _mark_now(queue, conversation, stored.item_id, "queued")
         again.append(stored)
     # At the front, last first: in their order, past `--max-queue` if it shrank since (they
     # were accepted), and nothing can run between these puts (no await).

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 import traceback
 import uuid
 from collections import OrderedDict, deque
@@ -32,6 +33,7 @@ from tether.server import durable_inputs
 from tether.server.approvals import PendingApproval, RuntimeApprover
 from tether.server.auth import FULL_GRANT, Grant
 from tether.server.idle_release import runtime_idle
+from tether.server.ops import METRICS
 from tether.server.protocol_v2 import ApprovalResponse, CreateMessage
 from tether.server.runtime_start import (
     ServerContext,
@@ -100,6 +102,7 @@ class ConversationRuntime:
         self.seen: OrderedDict[str, InputAnswer] = OrderedDict()
         # Inputs a restart found begun in a dead server: reported at runtime_start, not re-run.
         self.interrupted: list[durable_inputs.InterruptedInput] = []
+        self._sent_at: float | None = None
         self.turns_finished = 0
         self._pending_state: tuple[str | None, Path | None] | None = None
         self._turn: _Turn | None = None  # the running turn's id, input and error
@@ -440,8 +443,12 @@ class ConversationRuntime:
             emit_recovered=self._broadcast_event,
             on_tool_start=self._tool_started, on_tool_end=self._tool_ended,
             on_store_unavailable=lambda _: abort.set(),  # no effect store: the turn stops, failed
-            on_send=lambda: self._set_status("SENDING_API_REQUEST"),
+            on_send=self._sending,
         )
+
+    def _sending(self) -> None:
+        self._sent_at = time.monotonic()  # /metrics' provider latency: until its first answer
+        self._set_status("SENDING_API_REQUEST")
 
     def failed(self, batch: Sequence[Submission], exc: Exception) -> TurnOutcome:
         """A busy conversation, a damaged transcript, a fenced checkpoint, the disk — or a bug:
@@ -481,6 +488,7 @@ class ConversationRuntime:
             item.request_id if isinstance(item, QueuedInput) else None, error,
         )
         self.turns_finished += 1
+        METRICS.turn_finished(outcome.stop_reason or "unknown")
         durable_inputs.mark(self, item.id, "done")
         self.active_run_ids = []
         self._set_status("WAITING_ON_INPUT")
@@ -503,6 +511,9 @@ class ConversationRuntime:
             event, "message_type"
         ):
             status = "PROCESSING_API_RESPONSE"
+            if self._sent_at is not None:
+                METRICS.provider_answered(time.monotonic() - self._sent_at)
+                self._sent_at = None
         run_id = getattr(event, "run_id", None)
         new_run = isinstance(run_id, str) and run_id not in self.active_run_ids
         if new_run:
