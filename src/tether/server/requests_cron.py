@@ -1,5 +1,5 @@
 """The schedule requests (reference §12.3: `cron_list`, `cron_add`, `cron_get`, `cron_runs`,
-`cron_delete`, `cron_delete_all`; `cron_trigger` is the scheduler's, in cron_bridge.py) over
+`cron_update`, `cron_delete`, `cron_delete_all`; `cron_trigger` is the scheduler's, in cron_bridge.py) over
 `runtime/manage/cron_ops`. A task is visible to a token that reaches its agent (and, for a token
 limited to conversations, its conversation); any other task id gets the not-found answer."""
 
@@ -85,6 +85,31 @@ def cron_delete(call: Call) -> dict[str, Any]:
     return {"found": True}
 
 
+def cron_update(call: Call) -> dict[str, Any]:
+    task = _task(call)
+    changes = {name: call.frame.msg[name] for name in cron_ops.UPDATABLE
+               if name in call.frame.msg}
+    for name in ("name", "prompt"):
+        if name in changes:
+            call.text(name)  # a non-empty string when given
+    conversation = changes.get("conversation_id")
+    if conversation is not None:
+        if not isinstance(conversation, str):
+            raise UsageError("conversation_id must be new, default or a conversation id")
+        if call.grant.conversations is not None and conversation in ("new", "default"):
+            raise RequestFailed(
+                f"this connection's token is scoped to conversations; a task for the "
+                f"{conversation!r} conversation is outside it (name one of its conversations)"
+            )
+        if conversation not in ("new", "default"):
+            call.conversation(conversation, task["agent_id"])  # granted and of this agent
+    updated = cron_ops.update_task(call.home, call.env, task["id"], changes)
+    _announce(call, task)
+    if updated.get("conversation_id") != task.get("conversation_id"):
+        _announce(call, updated)
+    return {"task": updated}
+
+
 def cron_runs(call: Call) -> dict[str, Any]:
     task = _task(call)
     return {"page": cron_ops.run_page(
@@ -109,6 +134,8 @@ FAMILY: dict[str, Request] = {
     "cron_get": request("task_id", cron_get, Scope.OWN, {"found": False, "task": None},
                         blocking=True),
     "cron_delete": request("task_id", cron_delete, Scope.OWN, {"found": False}, blocking=True),
+    "cron_update": request("task_id " + " ".join(cron_ops.UPDATABLE), cron_update, Scope.OWN,
+                           blocking=True),
     "cron_runs": request("task_id limit offset run_id", cron_runs, Scope.OWN, blocking=True),
     "cron_delete_all": request("agent_id", cron_delete_all, Scope.OWN, {"deleted": 0},
                                blocking=True, echo=("agent_id",)),

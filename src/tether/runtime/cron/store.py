@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +193,28 @@ class CronStore:
                 "UPDATE triggers SET done_ms = -1 WHERE task_id = ? AND done_ms IS NULL", (task_id,)
             )
         return dict(orjson.loads(row[0]))
+
+    def update(
+        self, task_id: str, build: Callable[[dict[str, Any]], dict[str, Any]],
+        settled_ms: int | None = None,
+    ) -> dict[str, Any]:
+        """Replace a task by `build(current)`, re-read in the write transaction (so a fire being
+        claimed or delivered finishes first); `settled_ms` (a changed schedule) marks every slot
+        up to it settled, so the new schedule fires nothing from before the change."""
+        with self._write() as db:
+            row = db.execute("SELECT data FROM tasks WHERE id = ?", (task_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no scheduled task {task_id!r}; `tether cron list` shows the tasks")
+            current = dict(orjson.loads(row[0]))
+            task = build(dict(current))
+            if task["id"] != task_id or task["agent_id"] != current["agent_id"]:
+                raise UsageError("a scheduled task keeps its id and agent; add a new task instead")
+            db.execute(
+                "UPDATE tasks SET data = ?, status = ?, last_slot_ms = MAX(last_slot_ms, ?)"
+                " WHERE id = ?",
+                (orjson.dumps(task), task["status"], settled_ms or 0, task_id),
+            )
+        return task
 
     def gc(self, now_ms: int, older_than_ms: int = 24 * 3_600_000) -> int:
         """Drop terminal tasks that ended over a day ago (and their run logs)."""

@@ -95,3 +95,64 @@ def run_page(home: Path, task_id: str, *, limit: int = 20, offset: int = 0,
     more = offset + limit < len(entries)
     return {"entries": page, "total": len(entries), "offset": offset, "limit": limit,
             "hasMore": more, "nextOffset": offset + limit if more else None}
+
+
+UPDATABLE = ("name", "description", "conversation_id", "cron", "timezone", "recurring", "prompt",
+             "scheduled_for")
+_SCHEDULE = ("cron", "timezone", "recurring", "scheduled_for")
+
+
+def update_task(
+    home: Path, env: Mapping[str, str], task_id: str, changes: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Change a task's fields (`UPDATABLE`; absent ones stay) checked as `add_task` checks them;
+    a changed schedule (cron, timezone, recurring, scheduled_for) applies from now on."""
+    from tether.runtime.cron import schedule
+    from tether.runtime.cron.scheduler import clock_from_env
+    from tether.runtime.cron.store import CronStore
+    from tether.runtime.cron.tasks import new_task
+
+    unknown = sorted(set(changes) - set(UPDATABLE))
+    if unknown:
+        raise UsageError(f"{unknown[0]} cannot be changed (changeable: {', '.join(UPDATABLE)})")
+    if not changes:
+        raise UsageError(f"nothing to change on task {task_id}: give one of {', '.join(UPDATABLE)}")
+    now_ms = clock_from_env(env).now_ms()
+    moves = any(name in changes for name in _SCHEDULE)
+
+    def build(task: dict[str, Any]) -> dict[str, Any]:
+        if moves and task.get("status") != "active":
+            raise UsageError(f"task {task_id} is {task.get('status')}; its schedule cannot "
+                             "change (add a new task)")
+        merged = {**task, **changes}
+        recurring = merged.get("recurring")
+        if not isinstance(recurring, bool):
+            raise UsageError("recurring must be true or false")
+        at = merged.get("scheduled_for") if not recurring else None
+        if not recurring and not at:
+            raise UsageError("a one-shot task (recurring false) needs scheduled_for (an ISO time)")
+        fresh, _ = new_task(  # the same checks and normal forms as a new task
+            agent_id=task["agent_id"], conversation_id=str(merged.get("conversation_id") or ""),
+            name=str(merged.get("name") or ""), description=str(merged.get("description") or ""),
+            prompt=str(merged.get("prompt") or ""), every=None, at=str(at) if at else None,
+            cron=str(merged.get("cron") or "") if recurring else None,
+            timezone=merged.get("timezone"), now_ms=now_ms,
+        )
+        out = {**task, **{k: fresh[k] for k in ("name", "description", "conversation_id",
+                                                 "prompt")}}
+        if moves:
+            out.update({k: fresh[k] for k in _SCHEDULE})
+            tz = schedule.resolve_timezone(out["timezone"])
+            if out["recurring"]:
+                out["jitter_offset_ms"] = schedule.recurring_jitter_ms(
+                    task_id, out["cron"], tz, now_ms)
+            else:
+                at_ms = schedule.parse_at(str(at), now_ms, tz)
+                out["jitter_offset_ms"] = schedule.one_shot_jitter_ms(task_id, at_ms, tz, now_ms)
+        return out
+
+    store = CronStore(home)
+    try:
+        return store.update(task_id, build, now_ms if moves else None)
+    finally:
+        store.close()
