@@ -21,12 +21,8 @@ from typing import Any
 
 import orjson
 
-from tether.errors import TetherError, UsageError
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
+from tether.cli.usage import UsageParser, reported
+from tether.errors import UsageError
 
 
 def print_json(obj: Any) -> None:
@@ -39,15 +35,11 @@ def split_tags(raw: str | None) -> list[str]:
 
 
 def run_agents(argv: Sequence[str]) -> int:
-    try:
-        return _run(list(argv))
-    except TetherError as exc:
-        sys.stderr.write(f"Error: {exc}\n")
-        return 1
+    return reported(_run, argv)
 
 
 def _run(argv: list[str]) -> int:
-    p = _Parser(prog="tether agents", description=__doc__.splitlines()[0])
+    p = UsageParser(prog="tether agents", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="action", required=True)
     ls = sub.add_parser("list")
     ls.add_argument("--limit", type=int, default=20)

@@ -15,17 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from tether.errors import TetherError, UsageError
+from tether.cli.usage import UsageParser, reported
+from tether.errors import UsageError
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from tether.backends.local.store import LocalStore
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
 
 
 def run_subcommand(name: str, argv: Sequence[str]) -> int:
@@ -36,11 +32,7 @@ def run_subcommand(name: str, argv: Sequence[str]) -> int:
         "models": _models,
         "sandbox": _sandbox,
     }
-    try:
-        return handlers[name](list(argv))
-    except TetherError as exc:
-        sys.stderr.write(f"Error: {exc}\n")
-        return 1
+    return reported(handlers[name], argv)
 
 
 def _print_json(obj: Any) -> None:
@@ -84,7 +76,7 @@ def server_agents(home: Path, name: str | None, limit: int) -> list[dict[str, An
 
 
 def _messages(argv: list[str]) -> int:
-    p = _Parser(prog="tether messages")
+    p = UsageParser(prog="tether messages")
     sub = p.add_subparsers(dest="action", required=True)
     ls = sub.add_parser("list")
     ls.add_argument("--conversation", "--conv", required=True)
@@ -122,7 +114,7 @@ def _connect(argv: list[str]) -> int:
     from tether.providers.credentials import save_credential, save_custom_provider
     from tether.runtime.session import tether_home
 
-    p = _Parser(prog="tether connect")
+    p = UsageParser(prog="tether connect")
     p.add_argument("provider")
     p.add_argument("--api-key")
     p.add_argument("--base-url")
@@ -201,7 +193,7 @@ def _connect_letta(home: Any, ns: argparse.Namespace) -> int:
 
 def _models(argv: list[str]) -> int:
     """JSON rows {handle, provider, model, context_window} for each configured provider."""
-    p = _Parser(prog="tether models")
+    p = UsageParser(prog="tether models")
     p.add_argument("--provider", help="only this provider (e.g. ollama, google, a custom name)")
     ns = p.parse_args(argv)
     from tether.providers.model_list import list_all
@@ -219,7 +211,7 @@ def _models(argv: list[str]) -> int:
 
 
 def _sandbox(argv: list[str]) -> int:
-    p = _Parser(prog="tether sandbox")
+    p = UsageParser(prog="tether sandbox")
     sub = p.add_subparsers(dest="action", required=True)
     sub.add_parser("status")
     p.parse_args(argv)

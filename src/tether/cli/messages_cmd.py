@@ -10,18 +10,11 @@
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 from collections.abc import Sequence
 
 from tether.cli.agents_cmd import print_json
-from tether.errors import TetherError, UsageError
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
+from tether.cli.usage import UsageParser, reported
 
 
 def run_messages(argv: Sequence[str]) -> int:
@@ -30,15 +23,11 @@ def run_messages(argv: Sequence[str]) -> int:
         from tether.cli.commands import run_subcommand
 
         return run_subcommand("messages", argv)
-    try:
-        return _run(argv)
-    except TetherError as exc:
-        sys.stderr.write(f"Error: {exc}\n")
-        return 1
+    return reported(_run, argv)
 
 
 def _run(argv: list[str]) -> int:
-    p = _Parser(prog="tether messages", description=__doc__.splitlines()[0])
+    p = UsageParser(prog="tether messages", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="action", required=True)
     sub.add_parser("list", help="a conversation's last messages")
     search = sub.add_parser("search")

@@ -12,27 +12,18 @@ into the agent's memory (`skills/<name>/`, one commit) — this folder's last ag
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from tether.cli.agents_cmd import print_json
-from tether.errors import TetherError, UsageError
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
+from tether.cli.usage import UsageParser, reported
+from tether.errors import UsageError
 
 
 def run_skills(argv: Sequence[str]) -> int:
-    try:
-        return _run(list(argv))
-    except TetherError as exc:
-        sys.stderr.write(f"Error: {exc}\n")
-        return 1
+    return reported(_run, argv)
 
 
 def run_install(argv: Sequence[str]) -> int:
@@ -49,7 +40,7 @@ def run_install(argv: Sequence[str]) -> int:
 
 
 def _run(argv: list[str]) -> int:
-    p = _Parser(prog="tether skills", description=__doc__.splitlines()[0])
+    p = UsageParser(prog="tether skills", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="action", required=True)
     ls = sub.add_parser("list")
     ls.add_argument("--agent", "-a")
