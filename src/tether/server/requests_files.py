@@ -1,5 +1,5 @@
 """The workspace file requests (reference §12.3: `list_in_directory`, `read_file`, `get_tree`,
-`search_files`, and for unscoped connections `write_file`, `edit_file`)
+`search_files`, `grep_in_files`, and for unscoped connections `write_file`, `edit_file`)
 over `runtime/manage/files_ops`: a connection reads only inside the working directories of the
 runtimes it started (and, unscoped, the server's own `--cwd`), within the Read tool's
 boundary."""
@@ -43,6 +43,21 @@ def search_files(call: Call) -> dict[str, Any]:
                             cwd=call.opt_text("cwd"))
 
 
+def grep_in_files(call: Call) -> dict[str, Any]:
+    from tether.runtime.manage.files_grep import grep
+
+    query = call.frame.msg.get("query")
+    if not isinstance(query, str):
+        raise call.read.fail("query", "is required (a string)")
+    glob = call.frame.msg.get("glob") or ""
+    if not isinstance(glob, str):
+        raise call.read.fail("glob", "must be a string such as *.py")
+    return grep(workspace(call), query, is_regex=call.flag("is_regex"),
+                case_sensitive=call.flag("case_sensitive"), whole_word=call.flag("whole_word"),
+                glob=glob, cwd=call.opt_text("cwd"), max_results=call.count("max_results", 500),
+                context_lines=call.count("context_lines", 2, least=0, most=50))
+
+
 def write_file(call: Call) -> dict[str, Any]:
     content = call.frame.msg.get("content")
     if not isinstance(content, str):
@@ -71,6 +86,11 @@ FAMILY: dict[str, Request] = {
                          blocking=True, echo=("file_path",)),
     "search_files": request("query max_results cwd", search_files, Scope.OWN, {"files": []},
                             blocking=True),
+    "grep_in_files": request(
+        "query is_regex case_sensitive whole_word glob cwd max_results context_lines",
+        grep_in_files, Scope.OWN,
+        {"matches": [], "total_matches": 0, "total_files": 0, "truncated": False}, blocking=True,
+    ),
     "list_in_directory": request(
         "path include_files limit offset", list_in_directory, Scope.OWN,
         {"folders": [], "hasMore": False}, blocking=True, echo=("path",),
