@@ -111,8 +111,7 @@ def test_kill_9_of_the_lease_holder_then_a_takeover_runs_each_due_time_once(
                     await asyncio.to_thread(
                         wait_until, lambda: fake.requests, 20, "the prompt's turn to start"
                     )
-                os.kill(first.proc.pid, signal.SIGKILL)
-                assert first.stop() == -signal.SIGKILL
+                first.kill_9()
 
             asyncio.run(scenario())
             if point == "claimed":
@@ -164,8 +163,7 @@ def test_a_second_live_server_finishes_the_fire_of_the_holder_killed_after_its_c
             clock.set(T0 - 10_000 + 60 * MIN + task["jitter_offset_ms"])
             wait_until(lambda: any(m.exists() for m in markers), 30, "a claim")
             dead = 0 if markers[0].exists() else 1
-            os.kill(servers[dead].proc.pid, signal.SIGKILL)
-            assert servers[dead].stop() == -signal.SIGKILL
+            servers[dead].kill_9()
             time.sleep(1.0)
             assert fired_prompts(home, agent) == []  # nobody takes it while the lease holds
             assert fire_states(home) == ["claimed"]
