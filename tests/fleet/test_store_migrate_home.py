@@ -111,6 +111,9 @@ def test_a_real_home_goes_to_postgres_and_back_the_same(
     workdir.mkdir()
     ids = _make_home(home, workdir)
     assert len(ids) == 2
+    # A NUL in a message (tool output may carry one), which PostgreSQL's jsonb cannot hold.
+    for path in home.glob("conversations/*/messages.jsonl"):
+        path.write_bytes(path.read_bytes().replace(b"wrote out.txt", b"wrote\\u0000out.txt"))
     before = _snapshot(home)
     assert any(k.endswith("/memory/.git") for k in before)  # a memory repository is carried
 
@@ -126,12 +129,15 @@ def test_a_real_home_goes_to_postgres_and_back_the_same(
     assert out.code == 0, out.stderr
     assert json.loads(out.stdout)["digest"] == report["digest"]
     assert _snapshot(back) == before
+    shown_nul = False
     for conv in ids:  # byte for byte, the transcripts and their replacement logs
         for path in home.glob("conversations/*/messages.jsonl*"):
             assert (back / path.relative_to(home)).read_bytes() == path.read_bytes()
         listed = [_tether(["messages", "list", "--conversation", conv], h, workdir) for h in (home, back)]
         assert listed[0].code == 0, listed[0].stderr
+        shown_nul = shown_nul or "wrote\\u0000out.txt" in listed[0].stdout
         assert listed[1].stdout == listed[0].stdout and json.loads(listed[0].stdout)
+    assert shown_nul
 
     status = _tether(["store", "status", "--store", pg_url], home, workdir)
     assert status.code == 0, status.stderr
@@ -201,3 +207,17 @@ def test_bad_urls_are_named_without_their_password(tmp_path: Path, tether_home: 
     assert "hunter2" not in run.stderr + run.stdout
     run = _tether(["store", "migrate", "--to", str(tmp_path / "x")], home, tmp_path)
     assert run.code == 2 and "one side must be a postgresql:// URL" in run.stderr
+
+
+def test_without_psycopg_the_command_names_the_extra(tmp_path: Path, tether_home: Path) -> None:
+    shadow = tmp_path / "shadow" / "psycopg"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named psycopg')\n")
+    home = tmp_path / "th"
+    home.mkdir()
+    env = {**os.environ, "TETHER_HOME": str(home), "PYTHONPATH": str(shadow.parent)}
+    proc = subprocess.run([TETHER, "store", "migrate", "--to", "postgresql://me:hunter2@h/x"],
+                          capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert proc.returncode == 1
+    assert "needs psycopg 3: install the postgres extra: pip install 'tether[postgres]'" in proc.stderr
+    assert "hunter2" not in proc.stderr + proc.stdout

@@ -58,7 +58,10 @@ class Report:
 def _git(*args: str, cwd: Path | None = None) -> bytes:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env["GIT_TERMINAL_PROMPT"] = "0"
-    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, check=False)
+    try:
+        done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, check=False)
+    except OSError as exc:
+        raise MigrationRefused(f"cannot run git to copy the memory repository {cwd}: {exc}") from None
     if done.returncode != 0:
         raise MigrationRefused(
             f"git {' '.join(args[:2])} failed in {cwd}: {done.stderr.decode(errors='replace').strip()}"
@@ -166,7 +169,8 @@ def _split_transcript(path: Path) -> tuple[bytes, list[tuple[Any, bytes]], bytes
     entries: list[tuple[Any, bytes]] = []
     for n, line in enumerate(lines):
         try:
-            entries.append((orjson.loads(line), line + b"\n"))
+            doc = orjson.loads(line)
+            entries.append((_jsonb_safe(doc) if b"\\u0000" in line else doc, line + b"\n"))
         except orjson.JSONDecodeError:
             if n == len(lines) - 1:  # a torn last line: kept as bytes, as the reader treats it
                 return header, entries, line + b"\n" + tail
@@ -175,6 +179,18 @@ def _split_transcript(path: Path) -> tuple[bytes, list[tuple[Any, bytes]], bytes
                 " the conversation (it names the damage) before migrating"
             ) from None
     return header, entries, tail
+
+
+def _jsonb_safe(value: Any) -> Any:
+    """`value` as PostgreSQL's jsonb can hold it: a NUL character (tool output may carry one)
+    becomes U+FFFD there. Only the `entry` column sees this; `line` keeps the exact bytes."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_jsonb_safe(k): _jsonb_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonb_safe(v) for v in value]
+    return value
 
 
 def _record(path: Path, what: str) -> tuple[bytes, dict[str, Any]]:
@@ -441,11 +457,16 @@ def home_to_store(home: Path, session: PgSession) -> Report:
     return Report(counts, len(want), manifest_digest(want))
 
 
+def _has_entries(folder: Path) -> bool:
+    with os.scandir(folder) as found:
+        return next(found, None) is not None
+
+
 def store_to_home(session: PgSession, target: Path) -> Report:
     """Write the store's home to `target` (absent or an empty folder): built beside it,
     verified against the digests recorded when it was copied in, then renamed into place."""
     target = Path(target)
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+    if target.exists() and (not target.is_dir() or _has_entries(target)):
         raise MigrationRefused(
             f"{target} is not empty: a migration writes a new home only (name a new folder)"
         )
