@@ -6,7 +6,7 @@ and the `.replaced` log), memory repositories (`memory_repos`: a git bundle of e
 back and every ref's sha compared), the SQLite stores (`inputs.db` and `checkpoints.db` row for
 row by `migrate.py`, their schemas in `sqlite_schemas`; any other SQLite database, such as
 `cron.db` or a channel journal, as a consistent snapshot) and every other file and folder
-(`home_files`), each with its mode.
+(`home_files`), each with its mode. What a home holds, and its digests, is `migrate_local.py`'s.
 
 Verified both ways against `home_digests`: each file's sha256 (a SQLite database by its rows, a
 memory repository by its refs), recorded in the store. Going in, the copy is read back from the
@@ -17,8 +17,6 @@ renamed into place. A non-empty target is refused: a migration never merges.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import shutil
 import sqlite3
@@ -26,7 +24,6 @@ import stat
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,9 +33,19 @@ import orjson
 from tether.backends.postgres import migrate as rows
 from tether.backends.postgres.connection import PgSession
 from tether.backends.postgres.migrate import MigrationRefused
+from tether.backends.postgres.migrate_local import (
+    ROW_DBS,
+    conversation_of,
+    git,
+    home_digests,
+    manifest_digest,
+    read_record,
+    refs_of,
+    snapshot,
+    split_transcript,
+    walk,
+)
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
-ROW_DBS = {t.file: t for t in rows.TABLES}  # root SQLite stores copied row for row
 STORE_TABLES = (
     "agents", "conversations", "transcript", "transcript_files", "memory_repos",
     "sqlite_schemas", "home_files", "home_digests", "inputs", "effect_checkpoints",
@@ -55,165 +62,6 @@ class Report:
         return {"counts": self.counts, "verified_entries": self.files, "digest": self.digest}
 
 
-def _git(*args: str, cwd: Path | None = None) -> bytes:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env["GIT_TERMINAL_PROMPT"] = "0"
-    try:
-        done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, check=False)
-    except OSError as exc:
-        raise MigrationRefused(f"cannot run git to copy the memory repository {cwd}: {exc}") from None
-    if done.returncode != 0:
-        raise MigrationRefused(
-            f"git {' '.join(args[:2])} failed in {cwd}: {done.stderr.decode(errors='replace').strip()}"
-        )
-    return done.stdout
-
-
-def _refs(repo: Path) -> dict[str, str]:
-    """Every ref of the repository at `repo` and its sha, HEAD as `ref: <name>` or a sha."""
-    out: dict[str, str] = {}
-    for line in _git("for-each-ref", "--format=%(objectname) %(refname)", cwd=repo).splitlines():
-        sha, name = line.decode().split(" ", 1)
-        out[name] = sha
-    head = (repo / ".git" / "HEAD").read_text().strip()
-    out["HEAD"] = head
-    return out
-
-
-def _is_sqlite(path: Path) -> bool:
-    with path.open("rb") as f:
-        return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
-
-
-def _sqlite_digest(path: Path, rel: str) -> str:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        table = ROW_DBS.get(rel)
-        if table is not None:
-            return "rows:" + rows._digest(table, rows._sqlite_rows(conn, table))
-        h = hashlib.sha256()
-        names = [r[0] for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-            " ORDER BY name"
-        )]
-        for name in names:
-            found = sorted(repr(r).encode() for r in conn.execute(f'SELECT * FROM "{name}"'))
-            h.update(name.encode() + b"\x00" + b"\x00".join(found) + b"\x01")
-        return "rows:" + h.hexdigest()
-    finally:
-        conn.close()
-
-
-def _walk(home: Path) -> Iterator[tuple[str, Path, str]]:
-    """(relative path, path, kind) of everything in `home` that a migration carries: kind is
-    dir, repo (a folder holding `.git`: its `.git` is not walked), sqlite or file. SQLite side
-    files (-wal, -shm, -journal) are part of their database; a symlink or special file is refused."""
-    sqlite_side: set[str] = set()
-    for top, dirs, files in os.walk(home):
-        dirs.sort()
-        base = Path(top)
-        if (base / ".git").is_dir() and base != home:
-            dirs.remove(".git")
-        for name in sorted(files):
-            path = base / name
-            if path.is_symlink() or not path.is_file():
-                raise MigrationRefused(f"{path} is not a regular file: a home to migrate holds none")
-            if _is_sqlite(path):
-                sqlite_side.update(str(path) + s for s in ("-wal", "-shm", "-journal"))
-        for name in sorted(dirs):
-            path = base / name
-            if path.is_symlink():
-                raise MigrationRefused(f"{path} is a symlink: a home to migrate holds none")
-            rel = path.relative_to(home).as_posix()
-            yield rel, path, "repo" if (path / ".git").is_dir() else "dir"
-        for name in sorted(files):
-            path = base / name
-            if str(path) in sqlite_side:
-                continue
-            rel = path.relative_to(home).as_posix()
-            yield rel, path, "sqlite" if _is_sqlite(path) else "file"
-
-
-def home_digests(home: Path) -> dict[str, str]:
-    """What a copy of `home` must reproduce, entry by entry."""
-    out: dict[str, str] = {}
-    for rel, path, kind in _walk(home):
-        mode = stat.S_IMODE(path.stat().st_mode)
-        if kind in ("dir", "repo"):
-            out[rel] = f"dir:{mode:o}"
-            if kind == "repo":
-                refs = orjson.dumps(_refs(path), option=orjson.OPT_SORT_KEYS)
-                out[rel + "/.git"] = "refs:" + hashlib.sha256(refs).hexdigest()
-        elif kind == "sqlite":
-            out[rel] = f"{mode:o}:" + _sqlite_digest(path, rel)
-        else:
-            out[rel] = f"{mode:o}:sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
-
-
-def manifest_digest(digests: dict[str, str]) -> str:
-    return hashlib.sha256(
-        b"".join(f"{p}\x00{d}\n".encode() for p, d in sorted(digests.items()))
-    ).hexdigest()
-
-
-def _split_transcript(path: Path) -> tuple[bytes, list[tuple[Any, bytes]], bytes]:
-    """A transcript's header line, its entries (decoded, exact line) and a torn tail."""
-    data = path.read_bytes()
-    cut = data.find(b"\n") + 1
-    if cut == 0:
-        return data, [], b""
-    header, body = data[:cut], data[cut:]
-    lines = body.split(b"\n")
-    tail = lines.pop()  # bytes after the last LF: a torn write (usually empty)
-    entries: list[tuple[Any, bytes]] = []
-    for n, line in enumerate(lines):
-        try:
-            doc = orjson.loads(line)
-            entries.append((_jsonb_safe(doc) if b"\\u0000" in line else doc, line + b"\n"))
-        except orjson.JSONDecodeError:
-            if n == len(lines) - 1:  # a torn last line: kept as bytes, as the reader treats it
-                return header, entries, line + b"\n" + tail
-            raise MigrationRefused(
-                f"line {n + 2} of {path} is not JSON: the transcript is damaged; run tether on"
-                " the conversation (it names the damage) before migrating"
-            ) from None
-    return header, entries, tail
-
-
-def _jsonb_safe(value: Any) -> Any:
-    """`value` as PostgreSQL's jsonb can hold it: a NUL character (tool output may carry one)
-    becomes U+FFFD there. Only the `entry` column sees this; `line` keeps the exact bytes."""
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
-    if isinstance(value, dict):
-        return {_jsonb_safe(k): _jsonb_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonb_safe(v) for v in value]
-    return value
-
-
-def _record(path: Path, what: str) -> tuple[bytes, dict[str, Any]]:
-    raw = path.read_bytes()
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise MigrationRefused(f"{path} is not a JSON {what} record: {exc}") from None
-    if type(doc) is not dict or type(doc.get("id")) is not str:
-        raise MigrationRefused(f"{path} is not a {what} record (no string id)")
-    return raw, doc
-
-
-def _conversation_of(rel: str) -> str:
-    name = rel.split("/")[1]
-    try:
-        return base64.urlsafe_b64decode(name + "=" * (-len(name) % 4)).decode()
-    except ValueError:
-        raise MigrationRefused(
-            f"conversations/{name} is not a conversation folder (its name is not a base64url key)"
-        ) from None
-
-
 def _copy_in(cur: Any, home: Path, counts: dict[str, int]) -> None:
     """Every entry of `home` into the store. A file whose bytes a structured table holds (a
     record, a transcript, its log, a row-copied database) still gets its `home_files` row, with
@@ -223,7 +71,7 @@ def _copy_in(cur: Any, home: Path, counts: dict[str, int]) -> None:
     def count(kind: str, n: int = 1) -> None:
         counts[kind] = counts.get(kind, 0) + n
 
-    for rel, path, kind in _walk(home):
+    for rel, path, kind in walk(home):
         parts = rel.split("/")
         mode = stat.S_IMODE(path.stat().st_mode)
         content: bytes | None = None
@@ -236,7 +84,7 @@ def _copy_in(cur: Any, home: Path, counts: dict[str, int]) -> None:
             _schema_in(cur, path, rel)
             count("sqlite_row_stores")
         elif len(parts) == 2 and parts[0] == "agents" and rel.endswith(".json"):
-            raw, doc = _record(path, "agent")
+            raw, doc = read_record(path, "agent")
             cur.execute(
                 "INSERT INTO agents (id, name, model, updated_at, path, document, raw)"
                 " VALUES (%s, %s, %s, %s, %s, %s, %s)",
@@ -245,17 +93,17 @@ def _copy_in(cur: Any, home: Path, counts: dict[str, int]) -> None:
             )
             count("agents")
         elif len(parts) == 3 and parts[0] == "conversations" and parts[2] == "conversation.json":
-            raw, doc = _record(path, "conversation")
+            raw, doc = read_record(path, "conversation")
             cur.execute(
                 "INSERT INTO conversations (key, id, agent_id, archived, updated_at, path,"
                 " document, raw) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                (_conversation_of(rel), doc["id"], str(doc.get("agent_id", "")),
+                (conversation_of(rel), doc["id"], str(doc.get("agent_id", "")),
                  bool(doc.get("archived")), str(doc.get("updated_at", "")), rel, Jsonb(doc), raw),
             )
             count("conversations")
         elif len(parts) == 3 and parts[0] == "conversations" and parts[2] == "messages.jsonl":
-            conversation = _conversation_of(rel)
-            header, entries, torn = _split_transcript(path)
+            conversation = conversation_of(rel)
+            header, entries, torn = split_transcript(path)
             side = path.with_name(path.name + ".replaced")
             cur.execute(
                 "INSERT INTO transcript_files (conversation, path, header, torn, replaced)"
@@ -274,23 +122,10 @@ def _copy_in(cur: Any, home: Path, counts: dict[str, int]) -> None:
               and path.with_name("messages.jsonl").is_file()):
             pass  # held by its transcript's row
         else:
-            content = _snapshot(path) if kind == "sqlite" else path.read_bytes()
+            content = snapshot(path) if kind == "sqlite" else path.read_bytes()
             count("files")
         cur.execute("INSERT INTO home_files (path, mode, content) VALUES (%s, %s, %s)",
                     (rel, mode, content))
-
-
-def _snapshot(path: Path) -> bytes:
-    """A consistent copy of a live SQLite database's bytes (its WAL folded in)."""
-    with tempfile.TemporaryDirectory(prefix="tether-migrate-") as scratch:
-        out = Path(scratch) / "snapshot.db"
-        src, dst = sqlite3.connect(f"file:{path}?mode=ro", uri=True), sqlite3.connect(out)
-        try:
-            src.backup(dst)
-        finally:
-            src.close()
-            dst.close()
-        return out.read_bytes()
 
 
 def _schema_in(cur: Any, path: Path, rel: str) -> None:
@@ -308,12 +143,12 @@ def _schema_in(cur: Any, path: Path, rel: str) -> None:
 
 
 def _repo_in(cur: Any, repo: Path, rel: str) -> None:
-    refs = _refs(repo)
+    refs = refs_of(repo)
     bundle = b""
     if len(refs) > 1:
         with tempfile.TemporaryDirectory(prefix="tether-migrate-") as scratch:
             out = Path(scratch) / "repo.bundle"
-            _git("bundle", "create", "-q", str(out), "--all", cwd=repo)
+            git("bundle", "create", "-q", str(out), "--all", cwd=repo)
             bundle = out.read_bytes()
     config = (repo / ".git" / "config").read_bytes()
     cur.execute("INSERT INTO memory_repos (path, bundle, refs, config) VALUES (%s, %s, %s, %s)",
@@ -392,17 +227,17 @@ def _repo_out(repo: Path, bundle: bytes, refs: dict[str, str], config: bytes) ->
         with tempfile.TemporaryDirectory(prefix="tether-migrate-") as scratch:
             src = Path(scratch) / "repo.bundle"
             src.write_bytes(bundle)
-            _git("clone", "-q", "--mirror", str(src), str(git_dir))
+            git("clone", "-q", "--mirror", str(src), str(git_dir))
     else:
-        _git("init", "-q", "--bare", str(git_dir))
+        git("init", "-q", "--bare", str(git_dir))
     (git_dir / "config").write_bytes(config)
     (git_dir / "HEAD").write_text(refs["HEAD"] + "\n")
     (git_dir / "FETCH_HEAD").unlink(missing_ok=True)
     if len(refs) > 1:  # the index as HEAD has it (no reset: it would leave ORIG_HEAD behind)
-        _git("read-tree", "HEAD", cwd=repo)
+        git("read-tree", "HEAD", cwd=repo)
         subprocess.run(["git", "update-index", "-q", "--refresh"], cwd=repo, capture_output=True,
                        check=False)
-    got = _refs(repo)
+    got = refs_of(repo)
     if got != refs:
         wrong = sorted(k for k in refs.keys() | got.keys() if refs.get(k) != got.get(k))
         raise MigrationRefused(f"the memory repository {repo} did not come back: refs {wrong} differ")
