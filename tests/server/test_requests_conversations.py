@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import orjson
 import pytest
 
 from tests.server.requests_client import POLICY, ask, same_answer, token
 from tests.server.support import MODEL, Client, InProcess, point_at
+from tether.backends.local.store import LocalStore
 from tether.testing.fake_provider import FakeProvider
 
 
@@ -76,3 +78,66 @@ def test_messages_are_listed_in_letta_shape_within_scope(
 
         asyncio.run(scenario())
 
+
+
+def test_a_conversation_is_compacted_and_its_prompt_recompiled_within_scope(
+    tmp_path: Path, tether_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    script = [{"text": "first answer"}, {"text": "second answer"},
+              {"text": "They greeted each other twice."}]
+    with FakeProvider(script) as fake:
+        point_at(fake, monkeypatch)
+
+        async def scenario() -> None:
+            async with (
+                InProcess(project, policy=POLICY) as srv,
+                srv.connect(additional_headers=token()) as ws,
+            ):
+                c = Client(ws)
+                runtime = (await c.start(project))["runtime"]
+                for n, text in enumerate(("hello", "hello again")):
+                    await c.say(runtime, text, request_id=f"t{n}")
+                    await c.of_type("turn_finished", request_id=f"t{n}")
+                conv, agent = runtime["conversation_id"], runtime["agent_id"]
+
+                other = (await ask(c, "agent_create", body={"model": MODEL}))["agent"]["id"]
+                async with srv.connect(additional_headers=token(agents=[other])) as ws2:
+                    s = Client(ws2)
+                    guess = "local-conv-00000000-0000-0000-0000-000000000000"
+                    for kind in ("conversation_compact", "conversation_recompile"):
+                        hidden = await ask(s, kind, conversation_id=conv)
+                        absent = await ask(s, kind, conversation_id=guess)
+                        assert hidden["success"] is False, hidden
+                        assert same_answer(hidden, absent, (conv, guess)), (hidden, absent)
+                assert len(fake.requests) == 2  # nothing was compacted for the scoped client
+
+                again = await ask(c, "conversation_recompile", conversation_id=conv)
+                assert again["success"] and f"AGENT_ID: {agent}" in again["result"], again
+                cached = LocalStore(tether_home).conversation_dir(agent, conv) / (
+                    "system-prompt.json")
+                assert orjson.loads(cached.read_bytes())["content"] == again["result"]
+                before = cached.read_bytes()
+                trial = await ask(c, "conversation_recompile", conversation_id=conv,
+                                  body={"dry_run": True})
+                assert trial["success"] and f"CONVERSATION_ID: {conv}" in trial["result"], trial
+                assert cached.read_bytes() == before  # a dry run stores nothing
+                # A conversation with no runtime on this server: one is built for the call.
+                idle = await ask(c, "conversation_recompile", conversation_id="default",
+                                 body={"agent_id": other})
+                assert idle["success"] and f"AGENT_ID: {other}" in idle["result"], idle
+
+                bad = await ask(c, "conversation_compact", conversation_id=conv,
+                                body={"compaction_settings": {"mode": "half"}})
+                assert bad["success"] is False and "mode" in bad["error"]
+                assert bad["compaction"] is None
+                done = await ask(c, "conversation_compact", conversation_id=conv,
+                                 body={"compaction_settings": {"mode": "all"}})
+                assert done["success"], done
+                assert done["compaction"]["summary"] == "They greeted each other twice."
+                assert done["compaction"]["num_messages_before"] == 4
+                listed = await ask(c, "conversation_messages_list", conversation_id=conv)
+                assert "They greeted each other twice." in str(listed["messages"])
+
+        asyncio.run(scenario())
