@@ -1,7 +1,9 @@
 """Conversation requests beyond CRUD over protocol v2: `conversation_messages_list` answers a
 conversation's messages in Letta's shape after a real turn through the fake provider, pages
-them, names a bad query field, and gives a scoped token the same answer for another agent's
-conversation as for a made-up id."""
+them and names a bad query field; `conversation_fork` copies the history into a new
+conversation; `conversation_compact` summarises it through the provider and
+`conversation_recompile` compiles its system prompt again; a scoped token gets the same answer
+for another agent's conversation as for a made-up id."""
 
 from __future__ import annotations
 
@@ -56,6 +58,18 @@ def test_messages_are_listed_in_letta_shape_within_scope(
                                 query={"page": 2})
                 assert odd["success"] is False and "query.page" in odd["error"]
 
+                forked = await ask(c, "conversation_fork", conversation_id=conv,
+                                   body={"hidden": True})
+                assert forked["success"], forked
+                fork = forked["conversation"]["id"]
+                assert forked["conversation"] == {"id": fork} and fork != conv
+                copy = await ask(c, "conversation_messages_list", conversation_id=fork)
+                assert copy["messages"] == listed["messages"]
+                record = (await ask(c, "conversation_retrieve", conversation_id=fork))
+                assert record["conversation"]["agent_id"] == agent
+                assert record["conversation"]["hidden"] is True
+                assert record["conversation"]["forked_from"] == conv
+
                 other = (await ask(c, "agent_create", body={"model": MODEL}))
                 other_id = other["agent"]["id"]
                 async with srv.connect(additional_headers=token(agents=[other_id])) as ws2:
@@ -71,10 +85,16 @@ def test_messages_are_listed_in_letta_shape_within_scope(
                     nobody = await ask(s, "conversation_messages_list",
                                        conversation_id="default", agent_id=made_up)
                     assert same_answer(default, nobody, (agent, made_up)), (default, nobody)
+                    hidden = await ask(s, "conversation_fork", conversation_id=conv)
+                    absent = await ask(s, "conversation_fork", conversation_id=guess)
+                    assert hidden["success"] is False and hidden["conversation"] is None
+                    assert same_answer(hidden, absent, (conv, guess)), (hidden, absent)
                 async with srv.connect(additional_headers=token(conversations=[conv])) as ws3:
                     mine = await ask(Client(ws3), "conversation_messages_list",
                                      conversation_id=conv)
                     assert [m["id"] for m in mine["messages"]] == [first["id"], last["id"]]
+                    no = await ask(Client(ws3), "conversation_fork", conversation_id=conv)
+                    assert no["success"] is False and "scoped" in no["error"]
 
         asyncio.run(scenario())
 

@@ -1,6 +1,7 @@
 """The conversation requests beyond CRUD (reference §12.3): `conversation_messages_list`, a
 conversation's messages in Letta's shape (`message_type` user_message, assistant_message, …)
-as `tether messages list --format letta` prints them; `conversation_compact`, a summary of the
+as `tether messages list --format letta` prints them; `conversation_fork`, a new conversation
+of the agent starting from a copy of its history; `conversation_compact`, a summary of the
 older history now (`tether compact`); `conversation_recompile`, its system prompt compiled
 again from the memory's HEAD. The last two run on this server's runtime of the conversation
 when it has one (refused while it runs a turn), else on one built for the call, as the CLI's."""
@@ -88,6 +89,25 @@ async def _prepared(call: Call, record: ConversationRecord) -> AsyncIterator[Pre
             await built.shutdown()
 
 
+def conversation_fork(call: Call) -> dict[str, Any]:
+    body = _body(call, ("agent_id", "hidden"))
+    record = call.conversation(call.text("conversation_id"), body.get("agent_id"))
+    if call.grant.conversations is not None:
+        raise RequestFailed("this connection's token may not create conversations (it is "
+                            "scoped to conversations)")
+    hidden = body.get("hidden", False)
+    if not isinstance(hidden, bool):
+        raise UsageError("body.hidden must be true or false")
+    running = [rt for s, rt in call.server.runtimes.items()
+               if (s.agent_id, s.conversation_id) == (record.agent_id, record.id)]
+    if any(rt.busy for rt in running):
+        raise RequestFailed(f"conversation {record.id} is running a turn; fork it when it ends")
+    created = conversations.fork_conversation(call.home, record, hidden=hidden)
+    call.notify("conversation_updated", agent_id=record.agent_id, conversation_id=created["id"],
+                conversation=created)
+    return {"conversation": {"id": created["id"]}}
+
+
 async def conversation_compact(call: Call) -> dict[str, Any]:
     from tether.backends.local.backend import LocalBackend
 
@@ -143,6 +163,10 @@ FAMILY: dict[str, Request] = {
     "conversation_messages_list": request(
         "conversation_id agent_id query", conversation_messages_list, Scope.OWN,
         {"messages": []}, blocking=True,
+    ),
+    "conversation_fork": request(
+        "conversation_id body acting_user_id", conversation_fork, Scope.OWN,
+        {"conversation": None}, blocking=True,
     ),
     "conversation_compact": request(
         "conversation_id body", conversation_compact, Scope.OWN, {"compaction": None},

@@ -204,3 +204,26 @@ def letta_message_page(
     page = rows[start:end]
     page = page[:limit] if after is not None and before is None else page[-limit:]
     return page if order == "asc" else page[::-1]
+
+
+def fork_conversation(
+    home: Path, record: ConversationRecord, *, hidden: bool = False
+) -> dict[str, Any]:
+    """A new conversation of the same agent whose history is a copy of `record`'s active view
+    (read under its turn lock, so never half a turn); `hidden` and `forked_from` are kept on
+    the new record."""
+    from tether.backends.local.transcript import Transcript
+
+    store = LocalStore(home)
+    with store.turn_lock(record.agent_id, record.id):
+        messages = _messages(home, record)
+        created = store.create_conversation(record.agent_id)
+        created = replace(created, extra={**created.extra, "hidden": hidden,
+                                          "forked_from": record.id})
+        store.save_conversation(created)
+        if messages:
+            transcript = Transcript(
+                store.conversation_dir(created.agent_id, created.id) / "messages.jsonl")
+            transcript.ensure_created()
+            transcript.append(messages)
+    return created.to_dict()
