@@ -63,6 +63,7 @@ CAPABILITIES = {
     "workspace_files": ("list_in_directory", "read_file", "get_tree", "search_files",
                         "grep_in_files"),
     "workspace_file_writes": ("write_file", "edit_file"),
+    "working_directories": ("get_cwd_map",),
     "skill_management": ("skill_enable", "skill_disable"),
     "cron_management": ("cron_list", "cron_add", "cron_get", "cron_update", "cron_delete",
                         "cron_delete_all"),

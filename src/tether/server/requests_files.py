@@ -1,5 +1,5 @@
 """The workspace file requests (reference §12.3: `list_in_directory`, `read_file`, `get_tree`,
-`search_files`, `grep_in_files`, and for unscoped connections `write_file`, `edit_file`)
+`search_files`, `grep_in_files`, `get_cwd_map`, and for unscoped connections `write_file`, `edit_file`)
 over `runtime/manage/files_ops`: a connection reads only inside the working directories of the
 runtimes it started (and, unscoped, the server's own `--cwd`), within the Read tool's
 boundary."""
@@ -58,6 +58,29 @@ def grep_in_files(call: Call) -> dict[str, Any]:
                 context_lines=call.count("context_lines", 2, least=0, most=50))
 
 
+def scope_key(agent_id: str, conversation_id: str) -> str:
+    """The reference's working-directory scope key (listener/cwd.ts): a conversation by its id,
+    the `default` placeholder by its agent."""
+    if conversation_id == "default":
+        return f"agent:{agent_id}::conversation:default"
+    return f"conversation:{conversation_id}"
+
+
+def get_cwd_map(call: Call) -> dict[str, Any]:
+    """The working directory of every conversation this server holds a runtime for (running,
+    or released while idle), those the token reaches only; the boot directory for the
+    server's operator (a scoped client is not shown the server's own folder)."""
+    folders: dict[str, str] = {}
+    held = [(scope, kept.cwd) for scope, kept in call.server.ctx.released.items()]
+    held += [(scope, rt.p.cwd) for scope, rt in call.server.runtimes.items()]
+    for scope, cwd in held:
+        if call.grant.refusal(scope.agent_id, scope.conversation_id) is None and (
+                call.sees_agent(scope.agent_id)):
+            folders[scope_key(scope.agent_id, scope.conversation_id)] = str(cwd)
+    boot = None if call.grant.scoped else str(call.server.ctx.default_cwd)
+    return {"cwd_map": folders, "boot_working_directory": boot}
+
+
 def write_file(call: Call) -> dict[str, Any]:
     content = call.frame.msg.get("content")
     if not isinstance(content, str):
@@ -91,6 +114,8 @@ FAMILY: dict[str, Request] = {
         grep_in_files, Scope.OWN,
         {"matches": [], "total_matches": 0, "total_files": 0, "truncated": False}, blocking=True,
     ),
+    "get_cwd_map": request("", get_cwd_map, Scope.LISTED,
+                           {"cwd_map": {}, "boot_working_directory": None}),
     "list_in_directory": request(
         "path include_files limit offset", list_in_directory, Scope.OWN,
         {"folders": [], "hasMore": False}, blocking=True, echo=("path",),
