@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tests.e2e.support import TETHER, Run, run_tether, tether_env
 from tests.fleet.support import item
+from tether.channels.journal import Journal
 from tether.runtime.checkpoints import CheckpointStore
 from tether.runtime.cron.store import CronStore
 from tether.runtime.input_queue import SqliteInputQueue
@@ -60,7 +61,15 @@ def _make_home(home: Path, workdir: Path) -> list[str]:
     checkpoints.close()
     cron = CronStore(home)
     cron.db.execute("INSERT INTO leases (name, owner, expires_ms) VALUES ('x', 'y', 1)")
+    for n in (1, 2):  # a counter past the last row: a run number is never handed out twice
+        cron.db.execute("INSERT INTO runs (task_id, ts_ms, record) VALUES ('t', ?, x'7b7d')", (n,))
+    cron.db.execute("DELETE FROM runs WHERE seq = 2")
     cron.close()
+    journal = Journal(home / "channels" / "gateway.db")
+    journal.db.execute("INSERT INTO runtimes VALUES ('telegram:1', 'agent-x', 'conv-x')")
+    journal.db.execute("INSERT INTO outbox VALUES ('call-9', 'telegram', 'a', 'c', 'sent', NULL,"
+                       " 1796461377.5480487)")
+    journal.db.close()
     return sorted(set(ids))
 
 
@@ -123,6 +132,8 @@ def test_a_real_home_goes_to_postgres_and_back_the_same(
     assert report["counts"]["agents"] == 1 and report["counts"]["conversations"] == 2
     assert report["counts"]["transcripts"] == 2 and report["counts"]["inputs"] == 2
     assert report["counts"]["effect_checkpoints"] == 2 and report["counts"]["memory_repos"] == 1
+    assert (report["counts"]["cron_leases"], report["counts"]["cron_runs"]) == (1, 1)
+    assert (report["counts"]["channel_runtimes"], report["counts"]["channel_outbox"]) == (1, 1)
 
     back = tmp_path / "restored"
     out = _tether(["store", "migrate", "--from", pg_url, "--to", str(back)], home, workdir)

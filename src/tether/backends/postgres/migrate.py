@@ -32,6 +32,11 @@ class Table:
     times: frozenset[str]  # REAL epoch seconds in SQLite, timestamptz in PostgreSQL
     order: str
     identity: str | None = None  # a PostgreSQL identity column whose values are kept
+    local: str | None = None  # its SQLite name, when the store's differs
+
+    @property
+    def sqlite(self) -> str:
+        return self.local or self.name
 
 
 TABLES = (
@@ -48,6 +53,36 @@ TABLES = (
          "revision", "created_at", "updated_at"),
         frozenset({"created_at", "updated_at"}), "conversation, tool_call_id",
     ),
+)
+
+
+
+def _times(*names: str) -> frozenset[str]:
+    return frozenset(names)
+
+
+# The schedules (`cron.db`, runtime/cron/store.py) and the channel gateway's journal
+# (`channels/gateway.db`, channels/journal.py), copied by `migrate_home.py`.
+STATE_TABLES = (
+    Table("cron_tasks", "cron.db", ("id", "agent_id", "status", "created_ms", "last_slot_ms",
+          "terminal_ms", "data"), _times(), "id", local="tasks"),
+    Table("cron_runs", "cron.db", ("seq", "task_id", "ts_ms", "record"), _times(), "seq",
+          local="runs"),
+    Table("cron_triggers", "cron.db", ("seq", "task_id", "requested_ms", "done_ms", "result"),
+          _times(), "seq", local="triggers"),
+    Table("cron_fires", "cron.db", ("key", "task_id", "slot_ms", "state", "owner",
+          "conversation_id", "text", "reason", "missed", "updated_ms"), _times(), "key",
+          local="fires"),
+    Table("cron_leases", "cron.db", ("name", "owner", "expires_ms"), _times(), "name",
+          local="leases"),
+    Table("channel_inbox", "channels/gateway.db", ("seq", "channel", "account", "message_id",
+          "body", "state", "received_at"), _times("received_at"), "seq", local="inbox"),
+    Table("channel_outbox", "channels/gateway.db", ("tool_call_id", "channel", "account",
+          "chat_id", "state", "result", "updated_at"), _times("updated_at"), "tool_call_id",
+          local="outbox"),
+    Table("channel_paused", "channels/gateway.db", ("chat",), _times(), "chat", local="paused"),
+    Table("channel_runtimes", "channels/gateway.db", ("route", "agent_id", "conversation_id"),
+          _times(), "route", local="runtimes"),
 )
 
 
@@ -104,7 +139,7 @@ def _sqlite(home: Path, table: Table, *, must_exist: bool) -> Iterator[sqlite3.C
 
 def _sqlite_rows(conn: sqlite3.Connection, table: Table) -> list[tuple[Any, ...]]:
     cols = ", ".join(table.columns)
-    return conn.execute(f"SELECT {cols} FROM {table.name} ORDER BY {table.order}").fetchall()
+    return conn.execute(f"SELECT {cols} FROM {table.sqlite} ORDER BY {table.order}").fetchall()
 
 
 def _pg_rows(cur: Any, table: Table) -> list[tuple[Any, ...]]:
@@ -117,25 +152,31 @@ def _pg_rows(cur: Any, table: Table) -> list[tuple[Any, ...]]:
 def home_to_postgres(home: Path, session: PgSession) -> list[Copied]:
     """Copy `home`'s inputs and checkpoints into the (empty) store; one transaction for all,
     so a failed check leaves the store as it was."""
-    done: list[Copied] = []
     with session.transaction("copy a TETHER_HOME into the store") as cur:
-        for table in TABLES:
-            with _sqlite(home, table, must_exist=False) as db:
-                rows = _sqlite_rows(db, table) if db is not None else []
-            _refuse_filled_pg(cur, table)
-            cols = ", ".join(table.columns)
-            marks = ", ".join(["%s"] * len(table.columns))
-            override = " OVERRIDING SYSTEM VALUE" if table.identity else ""
-            cur.executemany(
-                f"INSERT INTO {table.name} ({cols}){override} VALUES ({marks})",
-                [_to_pg(table, r) for r in rows],
+        return copy_tables_in(cur, home, TABLES)
+
+
+def copy_tables_in(cur: Any, home: Path, tables: Sequence[Table]) -> list[Copied]:
+    """`tables` of `home`'s SQLite files into the store's (empty) ones, inside the caller's
+    transaction, each verified by its rows' digest."""
+    done: list[Copied] = []
+    for table in tables:
+        with _sqlite(home, table, must_exist=False) as db:
+            rows = _sqlite_rows(db, table) if db is not None else []
+        _refuse_filled_pg(cur, table)
+        cols = ", ".join(table.columns)
+        marks = ", ".join(["%s"] * len(table.columns))
+        override = " OVERRIDING SYSTEM VALUE" if table.identity else ""
+        cur.executemany(
+            f"INSERT INTO {table.name} ({cols}){override} VALUES ({marks})",
+            [_to_pg(table, r) for r in rows],
+        )
+        if table.identity and rows:
+            cur.execute(
+                f"SELECT setval(pg_get_serial_sequence('{table.name}', '{table.identity}'),"
+                f" (SELECT max({table.identity}) FROM {table.name}))"
             )
-            if table.identity and rows:
-                cur.execute(
-                    f"SELECT setval(pg_get_serial_sequence('{table.name}', '{table.identity}'),"
-                    f" (SELECT max({table.identity}) FROM {table.name}))"
-                )
-            done.append(_verified(table, rows, _pg_rows(cur, table)))
+        done.append(_verified(table, rows, _pg_rows(cur, table)))
     return done
 
 

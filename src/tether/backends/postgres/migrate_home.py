@@ -3,10 +3,11 @@ item 3), verified: agent and conversation records (`agents`, `conversations`: th
 its exact bytes and the columns looked up by), transcripts (the fenced `transcript` rows of
 `leases.py`, each entry's exact line kept, plus `transcript_files`: the header line, a torn tail
 and the `.replaced` log), memory repositories (`memory_repos`: a git bundle of every ref, cloned
-back and every ref's sha compared), the SQLite stores (`inputs.db` and `checkpoints.db` row for
-row by `migrate.py`, their schemas in `sqlite_schemas`; any other SQLite database, such as
-`cron.db` or a channel journal, as a consistent snapshot) and every other file and folder
-(`home_files`), each with its mode. What a home holds, and its digests, is `migrate_local.py`'s.
+back and every ref's sha compared), the SQLite stores (`inputs.db`, `checkpoints.db`, the
+schedules' `cron.db` and the channel journal `channels/gateway.db` row for row by `migrate.py`,
+their schemas and AUTOINCREMENT counters in `sqlite_schemas`; any other SQLite database as a
+consistent snapshot) and every other file and folder (`home_files`), each with its mode. What a
+home holds, and its digests, is `migrate_local.py`'s.
 
 Verified both ways against `home_digests`: each file's sha256 (a SQLite database by its rows, a
 memory repository by its refs), recorded in the store. Going in, the copy is read back from the
@@ -41,6 +42,7 @@ from tether.backends.postgres.migrate_local import (
     manifest_digest,
     read_record,
     refs_of,
+    sequences,
     snapshot,
     split_transcript,
     walk,
@@ -49,6 +51,7 @@ from tether.backends.postgres.migrate_local import (
 STORE_TABLES = (
     "agents", "conversations", "transcript", "transcript_files", "memory_repos",
     "sqlite_schemas", "home_files", "home_digests", "inputs", "effect_checkpoints",
+    *(t.name for t in rows.STATE_TABLES),
 )
 
 
@@ -136,10 +139,11 @@ def _schema_in(cur: Any, path: Path, rel: str) -> None:
             " ORDER BY rowid"
         )]
         (version,) = conn.execute("PRAGMA user_version").fetchone()
+        counters = sequences(conn)
     finally:
         conn.close()
-    cur.execute("INSERT INTO sqlite_schemas (path, user_version, ddl) VALUES (%s, %s, %s)",
-                (rel, version, ddl))
+    cur.execute("INSERT INTO sqlite_schemas (path, user_version, ddl, sequences)"
+                " VALUES (%s, %s, %s, %s)", (rel, version, ddl, orjson.dumps(counters).decode()))
 
 
 def _repo_in(cur: Any, repo: Path, rel: str) -> None:
@@ -191,29 +195,36 @@ def _materialize(cur: Any, target: Path) -> dict[str, int]:
     ).fetchall():
         _repo_out(target / rel, bytes(bundle), refs, bytes(config))
         counts["memory_repos"] = counts.get("memory_repos", 0) + 1
-    for rel, version, ddl in cur.execute(
-        "SELECT path, user_version, ddl FROM sqlite_schemas ORDER BY path"
+    for rel, version, ddl, counters in cur.execute(
+        "SELECT path, user_version, ddl, sequences FROM sqlite_schemas ORDER BY path"
     ).fetchall():
-        _sqlite_out(cur, target / rel, ROW_DBS[rel], int(version), list(ddl))
+        (target / rel).parent.mkdir(parents=True, exist_ok=True)
+        _sqlite_out(cur, target / rel, ROW_DBS[rel], int(version), list(ddl), counters)
         counts["sqlite_row_stores"] = counts.get("sqlite_row_stores", 0) + 1
     for rel, mode, _content in sorted(entries, key=lambda e: -e[0].count("/")):
         os.chmod(target / rel, stat.S_IMODE(mode))  # deepest first: a read-only folder last
     return counts
 
 
-def _sqlite_out(cur: Any, path: Path, table: rows.Table, version: int, ddl: list[str]) -> None:
-    copied = rows._pg_rows(cur, table)
+def _sqlite_out(
+    cur: Any, path: Path, tables: tuple[rows.Table, ...], version: int, ddl: list[str],
+    counters: dict[str, int],
+) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
         for statement in ddl:
             conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {version}")
-        marks = ", ".join(["?"] * len(table.columns))
-        conn.executemany(
-            f"INSERT INTO {table.name} ({', '.join(table.columns)}) VALUES ({marks})",
-            [rows._to_sqlite(table, r) for r in copied],
-        )
+        for table in tables:
+            marks = ", ".join(["?"] * len(table.columns))
+            conn.executemany(
+                f"INSERT INTO {table.sqlite} ({', '.join(table.columns)}) VALUES ({marks})",
+                [rows._to_sqlite(table, r) for r in rows._pg_rows(cur, table)],
+            )
+        for name, seq in counters.items():
+            conn.execute("DELETE FROM sqlite_sequence WHERE name = ?", (name,))
+            conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (name, seq))
         conn.execute("COMMIT")
     finally:
         conn.close()
@@ -276,7 +287,7 @@ def home_to_store(home: Path, session: PgSession) -> Report:
     with session.transaction("copy a TETHER_HOME into the store") as cur:
         _refuse_filled(cur)
         _copy_in(cur, home, counts)
-        for copied in rows.home_to_postgres(home, session):
+        for copied in rows.copy_tables_in(cur, home, (*rows.TABLES, *rows.STATE_TABLES)):
             counts[copied.table] = copied.rows
         cur.executemany("INSERT INTO home_digests (path, digest) VALUES (%s, %s)",
                         sorted(want.items()))

@@ -22,7 +22,19 @@ from tether.backends.postgres import migrate as rows
 from tether.backends.postgres.migrate import MigrationRefused
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-ROW_DBS = {t.file: t for t in rows.TABLES}  # root SQLite stores copied row for row
+# The SQLite stores copied row for row, by their path in the home, and their tables.
+ROW_DBS: dict[str, tuple[rows.Table, ...]] = {}
+for _table in (*rows.TABLES, *rows.STATE_TABLES):
+    ROW_DBS[_table.file] = (*ROW_DBS.get(_table.file, ()), _table)
+
+
+def sequences(conn: sqlite3.Connection) -> dict[str, int]:
+    """A database's AUTOINCREMENT counters (a number it never hands out again)."""
+    if not conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'"
+    ).fetchone():
+        return {}
+    return {str(n): int(v) for n, v in conn.execute("SELECT name, seq FROM sqlite_sequence")}
 
 
 def git(*args: str, cwd: Path | None = None) -> bytes:
@@ -58,15 +70,18 @@ def _is_sqlite(path: Path) -> bool:
 def _sqlite_digest(path: Path, rel: str) -> str:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        table = ROW_DBS.get(rel)
-        if table is not None:
-            return "rows:" + rows._digest(table, rows._sqlite_rows(conn, table))
         h = hashlib.sha256()
+        known = ROW_DBS.get(rel, ())
+        for table in known:  # times to the microsecond the store keeps
+            h.update(table.sqlite.encode() + b"\x00")
+            h.update(rows._digest(table, rows._sqlite_rows(conn, table)).encode() + b"\x01")
+        if known:
+            h.update(orjson.dumps(sequences(conn), option=orjson.OPT_SORT_KEYS))
         names = [r[0] for r in conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
             " ORDER BY name"
         )]
-        for name in names:
+        for name in (n for n in names if n not in {t.sqlite for t in known}):
             found = sorted(repr(r).encode() for r in conn.execute(f'SELECT * FROM "{name}"'))
             h.update(name.encode() + b"\x00" + b"\x00".join(found) + b"\x01")
         return "rows:" + h.hexdigest()

@@ -138,6 +138,50 @@ MIGRATIONS: tuple[str, ...] = (
         digest TEXT NOT NULL
     );
     """,
+    # 4: the schedules (cron.db) and the channel gateway's journal (channels/gateway.db) as
+    # rows, and the AUTOINCREMENT counters of a home's SQLite stores (a number never reused)
+    """
+    ALTER TABLE sqlite_schemas ADD COLUMN sequences JSONB NOT NULL DEFAULT '{}';
+    CREATE TABLE cron_tasks (
+        id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, status TEXT NOT NULL,
+        created_ms BIGINT NOT NULL, last_slot_ms BIGINT NOT NULL, terminal_ms BIGINT,
+        data BYTEA NOT NULL
+    );
+    CREATE INDEX cron_tasks_agent ON cron_tasks (agent_id, status);
+    CREATE TABLE cron_runs (
+        seq BIGINT PRIMARY KEY, task_id TEXT NOT NULL, ts_ms BIGINT NOT NULL,
+        record BYTEA NOT NULL
+    );
+    CREATE INDEX cron_runs_task ON cron_runs (task_id, seq);
+    CREATE TABLE cron_triggers (
+        seq BIGINT PRIMARY KEY, task_id TEXT NOT NULL, requested_ms BIGINT NOT NULL,
+        done_ms BIGINT, result BYTEA
+    );
+    CREATE TABLE cron_fires (
+        key TEXT PRIMARY KEY, task_id TEXT NOT NULL, slot_ms BIGINT NOT NULL,
+        state TEXT NOT NULL, owner TEXT NOT NULL, conversation_id TEXT NOT NULL,
+        text BYTEA NOT NULL, reason TEXT NOT NULL, missed INTEGER NOT NULL,
+        updated_ms BIGINT NOT NULL
+    );
+    CREATE INDEX cron_fires_open ON cron_fires (state);
+    CREATE TABLE cron_leases (
+        name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_ms BIGINT NOT NULL
+    );
+    CREATE TABLE channel_inbox (
+        seq BIGINT PRIMARY KEY, channel TEXT NOT NULL, account TEXT NOT NULL,
+        message_id TEXT NOT NULL, body BYTEA NOT NULL, state TEXT NOT NULL,
+        received_at TIMESTAMPTZ NOT NULL, UNIQUE (channel, account, message_id)
+    );
+    CREATE TABLE channel_outbox (
+        tool_call_id TEXT PRIMARY KEY, channel TEXT NOT NULL, account TEXT NOT NULL,
+        chat_id TEXT NOT NULL, state TEXT NOT NULL, result BYTEA,
+        updated_at TIMESTAMPTZ NOT NULL
+    );
+    CREATE TABLE channel_paused (chat TEXT PRIMARY KEY);
+    CREATE TABLE channel_runtimes (
+        route TEXT PRIMARY KEY, agent_id TEXT NOT NULL, conversation_id TEXT NOT NULL
+    );
+    """,
 )
 
 
