@@ -36,6 +36,7 @@ from tether.server.requests_memory import FAMILY as MEMORY
 from tether.server.requests_models import FAMILY as MODELS
 from tether.server.requests_queue import FAMILY as QUEUE
 from tether.server.requests_reflection import FAMILY as REFLECTION
+from tether.server.requests_secrets import FAMILY as SECRETS
 from tether.server.requests_skills import FAMILY as SKILLS
 from tether.server.terminals import FAMILY as TERMINALS
 
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 REQUESTS: dict[str, Request] = {
     **AGENTS, **MEMORY, **MODELS, **FILES, **SKILLS, **CRON, **TERMINALS, **REFLECTION,
-    **BRANCHES, **QUEUE, **CONVERSATIONS,
+    **BRANCHES, **QUEUE, **CONVERSATIONS, **SECRETS,
 }
 
 

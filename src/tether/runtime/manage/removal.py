@@ -31,8 +31,8 @@ def delete_conversation(
 
 
 def delete_agent(home: Path, agent_id: str) -> dict[str, Any]:
-    """Remove the agent, every conversation of it, its memory repository and its scheduled
-    tasks. Nothing is removed when any of its conversations is running a turn."""
+    """Remove the agent, every conversation of it, its memory repository, its scheduled
+    tasks and its secrets. Nothing is removed when any of its conversations is running a turn."""
     from tether.memory.memfs import memory_dir
 
     store = LocalStore(home)
@@ -50,6 +50,9 @@ def delete_agent(home: Path, agent_id: str) -> dict[str, Any]:
             shutil.rmtree(store.conversation_dir(record.id, conversation_id), ignore_errors=True)
     shutil.rmtree(memory_dir(home, record.id), ignore_errors=True)
     removed = _delete_schedules(home, record.id)
+    from tether.runtime.manage.secrets_ops import forget_agent
+
+    forget_agent(home, record.id)  # its secrets go with it
     return {"agent_id": record.id, "deleted": True, "conversations": conversations,
             "schedules_deleted": removed, "memory_backup": backup}
 
