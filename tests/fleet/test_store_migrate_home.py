@@ -69,6 +69,7 @@ def _make_home(home: Path, workdir: Path) -> list[str]:
     journal.db.execute("INSERT INTO runtimes VALUES ('telegram:1', 'agent-x', 'conv-x')")
     journal.db.execute("INSERT INTO outbox VALUES ('call-9', 'telegram', 'a', 'c', 'sent', NULL,"
                        " 1796461377.5480487)")
+    journal.db.execute("DROP TABLE paused")  # as a store made before that table has it
     journal.db.close()
     return sorted(set(ids))
 
@@ -78,7 +79,7 @@ def _sqlite_rows(path: Path) -> dict[str, list[str]]:
     conn = sqlite3.connect(path)
     try:
         names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        return {n: sorted(repr(tuple(round(v, 6) if isinstance(v, float) else v for v in r))
+        return {n: sorted(repr(tuple(round(v * 1_000_000) if isinstance(v, float) else v for v in r))
                           for r in conn.execute(f'SELECT * FROM "{n}"')) for n in names}
     finally:
         conn.close()

@@ -138,6 +138,11 @@ def _sqlite(home: Path, table: Table, *, must_exist: bool) -> Iterator[sqlite3.C
 
 
 def _sqlite_rows(conn: sqlite3.Connection, table: Table) -> list[tuple[Any, ...]]:
+    """The table's rows; none when this file predates the table (an older tether's store)."""
+    if not conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table.sqlite,)
+    ).fetchone():
+        return []
     cols = ", ".join(table.columns)
     return conn.execute(f"SELECT {cols} FROM {table.sqlite} ORDER BY {table.order}").fetchall()
 

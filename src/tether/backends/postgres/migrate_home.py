@@ -217,10 +217,12 @@ def _sqlite_out(
             conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {version}")
         for table in tables:
+            copied = [rows._to_sqlite(table, r) for r in rows._pg_rows(cur, table)]
+            if not copied:  # perhaps a table this home's store predates
+                continue
             marks = ", ".join(["?"] * len(table.columns))
             conn.executemany(
-                f"INSERT INTO {table.sqlite} ({', '.join(table.columns)}) VALUES ({marks})",
-                [rows._to_sqlite(table, r) for r in rows._pg_rows(cur, table)],
+                f"INSERT INTO {table.sqlite} ({', '.join(table.columns)}) VALUES ({marks})", copied
             )
         for name, seq in counters.items():
             conn.execute("DELETE FROM sqlite_sequence WHERE name = ?", (name,))
