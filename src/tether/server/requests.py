@@ -60,6 +60,7 @@ CAPABILITIES = {
                           "delete_memory_file", "memory_history"),
     "model_listing": ("list_models", "list_connect_providers"),
     "model_update": ("update_model",),
+    "provider_connection": ("connect_provider", "disconnect_provider"),
     "toolset_update": ("update_toolset",),
     "workspace_files": ("list_in_directory", "read_file", "get_tree", "search_files",
                         "grep_in_files"),

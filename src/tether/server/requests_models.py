@@ -1,6 +1,7 @@
-"""The model and provider requests (reference §12.3: `list_models`,
-`list_connect_providers`, `update_model`) over `runtime/manage/models_ops`; provider records are tether-wide,
-so listing them needs an unscoped token, and no answer ever carries a key."""
+"""The model and provider requests (reference §12.3: `list_models`, `list_connect_providers`,
+`connect_provider`, `disconnect_provider`, `update_model`) over `runtime/manage/models_ops`;
+provider records are tether-wide, so listing or changing them needs an unscoped token, and no
+answer ever carries a key."""
 
 from __future__ import annotations
 
@@ -21,6 +22,34 @@ def list_connect_providers(call: Call) -> dict[str, Any]:
         raise UsageError(f"target must be 'local' (this server keeps providers locally), "
                          f"not {target!r}")
     return {"target": target, "providers": models_ops.list_providers(call.home, call.env)}
+
+
+def _target(call: Call) -> str:
+    target = call.opt_text("target") or "local"
+    if target != "local":
+        raise UsageError(f"target must be 'local' (this server keeps providers locally), "
+                         f"not {target!r}")
+    return target
+
+
+def connect_provider(call: Call) -> dict[str, Any]:
+    target = _target(call)
+    fields = call.frame.msg.get("fields") or {}
+    if not isinstance(fields, dict):
+        raise call.read.fail("fields", "must be an object of field id -> string")
+    method = call.opt_text("auth_method_id")
+    if method not in (None, "api", "api_key"):
+        raise UsageError(f"auth_method_id {method!r}: this server connects providers by API "
+                         "key or base URL only (no OAuth)")
+    providers = models_ops.connect_provider(call.home, call.env, call.text("provider_id"), fields)
+    return {"target": target, "providers": providers, "models_may_have_changed": True}
+
+
+def disconnect_provider(call: Call) -> dict[str, Any]:
+    target = _target(call)
+    name = call.opt_text("provider_name") or call.text("provider_id")
+    providers = models_ops.disconnect_provider(call.home, call.env, name)
+    return {"target": target, "providers": providers, "models_may_have_changed": True}
 
 
 def update_model(call: Call) -> dict[str, Any]:
@@ -59,6 +88,15 @@ def update_model(call: Call) -> dict[str, Any]:
 FAMILY: dict[str, Request] = {
     "update_model": request("runtime payload", update_model, Scope.OWN),
     "list_models": request("", list_models, Scope.OPEN, {"entries": []}, blocking=True),
+    # Credentials are tether-wide: the server's operator only; no answer carries a key.
+    "connect_provider": request(
+        "target provider_id auth_method_id fields", connect_provider, Scope.UNSCOPED,
+        {"target": "local", "providers": [], "models_may_have_changed": False}, blocking=True,
+    ),
+    "disconnect_provider": request(
+        "target provider_id provider_name", disconnect_provider, Scope.UNSCOPED,
+        {"target": "local", "providers": [], "models_may_have_changed": False}, blocking=True,
+    ),
     "list_connect_providers": request(
         "target", list_connect_providers, Scope.UNSCOPED, {"target": "local", "providers": []}
     ),

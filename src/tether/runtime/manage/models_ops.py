@@ -76,3 +76,56 @@ def list_providers(home: Path, env: Mapping[str, str]) -> list[dict[str, Any]]:
                 "connected": state, "connected_providers": [state],
             })
     return out
+
+
+CONNECT_FIELDS = ("api_key", "base_url", "timeout", "access_key", "region", "profile")
+
+
+def connect_provider(
+    home: Path, env: Mapping[str, str], provider_id: str, fields: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """Store a provider's credentials as `tether connect` does (a built-in provider by its
+    prefix, anything else as a named OpenAI-compatible server, which needs base_url); the
+    providers after, without any key."""
+    from tether.errors import UsageError
+    from tether.providers.credentials import (
+        RECORD_NAMES,
+        canonical_prefix,
+        save_credential,
+        save_custom_provider,
+    )
+
+    unknown = sorted(set(fields) - set(CONNECT_FIELDS))
+    if unknown:
+        raise UsageError(f"fields.{unknown[0]} is not a connection field "
+                         f"(known: {', '.join(CONNECT_FIELDS)})")
+    given: dict[str, str | None] = {}
+    for name in CONNECT_FIELDS:
+        value = fields.get(name)
+        if value is not None and not isinstance(value, str):
+            raise UsageError(f"fields.{name} must be a string")
+        given[name] = value or None
+    if canonical_prefix(provider_id) in RECORD_NAMES:
+        save_credential(home, provider_id, api_key=given["api_key"], base_url=given["base_url"],
+                        timeout=given["timeout"], access_key=given["access_key"],
+                        region=given["region"], profile=given["profile"])
+    else:
+        extra = [n for n in ("access_key", "region", "profile") if given[n]]
+        if extra:
+            raise UsageError(f"fields.{extra[0]} is for bedrock, not {provider_id!r}")
+        save_custom_provider(home, provider_id, base_url=given["base_url"],
+                             api_key=given["api_key"], timeout=given["timeout"])
+    return list_providers(home, env)
+
+
+def disconnect_provider(
+    home: Path, env: Mapping[str, str], provider: str
+) -> list[dict[str, Any]]:
+    """Forget a provider's stored credentials (`tether disconnect`); the providers after."""
+    from tether.errors import UsageError
+    from tether.providers.credentials import remove_credential
+
+    if not remove_credential(home, provider):
+        raise UsageError(f"provider {provider!r} has no stored credentials (a key from the "
+                         "environment is not removed here)")
+    return list_providers(home, env)
