@@ -124,6 +124,8 @@ def test_a_real_home_goes_to_postgres_and_back_the_same(
     # A NUL in a message (tool output may carry one), which PostgreSQL's jsonb cannot hold.
     for path in home.glob("conversations/*/messages.jsonl"):
         path.write_bytes(path.read_bytes().replace(b"wrote out.txt", b"wrote\\u0000out.txt"))
+    for path in home.glob("agents/*.json"):  # and in a record
+        path.write_bytes(path.read_bytes().replace(b'"description": "', b'"description": "a\\u0000', 1))
     before = _snapshot(home)
     assert any(k.endswith("/memory/.git") for k in before)  # a memory repository is carried
 

@@ -186,7 +186,7 @@ def read_record(path: Path, what: str) -> tuple[bytes, dict[str, Any]]:
         raise MigrationRefused(f"{path} is not a JSON {what} record: {exc}") from None
     if type(doc) is not dict or type(doc.get("id")) is not str:
         raise MigrationRefused(f"{path} is not a {what} record (no string id)")
-    return raw, doc
+    return raw, _jsonb_safe(doc) if b"\\u0000" in raw else doc  # the exact bytes go in `raw`
 
 
 def conversation_of(rel: str) -> str:
