@@ -14,7 +14,7 @@ from tests.server.requests_client import ask
 from tests.server.support import MODEL, Client, ServerProcess, server_env
 from tether.backends.local.store import LocalStore
 from tether.memory.memfs import MemFS, memory_dir
-from tether.server.requests import CAPABILITIES
+from tether.server.requests import CAPABILITIES, REQUESTS
 from tether.testing.fake_provider import FakeProvider
 
 
@@ -42,7 +42,7 @@ async def _scenario(url: str, home: Path, project: Path) -> None:
             for kind in kinds:
                 await c.send({"type": kind, "request_id": f"probe-{kind}"})
                 answer = await c.wait_for(lambda f, k=kind: f.get("request_id") == f"probe-{k}")
-                if caps[name] and name == "terminals":  # no _response: a missing field named
+                if caps[name] and not REQUESTS[kind].answered:  # no _response: a field named
                     assert answer["type"] == "error" and "is required" in answer["message"]
                 elif caps[name]:
                     assert answer["type"] == f"{kind}_response", answer

@@ -29,6 +29,7 @@ from tether.server.request_kit import (
 )
 from tether.server.requests_agents import FAMILY as AGENTS
 from tether.server.requests_branches import FAMILY as BRANCHES
+from tether.server.requests_commands import FAMILY as COMMANDS
 from tether.server.requests_conversations import FAMILY as CONVERSATIONS
 from tether.server.requests_cron import FAMILY as CRON
 from tether.server.requests_files import FAMILY as FILES
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 
 REQUESTS: dict[str, Request] = {
     **AGENTS, **MEMORY, **MODELS, **FILES, **SKILLS, **CRON, **TERMINALS, **REFLECTION,
-    **BRANCHES, **QUEUE, **CONVERSATIONS, **SECRETS,
+    **BRANCHES, **QUEUE, **CONVERSATIONS, **SECRETS, **COMMANDS,
 }
 
 

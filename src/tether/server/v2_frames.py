@@ -339,6 +339,11 @@ def cron_trigger_response(
 # --- one runtime's frames ---------------------------------------------------------------------
 
 
+# The `execute_command` ids this server runs (server/requests_commands.py), advertised in
+# every `update_device_status`.
+SUPPORTED_COMMANDS = ("compact", "reload")
+
+
 class EventStream:
     """Envelopes for one runtime's frames: a shared, monotonic `event_seq` for every subscriber."""
 
@@ -406,7 +411,7 @@ class EventStream:
                 ],
                 "memory_directory": memory_directory,
                 "reflection_settings": dict(reflection_settings) if reflection_settings else None,
-                "supported_commands": [],
+                "supported_commands": list(SUPPORTED_COMMANDS),
             },
         )
 
@@ -460,6 +465,10 @@ class EventStream:
         """A turn event as a `stream_delta` frame, or None for what headless drops too."""
         delta = self.delta(event)
         return None if delta is None else self._frame("stream_delta", delta=delta)
+
+    def delta_frame(self, delta: Mapping[str, Any]) -> dict[str, Any]:
+        """A `stream_delta` around a delta built elsewhere (`command_start` / `command_end`)."""
+        return self._frame("stream_delta", delta=dict(delta))
 
     def turn_failed(self, turn_id: str, message: str) -> dict[str, Any]:
         """The `loop_error` of a turn that could not run at all (busy, damaged, a bug)."""
