@@ -39,6 +39,7 @@ from tether.server.requests_queue import FAMILY as QUEUE
 from tether.server.requests_reflection import FAMILY as REFLECTION
 from tether.server.requests_secrets import FAMILY as SECRETS
 from tether.server.requests_skills import FAMILY as SKILLS
+from tether.server.requests_watch import FAMILY as WATCH
 from tether.server.terminals import FAMILY as TERMINALS
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 
 REQUESTS: dict[str, Request] = {
     **AGENTS, **MEMORY, **MODELS, **FILES, **SKILLS, **CRON, **TERMINALS, **REFLECTION,
-    **BRANCHES, **QUEUE, **CONVERSATIONS, **SECRETS, **COMMANDS,
+    **BRANCHES, **QUEUE, **CONVERSATIONS, **SECRETS, **COMMANDS, **WATCH,
 }
 
 
@@ -67,6 +68,7 @@ CAPABILITIES = {
                         "grep_in_files"),
     "workspace_file_writes": ("write_file", "edit_file"),
     "working_directories": ("get_cwd_map",),
+    "file_watch": ("watch_file", "unwatch_file"),
     "skill_management": ("skill_enable", "skill_disable"),
     "cron_management": ("cron_list", "cron_add", "cron_get", "cron_update", "cron_delete",
                         "cron_delete_all"),
