@@ -77,8 +77,9 @@ async def _prepared(call: Call, record: ConversationRecord) -> AsyncIterator[Pre
         raise RequestFailed(f"conversation {record.id} is running a turn; try when it ends")
     built = None
     if running is None:
-        built = await asyncio.to_thread(
-            build_prepared, call.server.ctx, scope, call.server.ctx.default_cwd, None)
+        kept = call.server.ctx.released.get(scope)  # a released runtime's folder, if any
+        cwd = kept.cwd if kept is not None else call.server.ctx.default_cwd
+        built = await asyncio.to_thread(build_prepared, call.server.ctx, scope, cwd, None)
     prepared = running.p if running is not None else built
     assert prepared is not None
     try:
