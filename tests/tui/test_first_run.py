@@ -42,7 +42,9 @@ def test_first_run_stores_a_key_and_opens_the_session(tmp_path: Path, tether_hom
         try:
             tmux.wait_for("Welcome to tether")
             tmux("send-keys", "-t", "tui", "Enter")  # anthropic, the first in tether's order
-            tmux.wait_for("anthropic: paste the API key")
+            # the key box, enabled and named for the chosen provider (the intro line above it
+            # may already have scrolled out of a 40-row pane once the box takes the focus)
+            tmux.wait_for("API key for anthropic")
             tmux("send-keys", "-t", "tui", "sk-first-run", "Enter")
             tmux.wait_for("○ ready")
             tmux("send-keys", "-t", "tui", "say hi", "Enter")
