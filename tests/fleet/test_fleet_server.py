@@ -104,7 +104,7 @@ def test_kill_9_of_the_worker_running_a_turn_moves_its_inputs_to_another_worker(
             assert _user_texts(home) == ["one", "two", "three"]  # each once, in order
             assert len(fake.requests) == 3 and fake.violations == []  # nothing re-ran
             metrics = [httpx.get(w.http_base + "/metrics", timeout=10).text for w in others]
-            assert sum(_value(m, 'tether_lease_moves_total{event="inputs_claimed"}')
+            assert sum(_value(m, 'tether_lease_moves_total{event="lease_taken"}')
                        for m in metrics) == 1
             assert sum(_value(m, 'tether_turns_total{stop_reason="end_turn"}')
                        for m in metrics) == 2
@@ -202,3 +202,86 @@ def test_readyz_follows_the_database_and_metrics_carry_its_gauges(tmp_path: Path
         folder = parse_qs(urlsplit(url).query)["host"][0]
         subprocess.run([str(root / "scripts" / "start-postgres"), "--stop", folder], timeout=60,
                        check=False)
+
+
+async def _start_and_say(url: str, project: Path, text: str, n: int, **scope: Any) -> dict[str, Any]:
+    """runtime_start (a new conversation, or `scope`'s) and one input; its input_accepted."""
+    async with connect(url) as ws:
+        c = Client(ws)
+        runtime = (await c.start(project, **scope))["runtime"]
+        await c.say(runtime, text, request_id=f"in-{n}", idempotency_key=f"k-{n}")
+        accepted = await c.of_type("input_accepted", request_id=f"in-{n}")
+        assert accepted["accepted"], accepted
+        return {"runtime": runtime, **accepted}
+
+
+def test_an_input_sent_to_a_worker_that_does_not_hold_the_conversation_runs_once_on_its_owner(
+    tmp_path: Path, pg_url: str,
+) -> None:
+    project, home = tmp_path / "project", tmp_path / "tether-home"
+    project.mkdir()
+    with FakeProvider([{"text": "one done"}, {"text": "two done"}]) as fake:
+        env = server_env(fake.url, home, tmp_path)
+        owner, other = (ServerProcess(env, project, "--store", pg_url) for _ in range(2))
+        try:
+            first = asyncio.run(_start_and_say(owner.url, project, "one", 1))
+            _wait_until(lambda: _states(pg_url) == [("in-1", "done")], "the owner's first turn")
+            second = asyncio.run(_start_and_say(other.url, project, "two", 2, **first["runtime"]))
+            assert second["disposition"] == "queued"  # recorded here, run by the owner
+            _wait_until(lambda: _states(pg_url) == [("in-1", "done"), ("in-2", "done")],
+                        "the owner running the input another worker recorded")
+            turns = [_value(httpx.get(w.http_base + "/metrics", timeout=10).text,
+                            'tether_turns_total{stop_reason="end_turn"}') for w in (owner, other)]
+        finally:
+            owner.stop()
+            other.stop()
+    assert _user_texts(home) == ["one", "two"] and len(fake.requests) == 2
+    assert turns == [2, 0]
+
+
+def test_a_stopped_owner_loses_the_conversation_and_its_late_marks_are_refused(
+    tmp_path: Path, pg_url: str,
+) -> None:
+    import fcntl
+    import signal
+
+    from tether.backends.local.store import LocalStore
+
+    project, home = tmp_path / "project", tmp_path / "tether-home"
+    project.mkdir()
+    script = [{"text": "one done", "delay_ms": 3000}, {"text": "two done"}]
+    with FakeProvider(script) as fake:
+        env = server_env(fake.url, home, tmp_path)
+        owner, other = (ServerProcess(env, project, "--store", pg_url, "--lease-ttl", "1")
+                        for _ in range(2))
+        try:
+            first = asyncio.run(_start_and_say(owner.url, project, "one", 1))
+            _wait_until(lambda: len(fake.requests) == 1, "the owner's provider request")
+            owner.proc.send_signal(signal.SIGSTOP)
+            # Its lease expires; the other worker's sweep takes it: the started input is
+            # interrupted (its outcome unknown), never run again.
+            _wait_until(lambda: _states(pg_url) == [("in-1", "interrupted")], "the lease moving")
+            owner.proc.send_signal(signal.SIGCONT)
+            scope = first["runtime"]
+            lock = LocalStore(home).conversation_dir(
+                scope["agent_id"], scope["conversation_id"]) / "turn.lock"
+
+            def turn_over() -> bool:  # the woken owner's turn has let the conversation go
+                with open(lock, "a") as f:
+                    try:
+                        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        return False
+                    fcntl.flock(f, fcntl.LOCK_UN)
+                    return True
+
+            _wait_until(turn_over, "the woken owner's turn ending")
+            second = asyncio.run(_start_and_say(other.url, project, "two", 2, **scope))
+            assert second["disposition"] == "started"  # the other worker holds it now
+            _wait_until(lambda: _states(pg_url)[-1] == ("in-2", "done"), "the second turn")
+        finally:
+            owner.stop()
+            other.stop()
+    # The woken owner's "done" was refused: the input stays interrupted; nothing ran twice.
+    assert _states(pg_url) == [("in-1", "interrupted"), ("in-2", "done")]
+    assert _user_texts(home) == ["one", "two"] and len(fake.requests) == 2

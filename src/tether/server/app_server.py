@@ -84,6 +84,7 @@ class ServerOptions:
     idle_release_after: float = 60.0  # seconds before an idle runtime is released (issue 22)
     store: str | None = None  # a postgresql:// URL (server/fleet_store.py); None: the local store
     log_format: str = "text"
+    lease_ttl: float = 15.0  # seconds a stopped worker keeps its conversations (--store)
 
 
 def parse_listen_url(url: str) -> tuple[str, int, str]:
@@ -190,11 +191,10 @@ class AppServer:
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self.allowed_hosts = auth.allowed_host_headers(self.host, self.port)
-        resume_inputs(self)
-        if self.options.store is not None:
-            from tether.server.fleet_store import sweep
-
-            self._hold(asyncio.ensure_future(sweep(self)))
+        if self.ctx.fleet is not None:
+            self.ctx.fleet.start(self)  # the fleet's sweep: leases, then what they bring
+        else:
+            resume_inputs(self)
         await self._server.start_serving()
         return self.url
 
@@ -213,6 +213,8 @@ class AppServer:
             await self.cron.stop()  # first: no new fires into runtimes being closed
         for task in list(self._background):
             task.cancel()  # the fleet sweep: it would resume into runtimes being closed
+        if self.ctx.fleet is not None:
+            self.ctx.fleet.stop()  # leases given up: another worker takes them at once
         if self._server is not None:
             self._server.close(close_connections=False)
         if self.bridge is not None:
@@ -532,6 +534,11 @@ def _parser() -> _Parser:
         "store must share one TETHER_HOME (default: the local store)",
     )
     p.add_argument(
+        "--lease-ttl", type=float, default=15.0, metavar="SECONDS",
+        help="with --store: how long a worker that stops renewing (paused, cut off) keeps its "
+        "conversations before another worker takes them (default 15)",
+    )
+    p.add_argument(
         "--log-format", choices=("text", "json"), default="text",
         help="json: structured logs, one JSON object per line on stderr",
     )
@@ -563,6 +570,8 @@ def options_from_argv(argv: Sequence[str]) -> ServerOptions:
         )
     )
     cwd = check_cwd(ns.cwd, Path.cwd()) if ns.cwd else None
+    if not ns.lease_ttl > 0:
+        raise UsageError(f"--lease-ttl must be more than 0 seconds, not {ns.lease_ttl}")
     if ns.store is not None:
         from tether.server.fleet_store import check_store_url
 
@@ -580,6 +589,7 @@ def options_from_argv(argv: Sequence[str]) -> ServerOptions:
         ns.idle_release_after,
         ns.store,
         ns.log_format,
+        ns.lease_ttl,
     )
 
 
@@ -594,11 +604,14 @@ def make_context(options: ServerOptions, env: dict[str, str]) -> ServerContext:
     owner = new_owner()
     inputs: Any = None
     checkpoints: Any = None
+    fleet: Any = None
     if options.store is not None:  # one session: the owner is the worker's name in the store
+        from tether.server.fleet_leases import FleetLeases
         from tether.server.fleet_store import open_pg_store
 
         pg = open_pg_store(options.store, owner)
         inputs, checkpoints = pg.inputs, pg.checkpoints
+        fleet = FleetLeases(pg.session, pg.inputs, pg.url, options.lease_ttl)
     return ServerContext(
         store=LocalStore(home),
         checkpoints=checkpoints or CheckpointStore(home / "checkpoints.db"),
@@ -608,6 +621,7 @@ def make_context(options: ServerOptions, env: dict[str, str]) -> ServerContext:
         max_queue=options.max_queue,
         idle_release_after=options.idle_release_after,
         inputs=inputs or SqliteInputQueue(home / "inputs.db", owner),
+        fleet=fleet,
     )
 
 

@@ -1,7 +1,6 @@
 """`tether server --store postgresql://…`: the PostgreSQL store behind the same interfaces the
-server uses on the local store (`InputQueue`, the checkpoint store), and the fleet's takeover
-sweep: a running worker takes the unfinished inputs of workers whose database session ended
-(kill -9) and resumes them through `durable_inputs`, the same code a restart runs.
+server uses on the local store (`InputQueue`, the checkpoint store); which worker runs a
+conversation is `fleet_leases.py`.
 
 Agents, conversation records and transcripts stay in the shared `$TETHER_HOME` files for now, so
 the workers of one fleet share one TETHER_HOME (one machine); only the input queue, idempotency
@@ -9,17 +8,10 @@ keys and effect checkpoints live in the database."""
 
 from __future__ import annotations
 
-import asyncio
-import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tether.errors import TetherError, UsageError
-
-if TYPE_CHECKING:
-    from tether.server.app_server import AppServer
-
-SWEEP_EVERY_S = 1.0
+from tether.errors import UsageError
 
 
 @dataclass
@@ -27,6 +19,7 @@ class PgStore:
     """One worker's PostgreSQL pieces, all on one session named after the worker."""
 
     url: str
+    session: Any  # PgSession
     inputs: Any  # PgInputQueue[StoredInput]
     checkpoints: Any  # PgCheckpointStore[Checkpoint]
 
@@ -59,20 +52,4 @@ def open_pg_store(url: str, worker: str) -> PgStore:
     shape: CheckpointShape[cps.Checkpoint] = CheckpointShape(
         cps.Checkpoint, cps.UNKNOWN_OUTCOME, cps.AlreadyCheckpointed, cps.CheckpointConflict
     )
-    return PgStore(url, PgInputQueue(session, codec), PgCheckpointStore(session, shape))
-
-
-async def sweep(server: AppServer, every: float = SWEEP_EVERY_S) -> None:
-    """Until cancelled: take the inputs of dead workers and resume them here."""
-    from tether.server.durable_inputs import resume_stored
-
-    queue = server.ctx.inputs
-    while True:
-        await asyncio.sleep(every)
-        try:
-            claimed = await asyncio.to_thread(queue.claim_dead)  # type: ignore[union-attr]
-        except TetherError as exc:
-            sys.stderr.write(f"tether: fleet sweep: {exc}\n")
-            continue
-        if claimed:
-            resume_stored(server, claimed)
+    return PgStore(url, session, PgInputQueue(session, codec), PgCheckpointStore(session, shape))

@@ -256,6 +256,7 @@ class ConversationRuntime:
         item = self._new_input(command, source)
         if isinstance(item, InputAnswer):
             return item
+        self._claim(item)
         return self._queued(item, durable_inputs.record(self, item, self._disposition()))
 
     async def enqueue(self, command: CreateMessage, source: str = "user") -> InputAnswer:
@@ -264,6 +265,7 @@ class ConversationRuntime:
         item = self._new_input(command, source)
         if isinstance(item, InputAnswer):
             return item
+        self._claim(item)
         refusal = await durable_inputs.record_grouped(self, item, self._disposition())
         return self._queued(item, refusal)
 
@@ -290,6 +292,12 @@ class ConversationRuntime:
             parts=tuple(part for m in command.messages for part in m.parts),
         )
 
+    def _claim(self, item: QueuedInput) -> None:
+        """In a fleet: this runtime puts `item` into its inbox itself, so the wake-up its own
+        commit sends (heard before this coroutine resumes, perhaps) must not put it again."""
+        if self.ctx.fleet is not None:
+            self.ctx.fleet.note(durable_inputs.conversation_key(self.scope), item.id)
+
     def _disposition(self) -> str:
         return "started" if not self.busy and not self.queue else "queued"
 
@@ -300,6 +308,15 @@ class ConversationRuntime:
             return durable_inputs.repeated(self, key) or InputAnswer(False, error="key taken")
         if refusal is not None:
             return InputAnswer(False, error=refusal)
+        fleet = self.ctx.fleet
+        if fleet is not None:
+            conversation = durable_inputs.conversation_key(self.scope)
+            if not fleet.holds(conversation):  # another worker runs it; the commit woke it
+                fleet.forget(conversation, item.id)
+                answer = InputAnswer(True, "queued", item.id)
+                if key is not None:
+                    durable_inputs.remember(self, key, answer)
+                return answer
         started = self._disposition() == "started"
         try:
             self.inbox.put(item)

@@ -53,6 +53,9 @@ class ServerContext:
     # memory only.
     inputs: InputQueue | None = None
     input_writer: GroupCommit | None = None  # its group commit, made on the first input
+    # With `--store postgresql://…`: this worker's conversation leases (server/fleet_leases.py);
+    # an input of a conversation another worker holds is only recorded here.
+    fleet: Any = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,215 @@
+"""Which worker of a fleet runs a conversation (`tether server --store`): the one holding its
+lease (`backends/postgres/leases.py`). A worker takes a conversation's lease at its first input
+(or when its holder died or stopped renewing) and keeps it, renewed by a `LeaseKeeper`, while it
+lives; an input accepted by any other worker is only recorded, and its commit's NOTIFY wakes the
+holder (an `InputListener` thread here), which takes it from the queue and runs it once. A lost
+lease (this worker was stopped past its ttl and another took over) aborts the conversation's
+runtime here: its queue marks are refused (`NotOwner`), its checkpoint writes fenced.
+
+The sweep (at start, then every second) takes the leases of conversations with unfinished inputs
+and no live holder; taking one settles the dead holder's inputs (started → interrupted, queued →
+this worker's), which `durable_inputs.resume_stored` then resumes as a restart would."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+from tether.errors import TetherError
+
+if TYPE_CHECKING:
+    from tether.server.app_server import AppServer
+    from tether.server.runtime import ConversationRuntime
+
+SWEEP_EVERY_S = 1.0
+
+
+class FleetLeases:
+    """This worker's conversation leases and what follows from them; used on the event loop,
+    except the listener and keeper threads, which only schedule work onto it."""
+
+    def __init__(self, session: Any, queue: Any, url: str, ttl_s: float) -> None:
+        from tether.backends.postgres.leases import ConversationLeases
+
+        self.leases = ConversationLeases(session, ttl_s)
+        self.queue = queue
+        self.url = url
+        self.held: dict[str, Any] = {}  # conversation -> Lease
+        self.keepers: dict[str, Any] = {}
+        self.seen: dict[str, set[str]] = {}  # item ids put into a runtime here, per conversation
+        self.server: AppServer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop = threading.Event()
+        self._listener: threading.Thread | None = None
+
+    # --- the lease of one conversation ----------------------------------------------------------
+
+    def holds(self, conversation: str) -> bool:
+        """True when this worker holds (or could take now) the conversation's lease."""
+        if conversation in self.held:
+            return True
+        try:
+            lease = self.leases.acquire(conversation)
+        except TetherError as exc:
+            sys.stderr.write(f"tether: {conversation}: cannot take its lease: {exc}\n")
+            return False
+        if lease is None:
+            return False
+        self._keep(lease)
+        if self.server is not None:  # what others recorded before (or a dead holder left)
+            asyncio.get_running_loop().call_soon(self._adopt, conversation, lease)
+        return True
+
+    def _keep(self, lease: Any) -> None:
+        from tether.backends.postgres.keeper import LeaseKeeper
+
+        self.held[lease.conversation] = lease
+        loop = self._loop
+
+        def lost(why: str) -> None:
+            if loop is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(self._lost, lease.conversation, lease.token, why)
+
+        self.keepers[lease.conversation] = LeaseKeeper(self.leases, lease, lost).start()
+
+    def _lost(self, conversation: str, token: int, why: str) -> None:
+        """Another worker runs the conversation now: stop running it here."""
+        lease = self.held.get(conversation)
+        if lease is None or lease.token != token:
+            return
+        del self.held[conversation]
+        keeper = self.keepers.pop(conversation, None)
+        if keeper is not None:
+            keeper.stop()
+        self.seen.pop(conversation, None)
+        sys.stderr.write(f"tether: {conversation}: lease lost, its runtime here stops: {why}\n")
+        rt = self._runtime(conversation)
+        if rt is not None and self.server is not None:
+            self.server.runtimes.pop(rt.scope, None)
+            self.server._hold(asyncio.ensure_future(rt.close(timeout=1.0)))
+
+    def note(self, conversation: str, item_id: str) -> None:
+        self.seen.setdefault(conversation, set()).add(item_id)
+
+    def forget(self, conversation: str, item_id: str) -> None:
+        self.seen.get(conversation, set()).discard(item_id)
+
+    # --- inputs recorded elsewhere ----------------------------------------------------------------
+
+    def _runtime(self, conversation: str) -> ConversationRuntime | None:
+        from tether.server.durable_inputs import conversation_key
+
+        if self.server is None:
+            return None
+        for rt in self.server.runtimes.values():
+            if conversation_key(rt.scope) == conversation:
+                return rt
+        return None
+
+    def pull(self, conversation: str) -> None:
+        """Run what other workers recorded for a conversation this worker holds."""
+        lease = self.held.get(conversation)
+        if lease is None or self.server is None:
+            return
+        from tether.server.durable_inputs import item_of, resume_stored
+
+        try:
+            stored = self.leases.queued(lease, self.queue.codec)
+        except TetherError as exc:
+            sys.stderr.write(f"tether: {conversation}: cannot take its inputs: {exc}\n")
+            return
+        seen = self.seen.setdefault(conversation, set())
+        new = [s for s in stored if s.item_id not in seen]
+        if not new:
+            return
+        rt = self._runtime(conversation)
+        if rt is None:  # released here (idle): rebuilt as a restart would
+            resume_stored(self.server, new)
+        else:
+            for s in new:
+                rt.inbox.put(item_of(s))
+        seen.update(s.item_id for s in new)
+
+    def _adopt(self, conversation: str, lease: Any) -> None:
+        """Resume what the conversation's previous holder left (queued, or started: reported)."""
+        from tether.server.durable_inputs import resume_stored
+
+        if self.server is None:
+            return
+        try:
+            left = self.queue.of_conversation(conversation, ("queued", "interrupted"))
+        except TetherError as exc:
+            sys.stderr.write(f"tether: {conversation}: cannot read its inputs: {exc}\n")
+            return
+        seen = self.seen.setdefault(conversation, set())
+        left = [s for s in left if s.item_id not in seen
+                and (s.state == "queued" or s.item_id in lease.interrupted)]
+        if left:
+            resume_stored(self.server, left)
+            seen.update(s.item_id for s in left)
+
+    def sweep_once(self) -> None:
+        try:
+            orphaned = self.leases.orphaned()
+        except TetherError as exc:
+            sys.stderr.write(f"tether: fleet sweep: {exc}\n")
+            return
+        for conversation in orphaned:
+            if conversation in self.held:
+                continue
+            try:
+                lease = self.leases.acquire(conversation)
+            except TetherError as exc:
+                sys.stderr.write(f"tether: fleet sweep: {exc}\n")
+                continue
+            if lease is not None:
+                self._keep(lease)
+                self._adopt(conversation, lease)
+
+    # --- the worker's life ------------------------------------------------------------------------
+
+    def start(self, server: AppServer) -> None:
+        """Sweep once now (before the server listens), then listen and sweep in the background."""
+        self.server = server
+        self._loop = asyncio.get_running_loop()
+        self.sweep_once()
+        self._listener = threading.Thread(target=self._listen, name="fleet-listener", daemon=True)
+        self._listener.start()
+        server._hold(asyncio.ensure_future(self._sweeping()))
+
+    async def _sweeping(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_EVERY_S)
+            self.sweep_once()
+
+    def _listen(self) -> None:
+        from tether.backends.postgres.notify import InputListener
+
+        listener = InputListener(self.url)
+        loop = self._loop
+        assert loop is not None
+        while not self._stop.is_set():
+            try:
+                heard = listener.wait(0.5)
+            except TetherError:
+                self._stop.wait(0.5)  # the database is away; the sweep catches up after
+                continue
+            for conversation in heard:
+                with contextlib.suppress(RuntimeError):  # the loop closed: stopping
+                    loop.call_soon_threadsafe(self.pull, conversation)
+        listener.close()
+
+    def stop(self) -> None:
+        """Stop listening and renewing; give the leases up, so another worker takes them now."""
+        self._stop.set()
+        for conversation, keeper in list(self.keepers.items()):
+            keeper.stop()
+            with contextlib.suppress(TetherError):
+                self.leases.release(self.held[conversation])
+        self.keepers.clear()
+        self.held.clear()
+        if self._listener is not None:
+            self._listener.join(2)
