@@ -12,14 +12,13 @@ fleet events (`tether.fleet`) and a JSON-lines formatter; `migrate.py` a home's
 rest of a home (records, transcripts, memory repositories, files). psycopg (the `postgres`
 extra) is imported only inside this package, so nothing here is on the start path of a local run.
 
-Not wired yet. How `tether server --store postgresql://…` plugs in (server/ and runtime/ code):
-`make_context` builds one `PgSession(url, owner)` and passes `PgInputQueue(session, codec)` as
-`ServerContext.inputs` and `PgCheckpointStore(session, shape)` as its checkpoints, the codec and
-shape made from `runtime/input_queue.py`'s body/row functions and `runtime/checkpoints.py`'s
-`Checkpoint`, `UNKNOWN_OUTCOME` and errors; a conversation runtime is built only after
-`ConversationLeases.acquire` and runs under a `LeaseKeeper` whose loss aborts the turn; its
-inputs come from `leases.queued` when an `InputListener` hears its conversation (a worker that
-accepts an input for a conversation it does not hold only records it); the start-up sweep is
-`leases.orphaned()` + `acquire` instead of `claim_orphans`; the cron bridge fires through
-`ScheduleFires.fire_once`; /healthz, /readyz and /metrics answer from `health.py`.
+Wired into `tether server --store postgresql://…` by `server/fleet_store.py` (one `PgSession`
+per worker; `PgInputQueue` and `PgCheckpointStore` as the server's `InputQueue` and checkpoint
+store, with `runtime/input_queue.py`'s public row codec) and `server/fleet_leases.py` (a
+conversation runs where its `ConversationLeases` lease is, kept by a `LeaseKeeper` whose loss
+closes the runtime; an `InputListener` wakes the holder for inputs other workers recorded; the
+sweep is `leases.orphaned()` + `acquire`); /healthz, /readyz and /metrics answer from
+`health.py` (`server/ops.py`). Not yet used by the server: `fires.py` (the scheduler still fires
+from the shared TETHER_HOME's cron.db, its key deduplicated by the queue), `leases.py`' fenced
+transcript rows (transcripts are still the TETHER_HOME files).
 """
