@@ -55,7 +55,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("tether.tools.memory_patch", "tether.memory.memfs"): "memory_apply_patch edits the memory repo",
     ("tether.tools.process_group", "tether.sandbox.policy"):
         "the shell tool runs its commands through the kernel sandbox",
-    ("tether.tools.process_group", "tether.sandbox.probe"):
+    ("tether.tools.process_group", "tether.sandbox.detect"):
         "the shell tool runs its commands through the kernel sandbox",
 }
 

@@ -23,10 +23,10 @@ from tether.sandbox import (
     workspace_policy,
     wrap_command,
 )
+from tether.sandbox.detect import choose_backend
 from tether.sandbox.landlock import landlock_status
 from tether.sandbox.landlock_backend import landlock_grants
 from tether.sandbox.policy import CREDENTIAL_DIRS, SandboxPolicy
-from tether.sandbox.probe import choose_backend
 
 CANARY = "CANARY-landlock-9e2"
 

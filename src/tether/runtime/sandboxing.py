@@ -98,7 +98,7 @@ class ShellSandbox:
         )
         if self.guard_state is None or not roots or wrapped.backend is None:
             return wrapped
-        from tether.sandbox.probe import WrappedCommand
+        from tether.sandbox.detect import WrappedCommand
 
         home = self.tether_home or Path.home() / ".tether"
         guard = [*_guard_program(home), str(self.guard_state), *roots, "--"]
@@ -277,8 +277,8 @@ def confinement_sandbox(
     Raises UsageError for bad settings; a layout it cannot protect gives None.
     """
     from tether.sandbox import SandboxError, probe
+    from tether.sandbox.detect import choose_backend
     from tether.sandbox.policy import confined_policy
-    from tether.sandbox.probe import choose_backend
 
     section = _sandbox_settings(settings)
     keep_env = _setting_names(section, "keepEnv")
@@ -309,7 +309,7 @@ def describe_confinement(
 ) -> list[str]:
     """Lines for `tether sandbox status`: what auto-allowed shell commands get here."""
     from tether.sandbox import probe
-    from tether.sandbox.probe import choose_backend
+    from tether.sandbox.detect import choose_backend
 
     backend = sandbox_backend(env, settings)
     status = probe()
@@ -345,7 +345,7 @@ def describe_switch(switch: SandboxSwitch) -> str:
             why = f"{FS_SANDBOX_ENV} unset and no sandbox.enabled setting"
         return f"shell commands: not sandboxed ({why})"
     from tether.sandbox import probe
-    from tether.sandbox.probe import choose_backend
+    from tether.sandbox.detect import choose_backend
 
     chosen, why = choose_backend(probe(), switch.backend)
     using = f"{chosen}: {why}" if chosen else f"NONE, every command is refused: {why}"

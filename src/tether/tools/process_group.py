@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from tether.sandbox.detect import WrappedCommand
     from tether.sandbox.policy import SandboxError
-    from tether.sandbox.probe import WrappedCommand
     from tether.tools.shell_groups import ShellGroups
 
 KILL_GRACE_S = 1.0
