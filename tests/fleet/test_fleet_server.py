@@ -7,6 +7,7 @@ database."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import time
@@ -108,6 +109,7 @@ def test_kill_9_of_the_worker_running_a_turn_moves_its_inputs_to_another_worker(
                        for m in metrics) == 1
             assert sum(_value(m, 'tether_turns_total{stop_reason="end_turn"}')
                        for m in metrics) == 2
+            assert sum(_value(m, "tether_provider_latency_seconds_count") for m in metrics) == 2
         finally:
             for w in workers:
                 w.stop()
@@ -252,8 +254,8 @@ def test_a_stopped_owner_loses_the_conversation_and_its_late_marks_are_refused(
     script = [{"text": "one done", "delay_ms": 3000}, {"text": "two done"}]
     with FakeProvider(script) as fake:
         env = server_env(fake.url, home, tmp_path)
-        owner, other = (ServerProcess(env, project, "--store", pg_url, "--lease-ttl", "1")
-                        for _ in range(2))
+        owner, other = (ServerProcess(env, project, "--store", pg_url, "--lease-ttl", "1",
+                                      "--log-format", "json") for _ in range(2))
         try:
             first = asyncio.run(_start_and_say(owner.url, project, "one", 1))
             _wait_until(lambda: len(fake.requests) == 1, "the owner's provider request")
@@ -280,8 +282,19 @@ def test_a_stopped_owner_loses_the_conversation_and_its_late_marks_are_refused(
             assert second["disposition"] == "started"  # the other worker holds it now
             _wait_until(lambda: _states(pg_url)[-1] == ("in-2", "done"), "the second turn")
         finally:
-            owner.stop()
-            other.stop()
+            logs = {}
+            for name, w in (("owner", owner), ("other", other)):
+                w.proc.terminate()
+                w.proc.wait(20)
+                assert w.proc.stderr is not None
+                logs[name] = w.proc.stderr.read()
+                w.stop()
+    events = {name: [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+              for name, text in logs.items()}
+    # Structured logs: the taker logs the move, the woken owner its refused renewal.
+    assert [e["event"] for e in events["other"] if e.get("event") == "lease_taken"] == ["lease_taken"]
+    assert any(e.get("event") == "write_refused" and e["level"] == "warning"
+               for e in events["owner"])
     # The woken owner's "done" was refused: the input stays interrupted; nothing ran twice.
     assert _states(pg_url) == [("in-1", "interrupted"), ("in-2", "done")]
     assert _user_texts(home) == ["one", "two"] and len(fake.requests) == 2

@@ -176,23 +176,6 @@ class PgInputQueue(Generic[T]):
                        worker=self.owner, claimed=claimed)
         return [self.codec.decode(tuple(r)) for r in rows]
 
-    def claim_dead(self) -> list[T]:
-        """Only the unfinished inputs this call took from workers no longer alive, oldest
-        first: what a running worker's periodic sweep resumes (`claim_orphans` also returns
-        what this worker already holds, which only a starting worker may re-queue)."""
-        with self.session.transaction("claim a dead worker's inputs") as cur:
-            rows = cur.execute(
-                "WITH dead AS (SELECT seq FROM inputs i WHERE state IN ('queued', 'started')"
-                " AND owner <> %s AND NOT " + ALIVE.format(w="i.owner") + " FOR UPDATE)"
-                " UPDATE inputs SET owner = %s, updated_at = clock_timestamp()"
-                f" WHERE seq IN (SELECT seq FROM dead) RETURNING {COLUMNS}",
-                (self.owner, self.owner),
-            ).fetchall()
-        if rows:
-            logs.event("inputs_claimed", f"{self.owner} claimed {len(rows)} inputs of dead"
-                       " workers", worker=self.owner, claimed=len(rows))
-        return sorted((self.codec.decode(tuple(r)) for r in rows), key=_seq)
-
     # --- reads --------------------------------------------------------------------------------
 
     def by_key(self, conversation: str, key: str) -> T | None:
@@ -212,10 +195,6 @@ class PgInputQueue(Generic[T]):
                 " ORDER BY seq", (conversation, list(states)),
             ).fetchall()
         return [self.codec.decode(tuple(r)) for r in rows]
-
-
-def _seq(item: Any) -> int:
-    return int(getattr(item, "seq", 0))
 
 
 def prune(cur: Any) -> None:
