@@ -251,7 +251,7 @@ def test_a_stopped_owner_loses_the_conversation_and_its_late_marks_are_refused(
 
     project, home = tmp_path / "project", tmp_path / "tether-home"
     project.mkdir()
-    script = [{"text": "one done", "delay_ms": 3000}, {"text": "two done"}]
+    script = [{"text": "one done", "delay_ms": 30_000}, {"text": "two done"}]
     with FakeProvider(script) as fake:
         env = server_env(fake.url, home, tmp_path)
         owner, other = (ServerProcess(env, project, "--store", pg_url, "--lease-ttl", "1",
@@ -298,3 +298,6 @@ def test_a_stopped_owner_loses_the_conversation_and_its_late_marks_are_refused(
     # The woken owner's "done" was refused: the input stays interrupted; nothing ran twice.
     assert _states(pg_url) == [("in-1", "interrupted"), ("in-2", "done")]
     assert _user_texts(home) == ["one", "two"] and len(fake.requests) == 2
+    # The woken owner's keeper found the lease gone and aborted its turn: no answer of its own.
+    written = str(transcript_lines(home))
+    assert "one done" not in written and "two done" in written
