@@ -235,3 +235,28 @@ def test_without_psycopg_the_command_names_the_extra(tmp_path: Path, tether_home
     assert proc.returncode == 1
     assert "needs psycopg 3: install the postgres extra: pip install 'tether[postgres]'" in proc.stderr
     assert "hunter2" not in proc.stderr + proc.stdout
+
+
+def test_inputs_the_store_took_after_the_copy_come_back(
+    pg_url: str, tmp_path: Path, tether_home: Path
+) -> None:
+    from tests.fleet.support import CODEC
+    from tether.backends.postgres.connection import PgSession
+    from tether.backends.postgres.input_queue import PgInputQueue
+
+    home, workdir = tmp_path / "th", tmp_path / "project"
+    workdir.mkdir()
+    _make_home(home, workdir)
+    assert _tether(["store", "migrate", "--to", pg_url], home, workdir).code == 0
+    session = PgSession(pg_url, "a-server")  # as `tether server --store` takes an input
+    PgInputQueue(session, CODEC).accept(item("q-9", key="k-9"))
+    session.close()
+    back = tmp_path / "restored"
+    run = _tether(["store", "migrate", "--from", pg_url, "--to", str(back)], home, workdir)
+    assert run.code == 0, run.stderr
+    restored = SqliteInputQueue(back / "inputs.db", "reader")
+    assert restored.by_key(CONV, "k-9") is not None and restored.by_key(CONV, "k-1") is not None
+    restored.close()
+    conn = sqlite3.connect(back / "inputs.db")
+    assert conn.execute("SELECT max(seq) FROM inputs").fetchone() == (3,)
+    conn.close()

@@ -45,6 +45,7 @@ from tether.backends.postgres.migrate_local import (
     sequences,
     snapshot,
     split_transcript,
+    sqlite_digest,
     walk,
 )
 
@@ -224,9 +225,13 @@ def _sqlite_out(
             conn.executemany(
                 f"INSERT INTO {table.sqlite} ({', '.join(table.columns)}) VALUES ({marks})", copied
             )
-        for name, seq in counters.items():
+        for name, seq in counters.items():  # never below a number the copied rows used
+            (have,) = conn.execute(
+                "SELECT COALESCE(max(seq), 0) FROM sqlite_sequence WHERE name = ?", (name,)
+            ).fetchone()
             conn.execute("DELETE FROM sqlite_sequence WHERE name = ?", (name,))
-            conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (name, seq))
+            conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)",
+                         (name, max(int(have), int(seq))))
         conn.execute("COMMIT")
     finally:
         conn.close()
@@ -312,7 +317,8 @@ def _has_entries(folder: Path) -> bool:
 
 def store_to_home(session: PgSession, target: Path) -> Report:
     """Write the store's home to `target` (absent or an empty folder): built beside it,
-    verified against the digests recorded when it was copied in, then renamed into place."""
+    verified against the digests recorded when it was copied in (the row-copied SQLite stores
+    against the store's rows now), then renamed into place."""
     target = Path(target)
     if target.exists() and (not target.is_dir() or _has_entries(target)):
         raise MigrationRefused(
@@ -330,6 +336,13 @@ def store_to_home(session: PgSession, target: Path) -> Report:
             if not want:
                 raise MigrationRefused("the store holds no migrated home (its home_digests is empty)")
             counts = _materialize(cur, scratch)
+            # The row-copied stores as the store holds them now: a server on the store may
+            # have taken inputs and checkpoints since the home was copied in.
+            for (rel,) in cur.execute("SELECT path FROM sqlite_schemas").fetchall():
+                mode = want.get(rel, "644:").split(":", 1)[0]
+                want[rel] = f"{mode}:" + sqlite_digest(
+                    scratch / rel, rel, lambda table: rows._pg_rows(cur, table)
+                )
         _compare(want, home_digests(scratch), f"into {target}")
         if target.exists():
             target.rmdir()

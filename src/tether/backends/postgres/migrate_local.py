@@ -12,7 +12,7 @@ import sqlite3
 import stat
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +67,19 @@ def _is_sqlite(path: Path) -> bool:
         return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
 
 
-def _sqlite_digest(path: Path, rel: str) -> str:
+def sqlite_digest(
+    path: Path, rel: str, rows_of: Callable[[rows.Table], list[tuple[Any, ...]]] | None = None
+) -> str:
+    """The database at `path` by its rows; with `rows_of`, its row-copied tables as `rows_of`
+    gives them instead (the store's rows, for the digest a copy out of the store must match)."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         h = hashlib.sha256()
         known = ROW_DBS.get(rel, ())
         for table in known:  # times to the microsecond the store keeps
+            found = rows_of(table) if rows_of is not None else rows._sqlite_rows(conn, table)
             h.update(table.sqlite.encode() + b"\x00")
-            h.update(rows._digest(table, rows._sqlite_rows(conn, table)).encode() + b"\x01")
+            h.update(rows._digest(table, found).encode() + b"\x01")
         if known:
             h.update(orjson.dumps(sequences(conn), option=orjson.OPT_SORT_KEYS))
         names = [r[0] for r in conn.execute(
@@ -130,7 +135,7 @@ def home_digests(home: Path) -> dict[str, str]:
                 refs = orjson.dumps(refs_of(path), option=orjson.OPT_SORT_KEYS)
                 out[rel + "/.git"] = "refs:" + hashlib.sha256(refs).hexdigest()
         elif kind == "sqlite":
-            out[rel] = f"{mode:o}:" + _sqlite_digest(path, rel)
+            out[rel] = f"{mode:o}:" + sqlite_digest(path, rel)
         else:
             out[rel] = f"{mode:o}:sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
     return out
