@@ -87,8 +87,8 @@ def sqlite_digest(
             " ORDER BY name"
         )]
         for name in (n for n in names if n not in {t.sqlite for t in known}):
-            found = sorted(repr(r).encode() for r in conn.execute(f'SELECT * FROM "{name}"'))
-            h.update(name.encode() + b"\x00" + b"\x00".join(found) + b"\x01")
+            other = sorted(repr(r).encode() for r in conn.execute(f'SELECT * FROM "{name}"'))
+            h.update(name.encode() + b"\x00" + b"\x00".join(other) + b"\x01")
         return "rows:" + h.hexdigest()
     finally:
         conn.close()
