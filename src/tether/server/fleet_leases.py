@@ -94,9 +94,6 @@ class FleetLeases:
     def note(self, conversation: str, item_id: str) -> None:
         self.seen.setdefault(conversation, set()).add(item_id)
 
-    def forget(self, conversation: str, item_id: str) -> None:
-        self.seen.get(conversation, set()).discard(item_id)
-
     # --- inputs recorded elsewhere ----------------------------------------------------------------
 
     def _runtime(self, conversation: str) -> ConversationRuntime | None:

@@ -256,8 +256,8 @@ class ConversationRuntime:
         item = self._new_input(command, source)
         if isinstance(item, InputAnswer):
             return item
-        self._claim(item)
-        return self._queued(item, durable_inputs.record(self, item, self._disposition()))
+        held = self._claim(item)
+        return self._queued(item, durable_inputs.record(self, item, self._disposition()), held)
 
     async def enqueue(self, command: CreateMessage, source: str = "user") -> InputAnswer:
         """`submit` for clients (websocket, OpenAI bridge): the commit runs in the queue's
@@ -265,9 +265,9 @@ class ConversationRuntime:
         item = self._new_input(command, source)
         if isinstance(item, InputAnswer):
             return item
-        self._claim(item)
+        held = self._claim(item)
         refusal = await durable_inputs.record_grouped(self, item, self._disposition())
-        return self._queued(item, refusal)
+        return self._queued(item, refusal, held)
 
     def _new_input(self, command: CreateMessage, source: str) -> QueuedInput | InputAnswer:
         """The queue item for `command`, or the answer without one (a repeat, no room)."""
@@ -292,31 +292,36 @@ class ConversationRuntime:
             parts=tuple(part for m in command.messages for part in m.parts),
         )
 
-    def _claim(self, item: QueuedInput) -> None:
-        """In a fleet: this runtime puts `item` into its inbox itself, so the wake-up its own
-        commit sends (heard before this coroutine resumes, perhaps) must not put it again."""
-        if self.ctx.fleet is not None:
-            self.ctx.fleet.note(durable_inputs.conversation_key(self.scope), item.id)
+    def _claim(self, item: QueuedInput) -> bool:
+        """In a fleet, before `item` is recorded: whether this worker holds the conversation
+        (its lease taken first, so no sweep finds the input without a holder and takes it),
+        and if so `item` noted as this runtime's own, so the wake-up its commit sends (heard
+        before this coroutine resumes, perhaps) does not put it in the inbox again."""
+        fleet = self.ctx.fleet
+        if fleet is None:
+            return True
+        conversation = durable_inputs.conversation_key(self.scope)
+        if not fleet.holds(conversation):
+            return False
+        fleet.note(conversation, item.id)
+        return True
 
     def _disposition(self) -> str:
         return "started" if not self.busy and not self.queue else "queued"
 
-    def _queued(self, item: QueuedInput, refusal: str | None) -> InputAnswer:
-        """Into the inbox once on disk (`refusal` None); what input_accepted says."""
+    def _queued(self, item: QueuedInput, refusal: str | None, held: bool = True) -> InputAnswer:
+        """Into the inbox once on disk (`refusal` None), when this worker runs the conversation
+        (`held`; otherwise its holder, woken by the commit, does); what input_accepted says."""
         key = item.idempotency_key
         if refusal == "key" and key is not None:  # the same key raced in while we wrote
             return durable_inputs.repeated(self, key) or InputAnswer(False, error="key taken")
         if refusal is not None:
             return InputAnswer(False, error=refusal)
-        fleet = self.ctx.fleet
-        if fleet is not None:
-            conversation = durable_inputs.conversation_key(self.scope)
-            if not fleet.holds(conversation):  # another worker runs it; the commit woke it
-                fleet.forget(conversation, item.id)
-                answer = InputAnswer(True, "queued", item.id)
-                if key is not None:
-                    durable_inputs.remember(self, key, answer)
-                return answer
+        if not held:  # another worker runs the conversation; the commit woke it
+            answer = InputAnswer(True, "queued", item.id)
+            if key is not None:
+                durable_inputs.remember(self, key, answer)
+            return answer
         started = self._disposition() == "started"
         try:
             self.inbox.put(item)
