@@ -1,0 +1,141 @@
+"""A fleet of App Servers on one PostgreSQL store (issue 31): N conversations spread round-robin
+over 1, 2, 4 real `tether server --store …` workers (one TETHER_HOME, one database per fleet
+size), each running M text turns against the fake provider answering after `--delay` ms.
+
+Run: .venv/bin/python bench/fleet.py [--conversations 1000] [--turns 1] [--delay 1000]
+                                     [--workers 1,2,4] [--store postgresql://…]
+
+Without `--store` it starts a throwaway cluster (`scripts/start-postgres`) and stops it after.
+Per fleet size it prints turns/s over the turn phase and the overhead of each turn over the
+provider's time (input → turn_finished minus the delay: p50 / p99 / max), plus the store's
+input states after (every input `done` once: nothing lost, nothing run twice). The turn phase
+starts once every runtime is up (bench/server.py's `conversation`, reused)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import server as single  # noqa: E402  (bench/server.py: its client and fake provider helpers)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def database(cluster: str) -> str:
+    import psycopg
+
+    name = "bench_" + uuid.uuid4().hex[:10]
+    with psycopg.connect(cluster, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+    parts = urlsplit(cluster)
+    return f"{parts.scheme}://{parts.netloc}/{name}?{parts.query}"
+
+
+def states(url: str) -> dict[str, int]:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return {str(s): int(n) for s, n in conn.execute(
+            "SELECT state, count(*) FROM inputs GROUP BY state").fetchall()}
+
+
+async def turn_phase(urls: list[str], cwd: str, n: int, turns: int, spread_s: float
+                     ) -> tuple[list[float], float, single.Tally]:
+    latencies: list[float] = []
+    starts: list[float] = []
+    agent = await single.conversation(urls[0], cwd, None, 0, [], starts)  # one agent for all
+    tally = single.Tally(n)
+    t0 = 0.0
+
+    async def timed() -> None:  # every runtime up: the turns start together
+        nonlocal t0
+        await tally.all_arrived.wait()
+        t0 = time.perf_counter()
+        tally.go.set()
+
+    clock = asyncio.ensure_future(timed())
+    await asyncio.gather(*(
+        single.conversation(urls[i % len(urls)], cwd, agent, turns, latencies, starts, tally,
+                            offset_s=spread_s * i / n)
+        for i in range(n)
+    ))
+    await clock
+    return latencies, time.perf_counter() - t0, tally
+
+
+def run_fleet(cluster: str, workers: int, n: int, turns: int, delay_ms: int) -> None:
+    url = database(cluster)
+    fake, fake_url = single.start_fake(delay_ms, 0, n * turns + 10)
+    procs: list[subprocess.Popen[str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("TETHER_", "ANTHROPIC_", "OPENAI_"))}
+        env.update(TETHER_HOME=str(Path(tmp) / "home"), ANTHROPIC_BASE_URL=fake_url,
+                   ANTHROPIC_API_KEY="bench", TETHER_CRON="0")
+        try:
+            for _ in range(workers):
+                procs.append(subprocess.Popen(
+                    [single.TETHER, "server", "--listen", "ws://127.0.0.1:0", "--store", url,
+                     "--max-connections-per-ip", str(2 * n + 16), "--max-queue", "64"],
+                    env=env, cwd=tmp, stdout=subprocess.PIPE, text=True))
+            urls = [p.stdout.readline().strip() for p in procs]  # type: ignore[union-attr]
+            latencies, wall, tally = asyncio.run(
+                turn_phase(urls, tmp, n, turns, delay_ms / 1000))
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+                    p.wait(timeout=60)
+            fake.terminate()
+            fake.wait(timeout=10)
+    settled = states(url)  # after the workers stopped: their last marks committed
+    over = [x - delay_ms / 1000 for x in latencies]
+    print(f"{workers} worker(s)   {len(latencies)} turns in {wall:6.1f} s = "
+          f"{len(latencies) / wall:6.1f} turns/s   overhead p50 {single.pct(over, 0.5):7.1f} ms"
+          f"   p99 {single.pct(over, 0.99):7.1f} ms   max {max(over) * 1000:7.1f} ms   "
+          f"refused {len(tally.refused)} stuck {len(tally.stuck)}   inputs {settled}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--conversations", type=int, default=1000)
+    parser.add_argument("--turns", type=int, default=1)
+    parser.add_argument("--delay", type=int, default=1000, help="ms per provider answer")
+    parser.add_argument("--workers", default="1,2,4", help="fleet sizes, comma-separated")
+    parser.add_argument("--store", help="a PostgreSQL cluster URL (default: a throwaway one)")
+    args = parser.parse_args()
+    sizes = [int(w) for w in args.workers.split(",")]
+    if min([args.conversations, args.turns, *sizes]) < 1:
+        parser.error("--conversations, --turns and --workers must be >= 1")
+    cluster = args.store
+    started = None
+    if cluster is None:
+        started = subprocess.run([str(ROOT / "scripts" / "start-postgres")], capture_output=True,
+                                 text=True, timeout=120, check=True)
+        cluster = started.stdout.strip().splitlines()[-1]
+    load = os.getloadavg()
+    try:
+        for workers in sizes:
+            run_fleet(cluster, workers, args.conversations, args.turns, args.delay)
+    finally:
+        if started is not None:
+            folder = parse_qs(urlsplit(cluster).query)["host"][0]
+            subprocess.run([str(ROOT / "scripts" / "start-postgres"), "--stop", folder],
+                           timeout=60, check=False)
+    print(f"machine   {os.cpu_count()} cores; load average {load[0]:.1f} before, "
+          f"{os.getloadavg()[0]:.1f} after; {args.conversations} conversations x {args.turns}"
+          f" turn(s), provider {args.delay} ms per answer")
+
+
+if __name__ == "__main__":
+    main()
