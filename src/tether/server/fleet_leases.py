@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from tether.server.runtime import ConversationRuntime
 
 SWEEP_EVERY_S = 1.0
+# Item ids remembered per conversation: far more than any inbox holds, and an older one's state
+# left `queued` long ago (marks commit in order), so a wake-up never finds it again.
+SEEN_MAX = 4096
 
 
 class FleetLeases:
@@ -39,7 +42,8 @@ class FleetLeases:
         self.url = url
         self.held: dict[str, Any] = {}  # conversation -> Lease
         self.keepers: dict[str, Any] = {}
-        self.seen: dict[str, set[str]] = {}  # item ids put into a runtime here, per conversation
+        # Item ids put into a runtime here, per conversation, oldest first (SEEN_MAX kept).
+        self.seen: dict[str, dict[str, None]] = {}
         self.server: AppServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
@@ -92,7 +96,14 @@ class FleetLeases:
             self.server._hold(asyncio.ensure_future(rt.close(timeout=1.0)))
 
     def note(self, conversation: str, item_id: str) -> None:
-        self.seen.setdefault(conversation, set()).add(item_id)
+        self._saw(conversation, [item_id])
+
+    def _saw(self, conversation: str, item_ids: list[str]) -> None:
+        seen = self.seen.setdefault(conversation, {})
+        for item_id in item_ids:
+            seen[item_id] = None
+        while len(seen) > SEEN_MAX:
+            del seen[next(iter(seen))]
 
     # --- inputs recorded elsewhere ----------------------------------------------------------------
 
@@ -118,7 +129,7 @@ class FleetLeases:
         except TetherError as exc:
             sys.stderr.write(f"tether: {conversation}: cannot take its inputs: {exc}\n")
             return
-        seen = self.seen.setdefault(conversation, set())
+        seen = self.seen.get(conversation, {})
         new = [s for s in stored if s.item_id not in seen]
         if not new:
             return
@@ -128,7 +139,7 @@ class FleetLeases:
         else:
             for s in new:
                 rt.inbox.put(item_of(s))
-        seen.update(s.item_id for s in new)
+        self._saw(conversation, [s.item_id for s in new])
 
     def _adopt(self, conversation: str, lease: Any) -> None:
         """Resume what the conversation's previous holder left (queued, or started: reported)."""
@@ -141,12 +152,12 @@ class FleetLeases:
         except TetherError as exc:
             sys.stderr.write(f"tether: {conversation}: cannot read its inputs: {exc}\n")
             return
-        seen = self.seen.setdefault(conversation, set())
+        seen = self.seen.get(conversation, {})
         left = [s for s in left if s.item_id not in seen
                 and (s.state == "queued" or s.item_id in lease.interrupted)]
         if left:
             resume_stored(self.server, left)
-            seen.update(s.item_id for s in left)
+            self._saw(conversation, [s.item_id for s in left])
 
     def sweep_once(self) -> None:
         try:
