@@ -703,12 +703,13 @@ def test_a_scoped_app_server_client_reaches_no_state(world: World, call: dict[st
     import asyncio
 
     from tests.security import test_server_scope as scope
+    from tests.security.scoped_server import SECRET
     from tests.server.support import ServerProcess, server_env
     from tether.testing.fake_provider import FakeProvider
 
     (world.project / "th_link").symlink_to(world.tether_home)
     secret_file = world.root / "jwt-secret"
-    secret_file.write_bytes(scope.SECRET)
+    secret_file.write_bytes(SECRET)
     os.chmod(secret_file, 0o600)
     home = world.tether_home
     keys = (home / "providers" / "anthropic.json").read_bytes()
