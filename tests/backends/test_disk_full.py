@@ -333,7 +333,7 @@ def test_a_memory_commit_on_a_full_disk_names_it_and_keeps_the_last_commit(tmp_p
         with memory.writing(), pytest.raises(DiskFull) as exc:
             memory.commit(["system/human.md"], "remember")
         assert_names_the_full_disk(str(exc.value), disk / "memory", disk)
-        assert "git " in str(exc.value)
+        assert "git " in str(exc.value) and "\n" not in str(exc.value)
         assert memory.revision() == head  # nothing half-committed
         (disk / "filler").unlink()
         with memory.writing():

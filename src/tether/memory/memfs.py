@@ -435,7 +435,8 @@ _SPACE_WORDS = {
 def _disk_full(root: Path, why: str, doing: str) -> StoreError | None:
     """The DiskFull for a git command in the memory repo that a full disk (or quota) refused."""
     for words, code in _SPACE_WORDS.items():
-        if words in why:
-            return disk_full(root, OSError(code, f"{words} ({why})"), doing=doing)
+        said = next((line.strip() for line in why.splitlines() if words in line), None)
+        if said is not None:  # git's own line, so the message stays one line
+            return disk_full(root, OSError(code, f"{words} (git: {said})"), doing=doing)
     return None
 
