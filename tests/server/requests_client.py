@@ -4,13 +4,16 @@ comparison that shows an answer is no existence oracle."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import jwt
 
-from tests.server.support import Client
+from tests.server.support import Client, InProcess
 from tether.server import auth
 
 SECRET = b"s" * 32
@@ -21,6 +24,16 @@ _ids = itertools.count(1)
 def token(**scope: Any) -> dict[str, str]:
     claims = {"exp": time.time() + 300, **scope}
     return {"Authorization": f"Bearer {jwt.encode(claims, SECRET, algorithm='HS256')}"}
+
+
+@contextlib.asynccontextmanager
+async def admin_client(project: Path) -> AsyncIterator[tuple[InProcess, Client]]:
+    """An in-process signed-bearer server on `project` and one unscoped client of it."""
+    async with (
+        InProcess(project, policy=POLICY) as srv,
+        srv.connect(additional_headers=token()) as ws,
+    ):
+        yield srv, Client(ws)
 
 
 async def ask(client: Client, kind: str, **fields: Any) -> dict[str, Any]:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.requests_client import POLICY, ask, token
-from tests.server.support import Client, InProcess, point_at
+from tests.server.requests_client import admin_client, ask, token
+from tests.server.support import Client, point_at
 from tether.testing.fake_provider import FakeProvider
 
 
@@ -33,11 +33,7 @@ def test_branches_are_listed_and_checked_out(
         point_at(fake, monkeypatch)
 
         async def scenario() -> None:
-            async with (
-                InProcess(project, policy=POLICY) as srv,
-                srv.connect(additional_headers=token()) as ws,
-            ):
-                c = Client(ws)
+            async with admin_client(project) as (srv, c):
                 found = await ask(c, "search_branches", query="")
                 assert {(b["name"], b["is_current"]) for b in found["branches"]} == {
                     ("main", True), ("feature/login", False)}

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.requests_client import POLICY, token
-from tests.server.support import Client, InProcess, point_at
+from tests.server.requests_client import admin_client, token
+from tests.server.support import Client, point_at
 from tether.testing.fake_provider import FakeProvider
 
 
@@ -38,11 +38,7 @@ def test_slash_commands_run_on_a_started_runtime(
         point_at(fake, monkeypatch)
 
         async def scenario() -> None:
-            async with (
-                InProcess(project, policy=POLICY) as srv,
-                srv.connect(additional_headers=token()) as ws,
-            ):
-                c = Client(ws)
+            async with admin_client(project) as (srv, c):
                 runtime = (await c.start(project))["runtime"]
                 status = await c.of_type("update_device_status")
                 assert status["device_status"]["supported_commands"] == ["compact", "reload"]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.requests_client import POLICY, ask, token
-from tests.server.support import Client, InProcess, point_at
+from tests.server.requests_client import admin_client, ask, token
+from tests.server.support import Client, point_at
 from tether.providers.credentials import auth_path, find_credential, load_credentials
 from tether.testing.fake_provider import FakeProvider
 
@@ -30,11 +30,7 @@ def test_providers_are_connected_and_disconnected_by_the_operator(
         point_at(fake, monkeypatch)
 
         async def scenario() -> None:
-            async with (
-                InProcess(project, policy=POLICY) as srv,
-                srv.connect(additional_headers=token()) as ws,
-            ):
-                c = Client(ws)
+            async with admin_client(project) as (srv, c):
                 async with srv.connect(additional_headers=token(agents=["agent-x"])) as ws2:
                     s = Client(ws2)
                     for kind, fields in (("connect_provider", {"fields": {"api_key": KEY}}),

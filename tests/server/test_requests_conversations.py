@@ -13,8 +13,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.server.requests_client import POLICY, ask, same_answer, token
-from tests.server.support import MODEL, Client, InProcess, point_at
+from tests.server.requests_client import admin_client, ask, same_answer, token
+from tests.server.support import MODEL, Client, point_at
 from tether.backends.local.store import LocalStore
 from tether.testing.fake_provider import FakeProvider
 
@@ -28,11 +28,7 @@ def test_messages_are_listed_in_letta_shape_within_scope(
         point_at(fake, monkeypatch)
 
         async def scenario() -> None:
-            async with (
-                InProcess(project, policy=POLICY) as srv,
-                srv.connect(additional_headers=token()) as ws,
-            ):
-                c = Client(ws)
+            async with admin_client(project) as (srv, c):
                 runtime = (await c.start(project))["runtime"]
                 await c.say(runtime, "hello there", request_id="t1")
                 await c.of_type("turn_finished", request_id="t1")
@@ -111,11 +107,7 @@ def test_a_conversation_is_compacted_and_its_prompt_recompiled_within_scope(
         point_at(fake, monkeypatch)
 
         async def scenario() -> None:
-            async with (
-                InProcess(project, policy=POLICY) as srv,
-                srv.connect(additional_headers=token()) as ws,
-            ):
-                c = Client(ws)
+            async with admin_client(project) as (srv, c):
                 runtime = (await c.start(project))["runtime"]
                 for n, text in enumerate(("hello", "hello again")):
                     await c.say(runtime, text, request_id=f"t{n}")

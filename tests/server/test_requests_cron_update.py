@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.requests_client import POLICY, ask, same_answer, token
-from tests.server.support import MODEL, Client, InProcess, point_at
+from tests.server.requests_client import admin_client, ask, same_answer, token
+from tests.server.support import MODEL, Client, point_at
 from tether.runtime.cron.store import CronStore
 from tether.testing.fake_provider import FakeProvider
 
@@ -37,11 +37,7 @@ def test_a_task_is_updated_within_scope(
         point_at(fake, monkeypatch)
 
         async def scenario() -> None:
-            async with (
-                InProcess(project, policy=POLICY) as srv,
-                srv.connect(additional_headers=token()) as ws,
-            ):
-                c = Client(ws)
+            async with admin_client(project) as (srv, c):
                 a, b = [(await ask(c, "agent_create", body={"model": MODEL}))["agent"]["id"]
                         for _ in "ab"]
                 task_a = (await ask(c, "cron_add", agent_id=a, **EVERY))["task"]

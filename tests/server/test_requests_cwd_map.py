@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.requests_client import POLICY, ask, token
-from tests.server.support import MODEL, Client, InProcess, point_at
+from tests.server.requests_client import admin_client, ask, token
+from tests.server.support import MODEL, Client, point_at
 from tether.testing.fake_provider import FakeProvider
 
 
@@ -25,11 +25,7 @@ def test_cwd_map_lists_the_folders_a_token_reaches(
         point_at(fake, monkeypatch)
 
         async def scenario() -> None:
-            async with (
-                InProcess(project, policy=POLICY) as srv,
-                srv.connect(additional_headers=token()) as ws,
-            ):
-                c = Client(ws)
+            async with admin_client(project) as (srv, c):
                 fresh = await ask(c, "get_cwd_map")
                 assert fresh == {**fresh, "success": True, "cwd_map": {},
                                  "boot_working_directory": str(project)}, fresh

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.requests_client import POLICY, ask, token
-from tests.server.support import Client, InProcess, point_at
+from tests.server.requests_client import admin_client, ask, token
+from tests.server.support import Client, point_at
 from tether.testing.fake_provider import FakeProvider
 
 
@@ -37,11 +37,7 @@ def test_files_are_served_inside_the_workspace_only(
         point_at(fake, monkeypatch)
 
         async def scenario() -> None:
-            async with (
-                InProcess(project, policy=POLICY) as srv,
-                srv.connect(additional_headers=token()) as ws,
-            ):
-                c = Client(ws)
+            async with admin_client(project) as (srv, c):
                 listing = await ask(c, "list_in_directory", path=str(project), include_files=True)
                 assert listing["success"], listing
                 assert listing["folders"] == ["src"]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.requests_client import POLICY, ask, token
-from tests.server.support import Client, InProcess, point_at
+from tests.server.requests_client import admin_client, ask, token
+from tests.server.support import Client, point_at
 from tether.testing.fake_provider import FakeProvider
 
 
@@ -36,11 +36,7 @@ def test_grep_finds_lines_inside_the_workspace_only(
         point_at(fake, monkeypatch)
 
         async def scenario() -> None:
-            async with (
-                InProcess(project, policy=POLICY) as srv,
-                srv.connect(additional_headers=token()) as ws,
-            ):
-                c = Client(ws)
+            async with admin_client(project) as (srv, c):
                 found = await ask(c, "grep_in_files", query="needle")
                 assert found["success"], found
                 where = sorted((m["path"], m["line"]) for m in found["matches"])

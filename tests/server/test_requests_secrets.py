@@ -12,8 +12,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.server.requests_client import POLICY, ask, same_answer, token
-from tests.server.support import MODEL, Client, InProcess, point_at
+from tests.server.requests_client import admin_client, ask, same_answer, token
+from tests.server.support import MODEL, Client, point_at
 from tether.testing.fake_provider import FakeProvider
 
 
@@ -26,11 +26,7 @@ def test_secrets_are_kept_private_and_listed_to_the_operator_only(
         point_at(fake, monkeypatch)
 
         async def scenario() -> None:
-            async with (
-                InProcess(project, policy=POLICY) as srv,
-                srv.connect(additional_headers=token()) as ws,
-            ):
-                c = Client(ws)
+            async with admin_client(project) as (srv, c):
                 a = (await ask(c, "agent_create", body={"model": MODEL}))["agent"]["id"]
                 first = await ask(c, "secret_apply", agent_id=a,
                                   set={"github_token": "ghp-one", "API_KEY": "k1"}, unset=[])

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.requests_client import POLICY, token
-from tests.server.support import Client, InProcess, point_at
+from tests.server.requests_client import admin_client, token
+from tests.server.support import Client, point_at
 from tether.testing.fake_provider import FakeProvider
 
 
@@ -46,11 +46,7 @@ def test_a_terminal_runs_the_shell_in_the_workspace(
         point_at(fake, monkeypatch)
 
         async def scenario() -> None:
-            async with (
-                InProcess(project, policy=POLICY) as srv,
-                srv.connect(additional_headers=token()) as ws,
-            ):
-                c = Client(ws)
+            async with admin_client(project) as (srv, c):
                 await c.send({"type": "terminal_spawn", "terminal_id": "t1", "cols": 100,
                               "rows": 30})
                 spawned = await c.of_type("terminal_spawned", terminal_id="t1")

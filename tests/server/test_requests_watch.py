@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.requests_client import POLICY, ask, token
-from tests.server.support import Client, InProcess, point_at
+from tests.server.requests_client import admin_client, ask, token
+from tests.server.support import Client, point_at
 from tether.testing.fake_provider import FakeProvider
 
 
@@ -30,11 +30,7 @@ def test_watched_files_report_their_changes(
         point_at(fake, monkeypatch)
 
         async def scenario() -> None:
-            async with (
-                InProcess(project, policy=POLICY) as srv,
-                srv.connect(additional_headers=token()) as ws,
-            ):
-                c = Client(ws)
+            async with admin_client(project) as (srv, c):
                 await c.send({"type": "watch_file", "request_id": "w1", "path": str(first)})
                 await ask(c, "get_cwd_map")  # answered after the watch began
                 os.utime(first, (1_700_000_000, 1_700_000_000))
