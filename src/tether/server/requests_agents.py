@@ -14,8 +14,8 @@ from tether.server.request_kit import Call, Request, RequestFailed, Scope, reque
 
 AGENT_BODY = ("name", "model", "description", "system", "tags", "memory_blocks")
 AGENT_QUERY = ("name", "tags", "match_all_tags", "query_text", "limit", "include")
-CONVERSATION_QUERY = ("agent_id", "limit", "archived")
-CONVERSATION_BODY = ("agent_id", "summary")
+CONVERSATION_QUERY = ("agent_id", "limit", "archived", "include_hidden")
+CONVERSATION_BODY = ("agent_id", "summary", "hidden")
 
 
 def _known(what: str, value: dict[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
@@ -93,6 +93,9 @@ def conversation_list(call: Call) -> dict[str, Any]:
     agent_id = query.get("agent_id")
     if agent_id is not None and not isinstance(agent_id, str):
         raise UsageError("query.agent_id must be a string")
+    include_hidden = query.get("include_hidden", False)
+    if not isinstance(include_hidden, bool):
+        raise UsageError("query.include_hidden must be true or false")
     if agent_id is not None:
         owners = [agent_id] if call.sees_agent(agent_id) else []
     else:
@@ -101,7 +104,8 @@ def conversation_list(call: Call) -> dict[str, Any]:
     for owner in owners:
         try:
             found = conversations.list_conversations(
-                call.home, owner, include_archived=bool(query.get("archived")), limit=1_000_000
+                call.home, owner, include_archived=bool(query.get("archived")),
+                include_hidden=include_hidden, limit=1_000_000,
             )
         except NotFound:  # an agent named but absent lists nothing, as one out of scope does
             continue
@@ -124,8 +128,13 @@ def conversation_create(call: Call) -> dict[str, Any]:
         raise RequestFailed(
             "this connection's token may not create conversations (it is scoped to conversations)"
         )
+    hidden = body.get("hidden", False)
+    if not isinstance(hidden, bool):
+        raise UsageError("body.hidden must be true or false")
     record = call.agent(agent_id)
-    created = conversations.create_conversation(call.home, record.id, summary=body.get("summary"))
+    created = conversations.create_conversation(
+        call.home, record.id, summary=body.get("summary"), hidden=hidden
+    )
     call.notify("conversation_updated", agent_id=record.id, conversation_id=created["id"],
                 conversation=created)
     return {"conversation": created}

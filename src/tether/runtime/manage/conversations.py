@@ -21,9 +21,16 @@ EDITABLE = ("summary", "archived")
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
-def create_conversation(home: Path, agent_id: str, *, summary: str | None = None) -> dict[str, Any]:
+def create_conversation(
+    home: Path, agent_id: str, *, summary: str | None = None, hidden: bool = False
+) -> dict[str, Any]:
+    """A new conversation of the agent; a `hidden` one is left out of lists unless asked for
+    (the reference's `hidden` conversations: forks, a subagent's or a client's scratch)."""
     store = LocalStore(home)
     record = store.create_conversation(agent_id)
+    if hidden:
+        record = replace(record, extra={**record.extra, "hidden": True})
+        store.save_conversation(record)
     if summary is not None:
         record = _update(store, record, {"summary": summary})
     return record.to_dict()
@@ -34,13 +41,22 @@ def get_conversation(home: Path, conversation_id: str, agent_id: str | None = No
 
 
 def list_conversations(
-    home: Path, agent_id: str, *, include_archived: bool = False, limit: int = 50
+    home: Path,
+    agent_id: str,
+    *,
+    include_archived: bool = False,
+    include_hidden: bool = False,
+    limit: int = 50,
 ) -> list[dict[str, Any]]:
+    """The agent's conversations, oldest first; archived and hidden ones only when asked for
+    (the reference lists a hidden conversation only with `include_hidden: true`)."""
     if limit < 1:
         raise UsageError(f"--limit must be at least 1, got {limit}")
     store = LocalStore(home)
     store.get_agent(agent_id)  # NotFound names it
-    rows = [r for r in store.list_conversations(agent_id) if include_archived or not r.archived]
+    rows = [r for r in store.list_conversations(agent_id)
+            if (include_archived or not r.archived)
+            and (include_hidden or r.extra.get("hidden") is not True)]
     return [r.to_dict() for r in rows[-limit:]]
 
 
