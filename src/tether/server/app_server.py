@@ -253,7 +253,11 @@ class AppServer:
         )
         rejection = checked if isinstance(checked, auth.Rejection) else None
         if url.path in HEALTH_PATHS:
-            if rejection is not None and rejection.status != 401:
+            if url.path == "/metrics":  # authenticated, unscoped (ops.metrics_refusal)
+                from tether.server.ops import metrics_refusal
+
+                rejection = metrics_refusal(checked)
+            if rejection is not None and (rejection.status != 401 or url.path == "/metrics"):
                 return connection.respond(rejection.status, rejection.message + "\n")
             return self._ops(connection, url.path)
         if rejection is not None:

@@ -2,7 +2,12 @@
 answer, the process's counters (turns, provider latency, lease moves) and `--log-format json`
 structured logs. A server on the local store answers without the database lines; one on a
 PostgreSQL store (`--store`) asks the database itself (`backends/postgres/health.py`), each
-probe on a connection of its own, so /readyz fails the moment the database does."""
+probe on a connection of its own, so /readyz fails the moment the database does.
+
+Who may ask: /healthz and /readyz are open (load balancers probe them without a credential, as
+the reference's are, and they say only ok or why not); /metrics, which describes the whole
+server (and on a store the whole fleet), needs the server's credential like /app-server-info,
+and an unscoped one (`metrics_refusal`)."""
 
 from __future__ import annotations
 
@@ -12,9 +17,14 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from tether.server.auth import Grant, Rejection
+
 # Provider latency buckets (seconds): a request sent until its first answer event.
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 FLEET_MOVES = ("lease_taken", "inputs_claimed")  # `tether.fleet` events that move work
+OPEN_PATHS = ("/healthz", "/readyz")  # answered without a credential
+METRICS_PATH = "/metrics"
+METRICS_SCOPED = "/metrics needs an unscoped token: it reports on the whole server"
 
 
 @dataclass
@@ -105,6 +115,15 @@ def configure_logging(log_format: str) -> None:
         handler.setFormatter(logging.Formatter("tether: %(name)s: %(message)s"))
     root.addHandler(handler)
     logging.getLogger("tether.fleet").addHandler(_FleetCounter())
+
+
+def metrics_refusal(checked: Rejection | Grant) -> Rejection | None:
+    """Why a request for /metrics is refused (None: it may read them): the request's own
+    rejection (no or a bad credential: 401), or 403 for a token scoped to some agents or
+    conversations, which may not learn about the others."""
+    if isinstance(checked, Rejection):
+        return checked
+    return Rejection(403, METRICS_SCOPED) if checked.scoped else None
 
 
 def health(store_url: str | None) -> tuple[bool, str]:
