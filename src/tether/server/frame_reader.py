@@ -37,7 +37,6 @@ FIELDS = {
     },
     "abort_message": {"type", "request_id", "runtime", "run_id"},
     "sync": {"type", "request_id", "runtime", "recover_approvals", "force_device_status"},
-    "cron_trigger": {"type", "request_id", "task_id"},
 }
 PAYLOAD_FIELDS = {
     "create_message": {

@@ -128,7 +128,8 @@ class Sync:
 
 @dataclass(frozen=True, slots=True)
 class CronTrigger:
-    """Run a scheduled task now (`tether cron trigger` over the wire)."""
+    """Run a scheduled task now: the shape `cron_bridge.CronService.trigger` takes. The wire's
+    `cron_trigger` is answered through the request table (`requests_cron.cron_trigger`)."""
 
     request_id: str
     task_id: str
@@ -154,7 +155,6 @@ FRAME_TYPES = (
     "change_device_state",
     "abort_message",
     "sync",
-    "cron_trigger",
     "external_tool_call_response",
     "runtime_external_tools_update",
 )
@@ -189,8 +189,6 @@ def parse_frame(raw: str | bytes) -> ClientFrame:
         return AbortMessage(request_id, RuntimeScope(*reader.runtime()), reader.opt_str("run_id"))
     if kind == "sync":
         return Sync(request_id, RuntimeScope(*reader.runtime()))
-    if kind == "cron_trigger":
-        return CronTrigger(reader.required_str("request_id"), reader.required_str("task_id"))
     if kind == "external_tool_call_response":
         return parse_call_response(reader)
     if kind == "runtime_external_tools_update":

@@ -1,7 +1,11 @@
 """The schedule requests (reference §12.3: `cron_list`, `cron_add`, `cron_get`, `cron_runs`,
-`cron_update`, `cron_delete`, `cron_delete_all`; `cron_trigger` is the scheduler's, in cron_bridge.py) over
-`runtime/manage/cron_ops`. A task is visible to a token that reaches its agent (and, for a token
-limited to conversations, its conversation); any other task id gets the not-found answer."""
+`cron_update`, `cron_delete`, `cron_delete_all`, `cron_trigger`) over `runtime/manage/cron_ops`
+and, for a trigger, this server's scheduler (`cron_bridge.CronService`): the task fires once now
+through the scheduler's durable path (a `fires` row with its own `cron:<task>:manual:<id>` key,
+then the conversation's input queue), exactly as a scheduled fire. A task is visible to a token
+that reaches its agent (and, for a token limited to conversations, its conversation); any other
+task id gets the not-found answer. The reference has no pause or resume of a task (§13: "no
+separate pause state exists"); a task stops firing when it is deleted."""
 
 from __future__ import annotations
 
@@ -127,6 +131,32 @@ def cron_delete_all(call: Call) -> dict[str, Any]:
     return {"agent_id": agent.id, "deleted": len(tasks)}
 
 
+async def cron_trigger(call: Call) -> dict[str, Any]:
+    task_id = call.text("task_id")
+    cron = call.server.cron
+    if cron is None:
+        raise RequestFailed("this server runs no scheduler (started with TETHER_CRON=0)")
+    task = cron_ops.get_task(call.home, task_id)
+    record = None
+    if task is not None and _visible(call, task):
+        record = await cron.scheduler.trigger_now(task_id)
+    if record is None:  # absent, not active, or outside the token: one answer
+        raise RequestFailed(f"no active scheduled task {task_id!r} on this server")
+    payload = {
+        "found": True,
+        "task": cron_ops.get_task(call.home, task_id),
+        "task_id": task_id,
+        "success": record["outcome"] == "queued",
+        "outcome": record["outcome"],
+        "reason": record["reason"],
+        "conversation_id": record.get("conversationId"),
+        "queue_item_id": record.get("queueItemId"),
+    }
+    if record.get("error"):
+        payload["error"] = record["error"]
+    return payload
+
+
 FAMILY: dict[str, Request] = {
     "cron_list": request("agent_id conversation_id", cron_list, Scope.LISTED, {"tasks": []},
                          blocking=True),
@@ -137,6 +167,8 @@ FAMILY: dict[str, Request] = {
     "cron_update": request("task_id " + " ".join(cron_ops.UPDATABLE), cron_update, Scope.OWN,
                            blocking=True),
     "cron_runs": request("task_id limit offset run_id", cron_runs, Scope.OWN, blocking=True),
+    "cron_trigger": request("task_id", cron_trigger, Scope.OWN, {"found": False, "task": None},
+                            echo=("task_id",)),
     "cron_delete_all": request("agent_id", cron_delete_all, Scope.OWN, {"deleted": 0},
                                blocking=True, echo=("agent_id",)),
 }
