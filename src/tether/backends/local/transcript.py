@@ -144,6 +144,13 @@ class Transcript(ActiveView):
         self._sync()
         return self._compaction[0][0] if self._compaction is not None else None
 
+    def written_bytes(self) -> bytes:
+        """The file as written (header, entries, any torn tail); empty when it does not exist."""
+        try:
+            return self.path.read_bytes()
+        except FileNotFoundError:
+            return b""
+
     def entries(self) -> list[dict[str, Any]]:
         """Every entry after the header, as stored (a fresh, validating read of the file)."""
         fresh = Transcript(self.path)

@@ -48,6 +48,7 @@ from tether.backends.postgres.migrate_local import (
     sqlite_digest,
     walk,
 )
+from tether.backends.store_api import conversation_ref
 
 STORE_TABLES = (
     "agents", "conversations", "transcript", "transcript_files", "memory_repos",
@@ -106,7 +107,7 @@ def _copy_in(cur: Any, home: Path, counts: dict[str, int]) -> None:
             )
             count("conversations")
         elif len(parts) == 3 and parts[0] == "conversations" and parts[2] == "messages.jsonl":
-            conversation = conversation_of(rel)
+            conversation = transcript_key(path, rel)
             header, entries, torn = split_transcript(path)
             side = path.with_name(path.name + ".replaced")
             cur.execute(
@@ -130,6 +131,24 @@ def _copy_in(cur: Any, home: Path, counts: dict[str, int]) -> None:
             count("files")
         cur.execute("INSERT INTO home_files (path, mode, content) VALUES (%s, %s, %s)",
                     (rel, mode, content))
+
+
+def transcript_key(path: Path, rel: str) -> str:
+    """The key a transcript's rows go under: the runtime's (`store_api.conversation_ref`,
+    `<agent>/<conversation>`, as the leases and the queue key it), so a server on the store
+    serves the migrated history. A `conversation:<id>` folder names its agent in its record."""
+    local = conversation_of(rel)
+    if local.startswith("default:"):
+        return conversation_ref(local.removeprefix("default:"), "default")
+    record = path.with_name("conversation.json")
+    try:
+        _raw, doc = read_record(record, "conversation")
+    except FileNotFoundError:
+        raise MigrationRefused(
+            f"{rel} has no conversation.json beside it, so its agent is unknown; restore the"
+            " record or move the folder aside before migrating"
+        ) from None
+    return conversation_ref(str(doc.get("agent_id", "")), local.removeprefix("conversation:"))
 
 
 def _schema_in(cur: Any, path: Path, rel: str) -> None:

@@ -1,0 +1,112 @@
+"""The one store interface the runtime and the backends use for agents, conversations and
+transcripts (issue 31 item 1): `ConversationStore` and the `TranscriptLog` it hands out.
+
+Two implementations satisfy it: the embedded default, `backends/local/store.py` `LocalStore`
+(files under TETHER_HOME, `backends/local/transcript.py`), and `tether server --store
+postgresql://…`'s `backends/postgres/agents.py` `PgConversationStore` (rows; transcript appends
+fenced by the conversation's lease, `backends/postgres/transcripts.py`). Which one a process
+uses is chosen in one place, `server/runtime_start.py` `open_store`; nothing else branches on
+it. Both keep what is per machine by nature (a conversation's scratch and cache folder,
+`conversation_dir`, and the in-process turn lock) under `home`.
+
+A transcript's rows across the PostgreSQL store are keyed by `conversation_ref(agent, id)`, the
+key the leases, the input queue and the effect checkpoints use too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from tether.backends.local.records import AgentRecord, ConversationRecord
+    from tether.protocol.messages import Message
+
+
+def conversation_ref(agent_id: str, conversation_id: str) -> str:
+    """The store-wide key of one conversation (`<agent>/<conversation>`): the lease's, the
+    queue's, the checkpoints' and the transcript rows'."""
+    return f"{agent_id}/{conversation_id}"
+
+
+class TranscriptLog(Protocol):
+    """One conversation's append-only history (reference §4.3): entries in order, an active view
+    replayed from them (message snapshots replaced in place, compactions, rollbacks). An append
+    returns only once durable (fsynced, or committed); a write the store refuses raises."""
+
+    def ensure_created(self, cwd: str | None = None) -> None: ...
+
+    def load(self) -> list[Message]: ...
+
+    def tail(self, limit: int) -> list[Message]: ...
+
+    def header(self) -> dict[str, Any] | None: ...
+
+    def last_compaction_id(self) -> str | None: ...
+
+    def entries(self) -> list[dict[str, Any]]: ...
+
+    def written_bytes(self) -> bytes: ...
+
+    def append(self, messages: Sequence[Message]) -> None: ...
+
+    def rollback(self, message_id: str) -> None: ...
+
+    def append_compaction(
+        self,
+        summary_message: Message,
+        *,
+        summary: str,
+        first_kept_message_id: str | None,
+        tokens_before: int,
+        details: Mapping[str, Any] | None = None,
+    ) -> str: ...
+
+
+class ConversationStore(Protocol):
+    """Agent and conversation records and each conversation's transcript."""
+
+    home: Path
+
+    def create_agent(
+        self,
+        *,
+        model: str | None,
+        system: str,
+        name: str = "tether",
+        description: str = "",
+        tags: tuple[str, ...] | list[str] = (),
+    ) -> AgentRecord: ...
+
+    def get_agent(self, agent_id: str) -> AgentRecord: ...
+
+    def list_agents(self) -> list[AgentRecord]: ...
+
+    def save_agent(self, record: AgentRecord) -> None: ...
+
+    def create_conversation(self, agent_id: str) -> ConversationRecord: ...
+
+    def default_conversation(self, agent_id: str) -> ConversationRecord: ...
+
+    def get_conversation(
+        self, conversation_id: str, agent_id: str | None = None
+    ) -> ConversationRecord: ...
+
+    def list_conversations(self, agent_id: str) -> list[ConversationRecord]: ...
+
+    def save_conversation(self, record: ConversationRecord) -> None: ...
+
+    def transcript(
+        self, agent_id: str, conversation_id: str, *, cwd: str | None = None
+    ) -> TranscriptLog: ...
+
+    def conversation_dir(self, agent_id: str, conversation_id: str) -> Path: ...
+
+    def turn_lock(
+        self, agent_id: str, conversation_id: str, wait: float = 0
+    ) -> AbstractContextManager[None]: ...
+
+
+__all__ = ["ConversationStore", "TranscriptLog", "conversation_ref"]
