@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 
-from tether.core.approvals import Classified, classify_approvals
-from tether.core.execution import AdmittedCall, execute_batch
+from tether.core.approvals import JudgedCall, classify_approvals
+from tether.core.execution import execute_batch
 from tether.core.permissions import Decision
 from tether.core.tools import (
     Effect,
@@ -29,6 +29,7 @@ from tether.protocol.chunks import (
     UsageStatistics,
 )
 from tether.protocol.messages import TextPart, UserMessage
+from tether.protocol.tool_calls import ToolCall
 from tether.protocol.turns import ConversationRef, TurnInput
 
 
@@ -66,12 +67,16 @@ class ScriptedBackend:
 
 
 class AllowAll:
-    async def ask(self, item: Classified, ctx: ToolContext) -> ApprovalAnswer:
+    async def ask(self, item: JudgedCall, ctx: ToolContext) -> ApprovalAnswer:
         return ApprovalAnswer(True)
 
 
 def call(cid: str, name: str, **args: Any) -> ToolCallRequest:
-    return ToolCallRequest(cid, name, orjson.dumps(args).decode())
+    return ToolCallRequest(ToolCall.parse(cid, name, orjson.dumps(args).decode()))
+
+
+def admitted(cid: str, name: str, tool: Any, args: dict[str, Any]) -> JudgedCall:
+    return JudgedCall.of(ToolCall(cid, name, args), tool, Decision("allow", "test"))
 
 
 def step(*chunks: Chunk, stop: str) -> list[Chunk]:
@@ -101,7 +106,7 @@ def test_reads_run_concurrently_and_results_keep_input_order() -> None:
     registry.register(Probe("Look", Effect.READ, log))
     ctx = ToolContextStore().snapshot(registry, Path("/tmp"), "unrestricted")
     tool = ctx.tools["Look"]
-    calls = [AdmittedCall(f"c{i}", "Look", tool, {"key": i}) for i in range(3)]
+    calls = [admitted(f"c{i}", "Look", tool, {"key": i}) for i in range(3)]
     results = asyncio.run(execute_batch(calls, ctx, lambda cid: ToolRunContext(Path("/tmp"), cid), asyncio.Event()))
     assert [r.tool_call_id for r in results] == ["c0", "c1", "c2"]
     assert log[:3] == ["start 0", "start 1", "start 2"]  # all started before any ended
@@ -115,11 +120,11 @@ def test_writes_serialise_per_path_and_exec_under_one_lock() -> None:
     ctx = ToolContextStore().snapshot(registry, Path("/tmp"), "unrestricted")
     put, sh = ctx.tools["Put"], ctx.tools["Sh"]
     calls = [
-        AdmittedCall("a", "Put", put, {"key": "a1", "path": "same"}),
-        AdmittedCall("b", "Put", put, {"key": "a2", "path": "same"}),
-        AdmittedCall("c", "Put", put, {"key": "other", "path": "elsewhere"}),
-        AdmittedCall("d", "Sh", sh, {"key": "s1"}),
-        AdmittedCall("e", "Sh", sh, {"key": "s2"}),
+        admitted("a", "Put", put, {"key": "a1", "path": "same"}),
+        admitted("b", "Put", put, {"key": "a2", "path": "same"}),
+        admitted("c", "Put", put, {"key": "other", "path": "elsewhere"}),
+        admitted("d", "Sh", sh, {"key": "s1"}),
+        admitted("e", "Sh", sh, {"key": "s2"}),
     ]
     asyncio.run(execute_batch(calls, ctx, lambda cid: ToolRunContext(Path("/tmp"), cid), asyncio.Event()))
     assert log.index("end a1") < log.index("start a2")  # same path: one after the other
@@ -133,14 +138,14 @@ def test_unknown_tool_and_missing_arguments_are_answered_not_run() -> None:
     registry.register(Probe("Look", Effect.READ, log))
     ctx = ToolContextStore().snapshot(registry, Path("/tmp"), "unrestricted")
     items = classify_approvals(
-        [ToolCallRequest("c1", "Look", "{not json"), ToolCallRequest("c2", "", "{}"), call("c3", "Nope")],
+        [ToolCall.parse("c1", "Look", "{not json"), ToolCall.parse("c2", "", "{}"), call("c3", "Nope").call],
         ctx, lambda t, a, c: Decision("allow", "x"),
     )
     assert items[0].verdict == "deny" and "missing required parameter(s): key" in items[0].decision.reason
     assert "not valid JSON" in items[0].decision.reason
     assert items[1].decision.reason == "Tool call incomplete - missing name"
     assert items[2].tool is None and items[2].verdict == "allow"
-    result = asyncio.run(execute_batch([AdmittedCall("c3", "Nope", None, {})], ctx,
+    result = asyncio.run(execute_batch([admitted("c3", "Nope", None, {})], ctx,
                                        lambda cid: ToolRunContext(Path("/tmp"), cid), asyncio.Event()))
     assert result[0].is_error and result[0].output == "Tool not found: Nope. Available tools: Look"
 

@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 
-from tether.core.execution import AdmittedCall
+from tether.core.approvals import JudgedCall
+from tether.core.permissions import Decision
 from tether.core.tools import Effect
 from tether.protocol.messages import AssistantMessage, TextPart, ToolCallPart, UserMessage
+from tether.protocol.tool_calls import ToolCall
 from tether.protocol.turns import ApprovalResult
 from tether.runtime.checkpoints import (
     UNKNOWN_OUTCOME,
@@ -28,6 +30,10 @@ from tether.runtime.checkpoints import (
 )
 
 CONV = "agent-1/conv-1"
+
+def _judged(cid: str, name: str, tool: Any, args: dict[str, Any]) -> JudgedCall:
+    return JudgedCall.of(ToolCall(cid, name, args), tool, Decision("allow", "test"))
+
 
 
 def _pg_store(url: str, worker: str) -> Any:
@@ -99,7 +105,7 @@ def test_the_runtimes_hooks_run_on_either_store(store: Any) -> None:
 
     async def scenario() -> None:
         hooks = CheckpointHooks(store, CONV, "owner-a")
-        bash = AdmittedCall("c1", "Bash", _Tool(), {"command": "x"})  # type: ignore[arg-type]
+        bash = _judged("c1", "Bash", _Tool(), {"command": "x"})  # type: ignore[arg-type]
         assert (await hooks.before(bash)).blocked is None
         assert store.get(CONV, "c1").phase == "before"
         await hooks.after(bash, result("c1", "out"))

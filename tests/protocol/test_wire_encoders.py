@@ -17,6 +17,7 @@ from tether.protocol.chunks import (
 )
 from tether.protocol.messages import Usage
 from tether.protocol.stream_json import NO_RESPONSE, StreamJsonEncoder
+from tether.protocol.tool_calls import ToolCall
 from tether.protocol.turns import (
     ApprovalResult,
     LocalToolCall,
@@ -43,8 +44,8 @@ def _turn() -> list:
         Reasoning("r1", "more", "sig", "run-1"),
         AssistantText("a1", "Hel", "run-1"),
         AssistantText("a1", "lo", "run-1"),
-        ToolCallRequest("call-1", "Bash", '{"command": "ls"}', run_id="run-1"),
-        LocalToolCall("call-1", "Bash", '{"command": "ls"}'),
+        ToolCallRequest(ToolCall.parse("call-1", "Bash", '{"command": "ls"}'), run_id="run-1"),
+        LocalToolCall(ToolCall.parse("call-1", "Bash", '{"command": "ls"}')),
         LocalToolReturn(ApprovalResult("call-1", "Bash", "a\nb", False)),
         AssistantText("a2", "done", "run-1"),
         UsageStatistics(10, 5, run_id="run-1"),

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tether.core.approvals import Classified
+from tether.core.approvals import JudgedCall
 from tether.core.tools import ToolContext
 from tether.core.turn import ApprovalAnswer, Event, TurnOutcome
 from tether.errors import ConversationBusy, TetherError
@@ -37,7 +37,7 @@ MODEL = "anthropic/claude-test"
 
 
 class Deny:
-    async def ask(self, item: Classified, ctx: ToolContext) -> ApprovalAnswer:
+    async def ask(self, item: JudgedCall, ctx: ToolContext) -> ApprovalAnswer:
         return ApprovalAnswer(False, "denied by the test")
 
 
@@ -336,7 +336,7 @@ class Human:
         self.abort = abort
         self.answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
-    async def ask(self, item: Classified, ctx: ToolContext) -> ApprovalAnswer:
+    async def ask(self, item: JudgedCall, ctx: ToolContext) -> ApprovalAnswer:
         aborted = asyncio.ensure_future(self.abort.wait())
         try:
             await asyncio.wait({self.answer, aborted}, return_when=asyncio.FIRST_COMPLETED)

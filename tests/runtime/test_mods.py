@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
-from tether.core.execution import AdmittedCall, PreToolVerdict
+from tether.core.approvals import JudgedCall
+from tether.core.execution import PreToolVerdict
 from tether.core.permissions import Decision
 from tether.core.tools import Effect, ToolContext, ToolRegistry, ToolResult
 from tether.protocol.messages import ImagePart, TextPart, UserMessage
+from tether.protocol.tool_calls import ToolCall
 from tether.protocol.turns import ApprovalResult
 from tether.runtime.hooks import EventOutcome, HookConfig, HookRunner, merge_hooks, parse_hooks
 from tether.runtime.mods import ModSession, combine_decision
@@ -27,6 +29,11 @@ from tether.runtime.mods.engine import (
     read_disabled,
     write_disabled,
 )
+
+
+def _judged(cid: str, name: str, tool: Any, args: dict[str, Any]) -> JudgedCall:
+    return JudgedCall.of(ToolCall(cid, name, args), tool, Decision("allow", "test"))
+
 
 
 class Builtin:
@@ -371,21 +378,21 @@ def test_tool_start_and_tool_end_around_the_settings_hooks(setup: Setup) -> None
     seen: list[Any] = []
 
     class Inner:
-        async def before(self, call: AdmittedCall) -> PreToolVerdict:
+        async def before(self, call: JudgedCall) -> PreToolVerdict:
             seen.append(dict(call.args))
             return PreToolVerdict(updated_args={"y": 1})
 
-        async def after(self, call: AdmittedCall, result: ApprovalResult) -> str | None:
+        async def after(self, call: JudgedCall, result: ApprovalResult) -> str | None:
             seen.append(result.output)
             return "hook note"
 
     from tether.runtime.mods import ModToolHooks
 
     hooks = ModToolHooks(setup.session, Inner())
-    call = AdmittedCall("t1", "Read", setup.registry.get("Read"), {"x": "orig"})
+    call = _judged("t1", "Read", setup.registry.get("Read"), {"x": "orig"})
     verdict = asyncio.run(hooks.before(call))
     assert verdict.updated_args == {"x": "rewritten", "y": 1} and seen == [{"x": "rewritten"}]
-    short = asyncio.run(hooks.before(AdmittedCall("t2", "Read", None, {"x": "short"})))
+    short = asyncio.run(hooks.before(_judged("t2", "Read", None, {"x": "short"})))
     assert short.result == ToolResult("short-circuited", True)
     after = asyncio.run(hooks.after(call, ApprovalResult("t1", "Read", "out", False)))
     assert isinstance(after, ApprovalResult) and after.output == "OUT\n\nhook note" and seen[-1] == "OUT"

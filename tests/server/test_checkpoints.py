@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from tether.core.execution import AdmittedCall, PreToolVerdict
+from tether.core.approvals import JudgedCall
+from tether.core.execution import PreToolVerdict
+from tether.core.permissions import Decision
 from tether.core.tools import Effect, ToolResult, ToolRunContext
 from tether.protocol.messages import (
     AssistantMessage,
@@ -19,6 +21,7 @@ from tether.protocol.messages import (
     ToolResultMessage,
     UserMessage,
 )
+from tether.protocol.tool_calls import ToolCall
 from tether.protocol.turns import ApprovalResult
 from tether.runtime.checkpoints import (
     NOT_STARTED,
@@ -38,6 +41,10 @@ def store(tmp_path: Path) -> CheckpointStore:
     s = CheckpointStore(tmp_path / "checkpoints.db")
     yield s
     s.close()
+
+def _judged(cid: str, name: str, tool: Any, args: dict[str, Any]) -> JudgedCall:
+    return JudgedCall.of(ToolCall(cid, name, args), tool, Decision("allow", "test"))
+
 
 
 def result(call_id: str, output: str = "done", is_error: bool = False) -> ApprovalResult:
@@ -152,10 +159,10 @@ class _Tool:
 
 
 class _Blocking:
-    async def before(self, call: AdmittedCall) -> PreToolVerdict:
+    async def before(self, call: JudgedCall) -> PreToolVerdict:
         return PreToolVerdict(blocked="no")
 
-    async def after(self, call: AdmittedCall, result: ApprovalResult) -> str | None:
+    async def after(self, call: JudgedCall, result: ApprovalResult) -> str | None:
         return None
 
 
@@ -164,8 +171,8 @@ def test_hooks_checkpoint_effectful_calls_only(store: CheckpointStore) -> None:
 
     async def scenario() -> None:
         hooks = CheckpointHooks(store, CONV, "owner-a", on_start=started.append)
-        bash = AdmittedCall("c1", "Bash", _Tool("Bash", Effect.EXEC), {"command": "x"})
-        read = AdmittedCall("c2", "Read", _Tool("Read", Effect.READ), {"file_path": "/f"})
+        bash = _judged("c1", "Bash", _Tool("Bash", Effect.EXEC), {"command": "x"})
+        read = _judged("c2", "Read", _Tool("Read", Effect.READ), {"file_path": "/f"})
         assert (await hooks.before(bash)).blocked is None
         assert store.get(CONV, "c1").phase == "before"
         await hooks.after(bash, result("c1", "out"))
@@ -176,7 +183,7 @@ def test_hooks_checkpoint_effectful_calls_only(store: CheckpointStore) -> None:
         assert again.blocked is not None and UNKNOWN_OUTCOME in again.blocked
         blocked = CheckpointHooks(store, CONV, "owner-a", inner=_Blocking())
         assert (
-            await blocked.before(AdmittedCall("c3", "Bash", _Tool("Bash", Effect.EXEC), {}))
+            await blocked.before(_judged("c3", "Bash", _Tool("Bash", Effect.EXEC), {}))
         ).blocked == "no"
         assert store.get(CONV, "c3") is None  # a blocked call has no effect to record
 
@@ -190,7 +197,7 @@ def test_hooks_fail_closed_when_the_checkpoint_cannot_be_written(tmp_path: Path)
 
     async def scenario() -> PreToolVerdict:
         hooks = CheckpointHooks(broken, CONV, "o")
-        return await hooks.before(AdmittedCall("c1", "Write", _Tool("Write", Effect.WRITE), {}))
+        return await hooks.before(_judged("c1", "Write", _Tool("Write", Effect.WRITE), {}))
 
     verdict = asyncio.run(scenario())
     assert (
@@ -201,7 +208,7 @@ def test_hooks_fail_closed_when_the_checkpoint_cannot_be_written(tmp_path: Path)
 def test_leftover_checkpoints_settle_from_the_answer_the_model_got(store: CheckpointStore) -> None:
     async def scenario() -> None:
         hooks = CheckpointHooks(store, CONV, "o")
-        await hooks.before(AdmittedCall("c1", "Bash", _Tool("Bash", Effect.EXEC), {}))
+        await hooks.before(_judged("c1", "Bash", _Tool("Bash", Effect.EXEC), {}))
         await hooks.settle_leftovers({"c1": result("c1", "denied after rewrite", True)})
 
     asyncio.run(scenario())

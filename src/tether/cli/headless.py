@@ -18,7 +18,7 @@ from tether.backends.local.locks import state_failure
 from tether.cli.flags import RunFlags
 from tether.cli.output import Renderer, StdoutGone, init_fields, report_failure, say
 from tether.cli.stopping import RunStop
-from tether.core.approvals import Classified
+from tether.core.approvals import JudgedCall
 from tether.core.permissions import headless_denial
 from tether.core.tools import Effect, ToolContext
 from tether.core.turn import ApprovalAnswer, Event, TurnOutcome
@@ -45,7 +45,7 @@ class HeadlessApprover:
         self.mode = mode
         self.plan: str | None = None
 
-    async def ask(self, item: Classified, ctx: ToolContext) -> ApprovalAnswer:
+    async def ask(self, item: JudgedCall, ctx: ToolContext) -> ApprovalAnswer:
         if item.call.name == "ExitPlanMode" and ctx.permission_mode == "plan":
             plan = item.args.get("plan")
             self.plan = plan if isinstance(plan, str) and plan.strip() else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tether.core.approvals import Classified
+from tether.core.approvals import JudgedCall
 from tether.core.tools import Effect, ToolContext, ToolResult, ToolRunContext
 from tether.core.turn import ApprovalAnswer
 from tether.errors import TetherError
@@ -214,13 +214,13 @@ class SdkApprover:
         self.session = session
         self.add_session_rule = add_session_rule
 
-    async def ask(self, item: Classified, ctx: ToolContext) -> ApprovalAnswer:
+    async def ask(self, item: JudgedCall, ctx: ToolContext) -> ApprovalAnswer:
         from tether.runtime.diffs import can_use_tool_request
 
         call = item.call
         request = can_use_tool_request(item, ctx.cwd)
         try:
-            response = await self.session.ask_client(f"perm-{call.tool_call_id}", request)
+            response = await self.session.ask_client(f"perm-{call.id}", request)
         except EOFError:
             return ApprovalAnswer(False, "stdin closed")
         payload = _body(response)

@@ -1,4 +1,4 @@
-"""Approval classification: for each proposed tool call, parse it, check it, and sort it.
+"""Approval classification: for each proposed tool call, check it and sort it into a JudgedCall.
 
 Every call the model proposes ends up in exactly one bucket: auto-allowed (run it), auto-denied
 (answer with a denial), or needs-input (ask an `Approver`). Nothing here runs a tool.
@@ -10,39 +10,51 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from tether.core.permissions import Decision
 from tether.core.tools import Tool, ToolContext
-from tether.protocol.chunks import ToolCallRequest
+from tether.protocol.tool_calls import ToolCall
 
 
 @dataclass(frozen=True, slots=True)
-class Classified:
-    call: ToolCallRequest
+class JudgedCall:
+    """A proposed call and what was decided about it: the one shape classification, approvers,
+    hooks, execution and checkpoints share.
+
+    `args` is what runs: the call's own arguments, or what an approver or a hook changed them
+    to (the `ToolCall` itself never changes). `confined`: admitted only by the read-only
+    auto-allow, so it runs kernel-confined.
+    """
+
+    call: ToolCall
     tool: Tool | None  # None: the name is unknown (executing it reports "Tool not found")
-    args: dict[str, Any]
     decision: Decision
+    args: Mapping[str, Any]
+    confined: bool = False
+
+    @classmethod
+    def of(cls, call: ToolCall, tool: Tool | None, decision: Decision) -> JudgedCall:
+        """The call as proposed, with its own arguments."""
+        return cls(call, tool, decision, call.arguments)
 
     @property
     def verdict(self) -> str:
         return self.decision.verdict
 
+    @property
+    def tool_call_id(self) -> str:
+        return self.call.id
+
+    @property
+    def name(self) -> str:
+        return self.call.name
+
+    @property
+    def judged(self) -> tuple[str, ...]:
+        """The real paths the decision judged (Decision.judged)."""
+        return self.decision.judged
+
 
 DecideFn = Callable[[Tool, Mapping[str, Any], ToolContext], Decision]
-
-
-def parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
-    """Arguments as a dict, plus why they were unusable (None when they parsed to an object)."""
-    if not raw.strip():
-        return {}, "the arguments were empty"
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return {}, "the arguments were not valid JSON"
-    if not isinstance(value, dict):
-        return {}, "the arguments were not a JSON object"
-    return value, None
 
 
 def missing_required(tool: Tool, args: Mapping[str, Any]) -> list[str]:
@@ -51,29 +63,25 @@ def missing_required(tool: Tool, args: Mapping[str, Any]) -> list[str]:
 
 
 def classify_approvals(
-    calls: list[ToolCallRequest], ctx: ToolContext, decide: DecideFn
-) -> list[Classified]:
-    out: list[Classified] = []
+    calls: list[ToolCall], ctx: ToolContext, decide: DecideFn
+) -> list[JudgedCall]:
+    out: list[JudgedCall] = []
     for call in calls:
         if not call.name:
             out.append(
-                Classified(call, None, {}, Decision("deny", "Tool call incomplete - missing name"))
+                JudgedCall.of(call, None, Decision("deny", "Tool call incomplete - missing name"))
             )
             continue
         tool = ctx.tools.get(call.name)
-        args, bad = parse_arguments(call.arguments)
         if tool is None:
-            out.append(Classified(call, None, args, Decision("allow", "unknown tool: report it")))
+            out.append(JudgedCall.of(call, None, Decision("allow", "unknown tool: report it")))
             continue
-        missing = missing_required(tool, args)
+        missing = missing_required(tool, call.arguments)
         if missing:
-            out.append(
-                Classified(
-                    call, tool, args, Decision("deny", _missing_message(tool, missing, args, bad))
-                )
-            )
+            why = _missing_message(tool, missing, call.arguments, call.error)
+            out.append(JudgedCall.of(call, tool, Decision("deny", why)))
             continue
-        out.append(Classified(call, tool, args, decide(tool, args, ctx)))
+        out.append(JudgedCall.of(call, tool, decide(tool, call.arguments, ctx)))
     return out
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tether.core.approvals import JudgedCall
 from tether.core.tools import Effect, Tool, ToolContext, ToolResult, ToolRunContext
 from tether.protocol.turns import ApprovalResult
 
@@ -24,19 +25,9 @@ RESULT_CAP = 32_000
 INTERRUPTED = "Interrupted by user"
 
 
-@dataclass(frozen=True, slots=True)
-class AdmittedCall:
-    tool_call_id: str
-    name: str
-    tool: Tool | None
-    args: Mapping[str, Any]
-    confined: bool = False  # admitted only by the read-only auto-allow: runs kernel-confined
-    judged: tuple[str, ...] = ()  # the real paths the decision judged (Decision.judged)
-
-
 RunContextFactory = Callable[[str], ToolRunContext]
 # Asked when a hook rewrote a call's input into one that needs approval: True runs it.
-ReaskFn = Callable[[AdmittedCall, "Decision"], Awaitable[bool]]
+ReaskFn = Callable[[JudgedCall, "Decision"], Awaitable[bool]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +41,9 @@ class PreToolVerdict:
 class ToolHooks(Protocol):
     """Lifecycle hooks around one tool execution (PreToolUse / PostToolUse in settings)."""
 
-    async def before(self, call: AdmittedCall) -> PreToolVerdict: ...
+    async def before(self, call: JudgedCall) -> PreToolVerdict: ...
 
-    async def after(self, call: AdmittedCall, result: ApprovalResult) -> str | ApprovalResult | None:
+    async def after(self, call: JudgedCall, result: ApprovalResult) -> str | ApprovalResult | None:
         """Text to append to the result the model reads (hook feedback, additional context),
         or a whole new result (a mod's `tool_end`)."""
         ...
@@ -70,7 +61,7 @@ class BatchLocks:
 
 
 async def execute_batch(
-    calls: list[AdmittedCall],
+    calls: list[JudgedCall],
     ctx: ToolContext,
     make_run_context: RunContextFactory,
     abort: asyncio.Event,
@@ -81,7 +72,7 @@ async def execute_batch(
 ) -> list[ApprovalResult]:
     locks = BatchLocks()
 
-    async def one(call: AdmittedCall) -> ApprovalResult:
+    async def one(call: JudgedCall) -> ApprovalResult:
         result = await _run_locked(call, ctx, locks, make_run_context, abort, hooks, decide, reask)
         if on_result is not None:
             on_result(result)
@@ -91,7 +82,7 @@ async def execute_batch(
 
 
 async def _run_locked(
-    call: AdmittedCall,
+    call: JudgedCall,
     ctx: ToolContext,
     locks: BatchLocks,
     make_run_context: RunContextFactory,
@@ -153,8 +144,8 @@ async def _run_locked(
 
 
 async def _decide_rewritten(
-    call: AdmittedCall, tool: Tool, ctx: ToolContext, decide: DecideFn, reask: ReaskFn | None
-) -> AdmittedCall | ToolResult:
+    call: JudgedCall, tool: Tool, ctx: ToolContext, decide: DecideFn, reask: ReaskFn | None
+) -> JudgedCall | ToolResult:
     """A hook's rewritten input is a new call, decided again in full: a deny stays a deny, an
     ask stays an ask (whoever answers approvals is asked again; with nobody to ask it does not
     run), and what the read-only auto-allow admits runs confined."""
@@ -166,11 +157,11 @@ async def _decide_rewritten(
             return ToolResult(
                 "Error: a PreToolUse hook rewrote this call's input, and the rewritten call needs "
                 f"approval that was not given: {again.reason}", True)
-        return replace(call, confined=False, judged=again.judged)
-    return replace(call, confined=again.confine, judged=again.judged)
+        return replace(call, decision=again, confined=False)
+    return replace(call, decision=again, confined=again.confine)
 
 
-def _result(call: AdmittedCall, outcome: ToolResult) -> ApprovalResult:
+def _result(call: JudgedCall, outcome: ToolResult) -> ApprovalResult:
     text = outcome.output
     if len(text) > RESULT_CAP:
         text = (

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-import orjson
-
-from tether.core.approvals import Classified, DecideFn, classify_approvals
+from tether.core.approvals import DecideFn, JudgedCall, classify_approvals
 from tether.core.execution import (
     INTERRUPTED,
-    AdmittedCall,
     RunContextFactory,
     ToolHooks,
     execute_batch,
@@ -35,6 +32,7 @@ from tether.protocol.chunks import (
     now_ms,
 )
 from tether.protocol.messages import TextPart, Usage, UserMessage
+from tether.protocol.tool_calls import ToolCall
 from tether.protocol.turns import (
     ApprovalResult,
     ConversationRef,
@@ -72,7 +70,7 @@ class ApprovalAnswer:
 class PermissionHooks(Protocol):
     """Consulted while a call is still `ask`, before any human or client is (PermissionRequest)."""
 
-    async def decide(self, item: Classified) -> tuple[str, str] | None:
+    async def decide(self, item: JudgedCall) -> tuple[str, str] | None:
         """("allow" | "deny", reason), or None to leave the call to the approver."""
         ...
 
@@ -96,7 +94,7 @@ class TurnEvents(Protocol):
 class Approver(Protocol):
     """Who answers `ask`: a headless policy, an SDK over stream-json, a TUI dialog, a client."""
 
-    async def ask(self, item: Classified, ctx: ToolContext) -> ApprovalAnswer: ...
+    async def ask(self, item: JudgedCall, ctx: ToolContext) -> ApprovalAnswer: ...
 
 
 @dataclass(slots=True)
@@ -186,8 +184,8 @@ async def _stream_step(
     turn_input: TurnInput,
     ctx: ToolContext,
     out: TurnOutcome,
-) -> tuple[list[ToolCallRequest], StopReason | None]:
-    calls: list[ToolCallRequest] = []
+) -> tuple[list[ToolCall], StopReason | None]:
+    calls: list[ToolCall] = []
     stop: StopReason | None = None
     text_run: str | None = None
 
@@ -203,7 +201,7 @@ async def _stream_step(
             elif isinstance(chunk, Reasoning):
                 out.last_reasoning += chunk.reasoning
             elif isinstance(chunk, ToolCallRequest):
-                calls.append(chunk)
+                calls.append(chunk.call)
             elif isinstance(chunk, UsageStatistics):
                 out.steps += chunk.step_count
                 out.usage += Usage(
@@ -243,46 +241,41 @@ class _Answers:
     interrupt: bool = False
 
 
-async def _answer_calls(deps: TurnDeps, calls: list[ToolCallRequest], ctx: ToolContext) -> _Answers:
-    classified = classify_approvals(calls, ctx, deps.decide)
+async def _answer_calls(deps: TurnDeps, calls: list[ToolCall], ctx: ToolContext) -> _Answers:
     answers: dict[str, ApprovalResult] = {}
-    admitted: list[AdmittedCall] = []
+    admitted: list[JudgedCall] = []
     interrupt = False
-    for item in classified:
+    for item in classify_approvals(calls, ctx, deps.decide):
         call = item.call
-        deps.emit(LocalToolCall(call.tool_call_id, call.name, call.arguments or "{}"))
+        deps.emit(LocalToolCall(call))
         if item.verdict == "ask" and not item.decision.sticky and deps.permission_hooks is not None:
             hooked = await deps.permission_hooks.decide(item)
             if hooked is not None and hooked[0] == "allow":
-                admitted.append(AdmittedCall(call.tool_call_id, call.name, item.tool, item.args,
-                                             judged=item.decision.judged))
+                admitted.append(item)
                 continue
             if hooked is not None:
-                answers[call.tool_call_id] = _denial(call, hooked[1])
+                answers[call.id] = _denial(call, hooked[1])
                 continue
         if item.verdict == "ask":
             reply = await deps.approver.ask(item, ctx)
             if reply.allow:
-                args = reply.updated_input if reply.updated_input is not None else item.args
-                judged = item.decision.judged
                 if reply.updated_input is not None and item.tool is not None:
                     # Rewritten arguments are a new call: nothing lifts a deny, not even a human.
-                    again = deps.decide(item.tool, args, ctx)
+                    again = deps.decide(item.tool, reply.updated_input, ctx)
                     if again.verdict == "deny":
-                        answers[call.tool_call_id] = _denial(call, again.reason)
+                        answers[call.id] = _denial(call, again.reason)
                         continue
-                    judged = again.judged
-                admitted.append(AdmittedCall(call.tool_call_id, call.name, item.tool, args,
-                                             judged=judged))
+                    item = replace(item, decision=again, args=reply.updated_input)
+                elif reply.updated_input is not None:
+                    item = replace(item, args=reply.updated_input)
+                admitted.append(item)
                 continue
             interrupt = interrupt or reply.interrupt
-            answers[call.tool_call_id] = _denial(call, reply.message)
+            answers[call.id] = _denial(call, reply.message)
         elif item.verdict == "deny":
-            answers[call.tool_call_id] = _denial(call, item.decision.reason)
+            answers[call.id] = _denial(call, item.decision.reason)
         else:  # what no rule, mode or human admitted runs inside the read-only sandbox
-            admitted.append(AdmittedCall(call.tool_call_id, call.name, item.tool, item.args,
-                                         confined=item.decision.confine,
-                                         judged=item.decision.judged))
+            admitted.append(replace(item, confined=item.decision.confine))
     for result in answers.values():
         deps.emit(LocalToolReturn(result))
     if admitted and not interrupt:
@@ -294,30 +287,25 @@ async def _answer_calls(deps: TurnDeps, calls: list[ToolCallRequest], ctx: ToolC
             lambda r: deps.emit(LocalToolReturn(r)),
             deps.tool_hooks,
             deps.decide,
-            lambda call, decision: _reask(deps, ctx, call, decision),
+            lambda item, decision: _reask(deps, ctx, item, decision),
         )
         answers.update((r.tool_call_id, r) for r in executed)
     for call in calls:  # every call is answered, even when an interrupt skipped execution
-        answers.setdefault(call.tool_call_id, _denial(call, INTERRUPTED))
-    return _Answers([answers[c.tool_call_id] for c in calls], interrupt)
+        answers.setdefault(call.id, _denial(call, INTERRUPTED))
+    return _Answers([answers[c.id] for c in calls], interrupt)
 
 
-async def _reask(deps: TurnDeps, ctx: ToolContext, call: AdmittedCall, decision: Decision) -> bool:
+async def _reask(deps: TurnDeps, ctx: ToolContext, item: JudgedCall, decision: Decision) -> bool:
     """Ask the approver about a call whose input a hook rewrote into one that needs approval."""
-    request = ToolCallRequest(call.tool_call_id, call.name, orjson.dumps(dict(call.args)).decode())
-    reply = await deps.approver.ask(Classified(request, call.tool, dict(call.args), decision), ctx)
+    reply = await deps.approver.ask(replace(item, decision=decision), ctx)
     return reply.allow and reply.updated_input is None
 
 
-def _denial(call: ToolCallRequest, reason: str) -> ApprovalResult:
-    return ApprovalResult(
-        call.tool_call_id, call.name, reason or "Tool execution denied.", True, denied=True
-    )
+def _denial(call: ToolCall, reason: str) -> ApprovalResult:
+    return ApprovalResult(call.id, call.name, reason or "Tool execution denied.", True, denied=True)
 
 
-def _settle_interrupted(
-    calls: list[ToolCallRequest], answers: _Answers
-) -> tuple[ApprovalResult, ...]:
+def _settle_interrupted(calls: list[ToolCall], answers: _Answers) -> tuple[ApprovalResult, ...]:
     return (
         tuple(answers.results) if answers.results else tuple(_denial(c, INTERRUPTED) for c in calls)
     )

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from tether.protocol.tool_calls import ToolCall
+
 
 def iso_now() -> str:
     """ISO-8601 UTC with milliseconds, the reference's `date` / `timestamp` form."""
@@ -61,20 +63,31 @@ class Reasoning:
 class ToolCallRequest:
     """A complete tool call the model proposed: the harness must approve and run it.
 
-    `arguments` is the raw JSON text exactly as the model produced it (it may be invalid JSON;
-    classification reports that to the model rather than guessing).
+    The wire carries the call's argument text exactly as the model produced it (it may be
+    invalid JSON; the call itself says so, and the model is told rather than guessed for).
     """
 
-    tool_call_id: str
-    name: str
-    arguments: str
+    call: ToolCall
     run_id: str | None = None
     date: str = field(default_factory=iso_now)
     message_type: Literal["approval_request_message"] = "approval_request_message"
 
+    @property
+    def tool_call_id(self) -> str:
+        return self.call.id
+
+    @property
+    def name(self) -> str:
+        return self.call.name
+
+    @property
+    def arguments(self) -> str:
+        return self.call.text
+
     def to_wire(self) -> dict[str, Any]:
-        call = {"name": self.name, "arguments": self.arguments, "tool_call_id": self.tool_call_id}
-        return _wire(self, id=f"approval-{self.tool_call_id}", tool_call=call, tool_calls=[call])
+        c = self.call
+        wire_call = {"name": c.name, "arguments": c.text, "tool_call_id": c.id}
+        return _wire(self, id=f"approval-{c.id}", tool_call=wire_call, tool_calls=[wire_call])
 
 
 @dataclass(frozen=True, slots=True)

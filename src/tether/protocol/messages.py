@@ -8,10 +8,11 @@ places that know the dict shape.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from tether.errors import ProtocolError
+from tether.protocol.tool_calls import ToolCall
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,12 +35,7 @@ class ImagePart:
     kind: Literal["image"] = "image"
 
 
-@dataclass(frozen=True, slots=True)
-class ToolCallPart:
-    id: str
-    name: str
-    arguments: dict[str, Any] = field(default_factory=dict)
-    kind: Literal["toolCall"] = "toolCall"
+ToolCallPart = ToolCall  # the assistant message's part is the model's ToolCall itself
 
 
 UserPart = TextPart | ImagePart
@@ -136,7 +132,7 @@ def part_to_dict(part: UserPart | AssistantPart) -> dict[str, Any]:
         return d
     if isinstance(part, ImagePart):
         return {"type": "image", "data": part.data, "mimeType": part.mime_type}
-    return {"type": "toolCall", "id": part.id, "name": part.name, "arguments": part.arguments}
+    return {"type": "toolCall", "id": part.id, "name": part.name, "arguments": dict(part.arguments)}
 
 
 def part_from_dict(d: Any, where: str) -> UserPart | AssistantPart:
@@ -155,7 +151,7 @@ def part_from_dict(d: Any, where: str) -> UserPart | AssistantPart:
             args = d.get("arguments", {})
             if not isinstance(args, dict):
                 raise ProtocolError(f"{where}: toolCall.arguments must be an object")
-            return ToolCallPart(_str(d, "id", where), _str(d, "name", where), args)
+            return ToolCall(_str(d, "id", where), _str(d, "name", where), args)
     except KeyError as exc:
         raise ProtocolError(
             f"{where}: content part of type {kind!r} lacks {exc.args[0]!r}"

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from tether.protocol.chunks import Chunk, ErrorChunk, iso_now
 from tether.protocol.messages import ImagePart, Usage, UserMessage
+from tether.protocol.tool_calls import ToolCall
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +50,21 @@ class TurnInput:
 class LocalToolCall:
     """A tool call about to run (or be answered) locally; emitted before execution."""
 
-    tool_call_id: str
-    name: str
-    arguments: str
+    call: ToolCall
     date: str = field(default_factory=iso_now)
+
+    @property
+    def tool_call_id(self) -> str:
+        return self.call.id
+
+    @property
+    def name(self) -> str:
+        return self.call.name
+
+    @property
+    def arguments(self) -> str:
+        """The argument text as the model wrote it (what every wire shows)."""
+        return self.call.text or "{}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from tether.protocol.chunks import (
     ToolCallRequest,
     UsageStatistics,
 )
+from tether.protocol.tool_calls import ToolCall
 from tether.providers.base import Endpoint
 from tether.providers.sse import SSEEvent, SSEParser
 from tether.providers.timeouts import timeout_env_name
@@ -202,7 +203,8 @@ class TurnAssembler:
     def tool_call(self, call_id: str, name: str, arguments: str) -> list[Chunk]:
         self.break_run()
         self.tool_calls += 1
-        return [ToolCallRequest(call_id, name, arguments if arguments.strip() else "{}")]
+        text = arguments if arguments.strip() else "{}"
+        return [ToolCallRequest(ToolCall.parse(call_id, name, text))]
 
     def finish(self, usage: UsageStatistics, *, hit_max_tokens: bool) -> list[Chunk]:
         if self.tool_calls:

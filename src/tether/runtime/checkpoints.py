@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from tether.backends.local.disk_full import disk_full
-from tether.core.execution import AdmittedCall, PreToolVerdict, ToolHooks
+from tether.core.approvals import JudgedCall
+from tether.core.execution import PreToolVerdict, ToolHooks
 from tether.core.tools import Effect, ToolResult
 from tether.errors import StoreError, StoreUnwritable
 from tether.protocol.messages import AssistantMessage, TextPart, ToolResultMessage
@@ -299,7 +300,7 @@ class CheckpointHooks:
         self.unavailable: str | None = None
         self.on_unavailable: Callable[[str], None] | None = None
 
-    async def before(self, call: AdmittedCall) -> PreToolVerdict:
+    async def before(self, call: JudgedCall) -> PreToolVerdict:
         verdict = await self.inner.before(call) if self.inner is not None else PreToolVerdict()
         if verdict.blocked is not None or verdict.result is not None or call.tool is None:
             return verdict  # nothing will run, so there is no effect to checkpoint
@@ -331,7 +332,7 @@ class CheckpointHooks:
         return verdict
 
     async def after(
-        self, call: AdmittedCall, result: ApprovalResult
+        self, call: JudgedCall, result: ApprovalResult
     ) -> str | ApprovalResult | None:
         cp = self._open.pop(call.tool_call_id, None)
         if cp is not None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tether.core.approvals import Classified
+    from tether.core.approvals import JudgedCall
 
 _CONTEXT = 3
 
@@ -93,7 +93,7 @@ def hunks(old: str, new: str) -> list[dict[str, Any]]:
     return out
 
 
-def can_use_tool_request(item: Classified, cwd: Path) -> dict[str, Any]:
+def can_use_tool_request(item: JudgedCall, cwd: Path) -> dict[str, Any]:
     """The `can_use_tool` control request for a call that needs a human (reference §3.4), as
     stream-json and the App Server send it: the call, why it asks, and a diff for edits."""
     from tether.protocol import wire
@@ -101,7 +101,7 @@ def can_use_tool_request(item: Classified, cwd: Path) -> dict[str, Any]:
     call = item.call
     return wire.can_use_tool(
         tool_name=call.name,
-        tool_call_id=call.tool_call_id,
+        tool_call_id=call.id,
         args=item.args,
         decision_reason=item.decision.reason,
         diffs=preview_diffs(call.name, item.args, cwd),

@@ -26,7 +26,7 @@ from tether.protocol.messages import UserMessage, UserPart
 from tether.runtime.conversation import Conversation
 
 if TYPE_CHECKING:
-    from tether.core.approvals import Classified
+    from tether.core.approvals import JudgedCall
     from tether.core.tools import ToolContext
     from tether.core.turn import ApprovalAnswer
     from tether.runtime.prepared import Prepared
@@ -76,12 +76,23 @@ class Submission:
 
 @dataclass(frozen=True, slots=True)
 class PendingApproval:
-    """A call of the running turn waiting for its approver's answer."""
+    """A call of the running turn waiting for its approver's answer, since `asked_at_ms`."""
 
-    tool_call_id: str
-    tool_name: str
-    reason: str  # why the decision asks
+    item: JudgedCall
     asked_at_ms: int
+
+    @property
+    def tool_call_id(self) -> str:
+        return self.item.call.id
+
+    @property
+    def tool_name(self) -> str:
+        return self.item.call.name
+
+    @property
+    def reason(self) -> str:
+        """Why the decision asks."""
+        return self.item.decision.reason
 
 
 class _TrackedApprover:
@@ -91,15 +102,12 @@ class _TrackedApprover:
         self.inner = inner
         self.pending = pending
 
-    async def ask(self, item: Classified, ctx: ToolContext) -> ApprovalAnswer:
-        call = item.call
-        self.pending[call.tool_call_id] = PendingApproval(
-            call.tool_call_id, call.name, item.decision.reason, now_ms()
-        )
+    async def ask(self, item: JudgedCall, ctx: ToolContext) -> ApprovalAnswer:
+        self.pending[item.call.id] = PendingApproval(item, now_ms())
         try:
             return await self.inner.ask(item, ctx)
         finally:
-            self.pending.pop(call.tool_call_id, None)
+            self.pending.pop(item.call.id, None)
 
 
 @dataclass(kw_only=True)

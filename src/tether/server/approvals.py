@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.core.approvals import Classified
+from tether.core.approvals import JudgedCall
 from tether.core.tools import ToolContext
 from tether.core.turn import ApprovalAnswer
 from tether.server.protocol_v2 import ApprovalResponse
@@ -34,7 +34,7 @@ class RuntimeApprover:
     def __init__(self, runtime: ConversationRuntime) -> None:
         self.rt = runtime
 
-    async def ask(self, item: Classified, ctx: ToolContext) -> ApprovalAnswer:
+    async def ask(self, item: JudgedCall, ctx: ToolContext) -> ApprovalAnswer:
         from tether.runtime.diffs import can_use_tool_request
 
         rt = self.rt
@@ -44,7 +44,7 @@ class RuntimeApprover:
         refusal = _state_refusal(item, ctx, rt.ctx.store.home, own)
         if refusal is not None:  # never put to a client: whoever answers could say yes
             return ApprovalAnswer(False, refusal)
-        request_id = f"perm-{call.tool_call_id}"
+        request_id = f"perm-{call.id}"
         request = can_use_tool_request(item, ctx.cwd)
         previous = rt.status
         rt._set_status("WAITING_ON_APPROVAL")
@@ -78,7 +78,7 @@ class RuntimeApprover:
 
 
 def _state_refusal(
-    item: Classified, ctx: ToolContext, home: Path, own: tuple[Path, ...]
+    item: JudgedCall, ctx: ToolContext, home: Path, own: tuple[Path, ...]
 ) -> str | None:
     """A file-tool call that would reach tether's own state (`$TETHER_HOME`: credentials, other
     conversations, checkpoints) other than the conversation's scratch directory and its agent's

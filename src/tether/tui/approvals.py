@@ -28,7 +28,7 @@ from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 if TYPE_CHECKING:  # the permission engine loads with the session, after the first frame
-    from tether.core.approvals import Classified
+    from tether.core.approvals import JudgedCall
     from tether.core.tools import ToolContext
     from tether.core.turn import ApprovalAnswer
 
@@ -52,12 +52,12 @@ class ApprovalRequest:
     diffs: list[dict[str, Any]] | None = None
 
     @classmethod
-    def of(cls, item: Classified, cwd: Path, home: Path | None = None) -> ApprovalRequest:
+    def of(cls, item: JudgedCall, cwd: Path, home: Path | None = None) -> ApprovalRequest:
         from tether.runtime.diffs import preview_diffs
 
-        name = item.call.name
-        rules, why = suggest_rules(name, item.args, cwd, home or Path.home())
-        return cls(name, item.args, item.decision.reason, rules, why, preview_diffs(name, item.args, cwd))
+        name, args = item.call.name, dict(item.args)
+        rules, why = suggest_rules(name, args, cwd, home or Path.home())
+        return cls(name, args, item.decision.reason, rules, why, preview_diffs(name, args, cwd))
 
 
 def suggest_rules(tool_name: str, args: dict[str, Any], cwd: Path, home: Path) -> tuple[tuple[str, ...], str]:
@@ -350,7 +350,7 @@ class TuiApprover:
         self.home = home
         self.pending: asyncio.Future[Choice] | None = None
 
-    async def ask(self, item: Classified, ctx: ToolContext) -> ApprovalAnswer:
+    async def ask(self, item: JudgedCall, ctx: ToolContext) -> ApprovalAnswer:
         from tether.core.turn import ApprovalAnswer
 
         request = ApprovalRequest.of(item, ctx.cwd, self.home)

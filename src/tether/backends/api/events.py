@@ -25,6 +25,7 @@ from tether.protocol.chunks import (
     UsageStatistics,
     iso_now,
 )
+from tether.protocol.tool_calls import ToolCall
 
 OUTSIDE_ENFORCEMENT = "server tool: run by the Letta server, outside tether's permissions and sandbox"
 _STOPS: frozenset[str] = frozenset(
@@ -206,7 +207,8 @@ class EventMapper:
         reason = data.get("stop_reason")
         if reason == "requires_approval":
             for call_id, call in self._calls.items():
-                out.append(ToolCallRequest(call_id, call.name, call.arguments or "{}", self.run_id))
+                text = call.arguments or "{}"
+                out.append(ToolCallRequest(ToolCall.parse(call_id, call.name, text), self.run_id))
             self._calls.clear()
         name: StopReasonName
         if isinstance(reason, str) and reason in _STOPS:

@@ -229,7 +229,8 @@ class LocalBackend:
                     async for chunk in self.provider.stream(request):
                         chunk = replace(chunk, run_id=run_id)
                         if isinstance(chunk, ToolCallRequest):
-                            chunk = replace(chunk, tool_call_id=ids.own(chunk.tool_call_id))
+                            call = chunk.call
+                            chunk = replace(chunk, call=replace(call, id=ids.own(call.id)))
                         if isinstance(chunk, UsageStatistics):
                             usage = chunk
                         elif isinstance(chunk, StopReason):
@@ -387,13 +388,7 @@ class _PartsBuilder:
             else:
                 self._parts.append(ThinkingPart(chunk.reasoning, chunk.signature))
         elif isinstance(chunk, ToolCallRequest):
-            try:
-                args = orjson.loads(chunk.arguments) if chunk.arguments.strip() else {}
-            except orjson.JSONDecodeError:
-                args = {}
-            self._parts.append(
-                ToolCallPart(chunk.tool_call_id, chunk.name, args if isinstance(args, dict) else {})
-            )
+            self._parts.append(chunk.call)  # parsed once, where the provider assembled it
 
     @property
     def started(self) -> bool:

@@ -19,7 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.core.execution import AdmittedCall, PreToolVerdict, ToolHooks
+from tether.core.approvals import JudgedCall
+from tether.core.execution import PreToolVerdict, ToolHooks
 from tether.core.permissions import Decision
 from tether.core.tools import Tool, ToolContext
 from tether.protocol.chunks import StopReason
@@ -254,7 +255,7 @@ class ModToolHooks:
         self.session = session
         self.inner = inner
 
-    async def before(self, call: AdmittedCall) -> PreToolVerdict:
+    async def before(self, call: JudgedCall) -> PreToolVerdict:
         payload: dict[str, Any] = {"toolName": call.name, "args": dict(call.args), "toolCallId": call.tool_call_id}
         answered: list[Any] = []
         rewritten = False
@@ -282,7 +283,7 @@ class ModToolHooks:
         merged = {**(updated or {}), **(verdict.updated_args or {})}
         return PreToolVerdict(updated_args=merged or None, ask=verdict.ask)
 
-    async def after(self, call: AdmittedCall, result: ApprovalResult) -> str | ApprovalResult | None:
+    async def after(self, call: JudgedCall, result: ApprovalResult) -> str | ApprovalResult | None:
         payload = {"toolName": call.name, "args": dict(call.args), "toolCallId": call.tool_call_id,
                    "status": result.status, "output": result.output}
         replaced: list[Any] = []
