@@ -10,28 +10,22 @@ from tether.core.services import Services
 from tether.core.tools import ToolRunContext
 
 
-def test_a_mapping_by_name_becomes_the_typed_object(tmp_path: Path) -> None:
+def test_services_are_typed_members(tmp_path: Path) -> None:
     todos: list[object] = []
-    given = {"todos": todos, "tether_home": tmp_path}  # as tests and mods pass it
-    ctx = ToolRunContext(tmp_path, "call-1", services=given)  # type: ignore[arg-type]
-    assert isinstance(ctx.services, Services)
+    ctx = ToolRunContext(tmp_path, "call-1", services=Services(todos=todos, tether_home=tmp_path))
     assert ctx.services.todos is todos and ctx.services.tether_home == tmp_path
     assert ctx.services.background is None  # absent members are None, not missing
 
 
-@pytest.mark.parametrize("name", ["backgrund", "Sandbox", ""])
-def test_an_unknown_service_name_is_named(tmp_path: Path, name: str) -> None:
-    with pytest.raises(TypeError, match=repr(name)):
-        ToolRunContext(tmp_path, "call-1", services={name: object()})  # type: ignore[arg-type]
-    with pytest.raises(KeyError, match=repr(name)):
-        Services()[name] = object()
+@pytest.mark.parametrize("name", ["backgrund", "Sandbox"])
+def test_an_unknown_service_is_refused(name: str) -> None:
+    with pytest.raises(TypeError, match=name):
+        Services(**{name: object()})
+    with pytest.raises(AttributeError):
+        setattr(Services(), name, object())  # slotted: no new member by accident
 
 
-def test_name_access_for_registrations_sees_only_members_that_are_set(tmp_path: Path) -> None:
-    services = Services()
-    services["tether_home"] = tmp_path
-    assert "tether_home" in services and "mcp" not in services and "nonsense" not in services
-    assert services.get("mcp") is None and services["tether_home"] == tmp_path
-    assert list(services) == ["tether_home"]
-    with pytest.raises(KeyError):
-        services["mcp"]
+def test_no_lookup_by_string_is_left() -> None:
+    services = Services(tether_home=Path("/x"))
+    for name in ("__getitem__", "__setitem__", "__contains__", "__iter__", "get", "of"):
+        assert not hasattr(services, name), name

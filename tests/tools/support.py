@@ -8,11 +8,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tether.core.services import Services
 from tether.core.tools import Tool, ToolResult, ToolRunContext
 
 
 def make_ctx(cwd: Path, **kwargs: Any) -> ToolRunContext:
-    return ToolRunContext(cwd=cwd, tool_call_id=kwargs.pop("tool_call_id", "call-1"), **kwargs)
+    """A run context; `services={"name": service}` is the test's shorthand for `Services(...)`."""
+    services = kwargs.pop("services", None)
+    if isinstance(services, dict):
+        services = Services(**services)
+    return ToolRunContext(cwd=cwd, tool_call_id=kwargs.pop("tool_call_id", "call-1"),
+                          services=services or Services(), **kwargs)
 
 
 def run_tool(tool: Tool, args: Mapping[str, Any], cwd: Path, **ctx_kwargs: Any) -> ToolResult:

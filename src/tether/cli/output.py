@@ -67,7 +67,7 @@ def init_fields(prepared: Prepared) -> dict[str, Any]:
     skills = services.skills
     sources = [s for s in SOURCES if skills is not None and s in skills.sources]
     trigger, steps = flags.reflection_trigger, flags.reflection_step_count
-    if "reflection" not in services:
+    if services.reflection is None:
         trigger = "off"
     elif trigger is None or steps is None:
         from tether.runtime.reflection import load_state

@@ -1,14 +1,14 @@
 """The run's services a tool (or a frontend) may reach, typed: each member is a narrow Protocol
 of what its users call, or None where the run has no such service (a test, a hosted agent, a
-one-shot run nobody can ask). The runtime fills it (`runtime/assembly.py`); nothing else is
-looked up by a string.
+one-shot run nobody can ask). The runtime fills it (`runtime/assembly.py`); every member is
+reached as an attribute, never looked up by a string.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableSequence
-from dataclasses import dataclass, fields
+from collections.abc import Awaitable, Callable, Mapping, MutableSequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -64,7 +64,12 @@ class WorkingDirectoryService(Protocol):
 
 
 class McpService(Protocol):
+    @property
+    def states(self) -> Mapping[str, Any]: ...  # server name -> status, error, tools, prompts
+
     async def ready(self, abort: asyncio.Event | None = None) -> None: ...
+
+    async def get_prompt(self, server: str, prompt: str, arguments: Mapping[str, str]) -> str: ...
 
     def status(self) -> list[dict[str, Any]]: ...
 
@@ -74,6 +79,11 @@ class McpService(Protocol):
 class SkillCatalogService(Protocol):
     @property
     def sources(self) -> Any: ...
+
+    @property
+    def enabled(self) -> bool: ...
+
+    def all(self) -> Mapping[str, Any]: ...
 
 
 class ReflectionService(Protocol):
@@ -103,49 +113,3 @@ class Services:
     todos: MutableSequence[Any] | None = None
     plan: MutableSequence[Any] | None = None
     task_list_path: Path | None = None
-
-    @classmethod
-    def of(cls, given: Services | Mapping[str, Any] | None) -> Services:
-        """From a mapping by member name (tests, mods); an unknown name is an error naming it."""
-        if given is None:
-            return cls()
-        if isinstance(given, Services):
-            return given
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(given) - known)
-        if unknown:
-            raise TypeError(f"unknown tool service(s) {', '.join(map(repr, unknown))}; "
-                            f"known: {', '.join(sorted(known))}")
-        return cls(**dict(given))
-
-    # Mapping-style access by name, for code that registers services by name (the memory and
-    # reflection attachments); a name that is not a member is an error, never a new key.
-    def __setitem__(self, name: str, value: Any) -> None:
-        self._check(name)
-        setattr(self, name, value)
-
-    def __getitem__(self, name: str) -> Any:
-        self._check(name)
-        value = getattr(self, name)
-        if value is None:
-            raise KeyError(name)
-        return value
-
-    def get(self, name: str, default: Any = None) -> Any:
-        self._check(name)
-        value = getattr(self, name)
-        return default if value is None else value
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in self._names() and getattr(self, name) is not None
-
-    def __iter__(self) -> Iterator[str]:
-        return (n for n in self._names() if getattr(self, n) is not None)
-
-    @classmethod
-    def _names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
-
-    def _check(self, name: str) -> None:
-        if name not in self._names():
-            raise KeyError(f"unknown tool service {name!r}")

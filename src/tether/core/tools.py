@@ -55,15 +55,11 @@ class ToolRunContext:
     abort: asyncio.Event = field(default_factory=asyncio.Event)
     scratch_dir: Path | None = None  # background task logs, overflow files
     env: Mapping[str, str] | None = None  # extra environment for launched programs
-    services: Services = field(default_factory=Services)  # a mapping by name is converted
+    services: Services = field(default_factory=Services)
     # Admitted by nothing but the read-only auto-allow: a shell tool must run it inside the
     # read-only confinement sandbox (services.confinement) or not at all.
     confined: bool = False
     judged_paths: tuple[str, ...] = ()  # what the permission decision saw (Decision.judged)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.services, Services):  # tests and mods may pass {"name": service}
-            self.services = Services.of(self.services)
 
 
 class Tool(Protocol):

@@ -274,7 +274,7 @@ async def _mods(app: TetherApp, arg: str) -> None:
 
 
 async def _skills(app: TetherApp, arg: str) -> None:
-    catalog = app.prepared.services.get("skills")
+    catalog = app.prepared.services.skills
     if catalog is None or not catalog.enabled:
         app.notice("No skills: skills are off for this run")
         return
@@ -289,7 +289,7 @@ async def _skills(app: TetherApp, arg: str) -> None:
 
 
 async def _mcp(app: TetherApp, arg: str) -> None:
-    servers = app.prepared.services.get("mcp")
+    servers = app.prepared.services.mcp
     if servers is None:
         app.notice("No MCP servers configured (mcpServers in settings, .mcp.json, --mcp-config; "
                    "`tether mcp add`)")
@@ -310,7 +310,7 @@ async def _mcp(app: TetherApp, arg: str) -> None:
 async def _mcp_prompt(app: TetherApp, name: str, arg: str) -> bool:
     """`/mcp__<server>__<prompt> [key=value ...]`: the server's prompt sent as this turn's
     message; False when no connected server offers it."""
-    servers = app.prepared.services.get("mcp")
+    servers = app.prepared.services.mcp
     server, _, prompt = name[len("mcp__"):].partition("__")
     if servers is None or not prompt:
         return False
