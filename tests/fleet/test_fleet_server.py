@@ -17,15 +17,26 @@ from typing import Any
 import httpx
 from websockets.asyncio.client import connect
 
-from tests.e2e.support import TETHER, transcript_lines
+from tests.e2e.support import TETHER
 from tests.server.support import Client, ServerProcess, server_env
 from tether.testing.fake_provider import FakeProvider
 
 
-def _user_texts(home: Path) -> list[str]:
+def _rows(url: str) -> list[dict[str, Any]]:
+    """Every transcript row's entry in the store (each test has one conversation), in order;
+    with `--store` the workers keep none in TETHER_HOME."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return [json.loads(bytes(r[0])) for r in conn.execute(
+            "SELECT line FROM transcript ORDER BY conversation, seq").fetchall()]
+
+
+def _user_texts(url: str, home: Path) -> list[str]:
+    assert not list(home.glob("conversations/*/messages.jsonl"))
     return [
         " ".join(p["text"] for p in line["message"]["content"] if p["type"] == "text")
-        for line in transcript_lines(home)
+        for line in _rows(url)
         if line.get("message", {}).get("role") == "user"
     ]
 
@@ -102,7 +113,7 @@ def test_kill_9_of_the_worker_running_a_turn_moves_its_inputs_to_another_worker(
             owner.kill_9()
             _wait_until(lambda: [s for _, s in _states(pg_url)] == ["interrupted", "done", "done"],
                         "another worker settling the dead one's inputs")
-            assert _user_texts(home) == ["one", "two", "three"]  # each once, in order
+            assert _user_texts(pg_url, home) == ["one", "two", "three"]  # each once, in order
             assert len(fake.requests) == 3 and fake.violations == []  # nothing re-ran
             metrics = [httpx.get(w.http_base + "/metrics", timeout=10).text for w in others]
             assert sum(_value(m, 'tether_lease_moves_total{event="lease_taken"}')
@@ -237,7 +248,7 @@ def test_an_input_sent_to_a_worker_that_does_not_hold_the_conversation_runs_once
         finally:
             owner.stop()
             other.stop()
-    assert _user_texts(home) == ["one", "two"] and len(fake.requests) == 2
+    assert _user_texts(pg_url, home) == ["one", "two"] and len(fake.requests) == 2
     assert turns == [2, 0]
 
 
@@ -297,7 +308,7 @@ def test_a_stopped_owner_loses_the_conversation_and_its_late_marks_are_refused(
                for e in events["owner"])
     # The woken owner's "done" was refused: the input stays interrupted; nothing ran twice.
     assert _states(pg_url) == [("in-1", "interrupted"), ("in-2", "done")]
-    assert _user_texts(home) == ["one", "two"] and len(fake.requests) == 2
+    assert _user_texts(pg_url, home) == ["one", "two"] and len(fake.requests) == 2
     # The woken owner's keeper found the lease gone and aborted its turn: no answer of its own.
-    written = str(transcript_lines(home))
+    written = str(_rows(pg_url))
     assert "one done" not in written and "two done" in written

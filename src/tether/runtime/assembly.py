@@ -117,6 +117,9 @@ class RunSpec:
     env: Mapping[str, str]
     home: Path
     warnings: list[str] = field(default_factory=list)
+    # The agents/conversations/transcripts store (backends/store_api.py) when the frontend has
+    # chosen one (the App Server's, server/runtime_start.open_store); None: TETHER_HOME's files.
+    store: Any = None
 
 
 def prepare(flags: RunFlags, spec: RunSpec) -> Prepared:
@@ -125,7 +128,7 @@ def prepare(flags: RunFlags, spec: RunSpec) -> Prepared:
 
     env = dict(spec.env)
     cwd = spec.cwd
-    store = LocalStore(tether_home(env))
+    store = spec.store if spec.store is not None else LocalStore(tether_home(env))
     # Bad settings fail before anything is created; untrusted project settings are reported.
     settings = load_settings(store.home, cwd, "trusted" if flags.trust else None)
     spec.warnings.extend(settings.ignored)

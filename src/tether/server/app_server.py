@@ -33,7 +33,6 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from tether.backends.local.store import LocalStore
 from tether.errors import TetherError, UsageError
 from tether.runtime.checkpoints import CheckpointStore, new_owner
 from tether.server import auth, protocol_v2, v2_frames
@@ -59,6 +58,7 @@ from tether.server.runtime_start import (
     ServerContext,
     check_cwd,
     check_workspace,
+    open_store,
     sandbox_available,
     start_runtime,
 )
@@ -617,7 +617,7 @@ def make_context(options: ServerOptions, env: dict[str, str]) -> ServerContext:
         inputs, checkpoints = pg.inputs, pg.checkpoints
         fleet = FleetLeases(pg.session, pg.inputs, pg.url, options.lease_ttl)
     return ServerContext(
-        store=LocalStore(home),
+        store=open_store(home, fleet),
         checkpoints=checkpoints or CheckpointStore(home / "checkpoints.db"),
         env=env,
         default_cwd=options.cwd or Path.cwd(),

@@ -352,8 +352,5 @@ def _begun_items(rt: ConversationRuntime) -> set[str]:
     message since still counts (the message was sent)."""
     scope = rt.scope
     transcript = rt.p.store.transcript(scope.agent_id, scope.conversation_id)
-    try:
-        data = transcript.path.read_bytes()
-    except FileNotFoundError:
-        return set()
+    data = transcript.written_bytes()
     return {m.decode() for m in _ITEM_OF_MESSAGE.findall(data)}

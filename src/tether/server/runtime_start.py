@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from tether.backends.local.store import LocalStore
+from tether.backends.store_api import ConversationStore
 from tether.errors import UsageError
 from tether.runtime.assembly import system_text
 from tether.runtime.checkpoints import CheckpointStore
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 class ServerContext:
     """What every runtime of one server shares."""
 
-    store: LocalStore
+    store: ConversationStore  # open_store's: TETHER_HOME's files, or the PostgreSQL store's rows
     checkpoints: CheckpointStore
     env: dict[str, str]
     default_cwd: Path
@@ -56,6 +57,20 @@ class ServerContext:
     # With `--store postgresql://…`: this worker's conversation leases (server/fleet_leases.py);
     # an input of a conversation another worker holds is only recorded here.
     fleet: Any = None
+
+
+def open_store(home: Path, fleet: Any = None) -> ConversationStore:
+    """The one place the server picks where agents, conversations and transcripts live: the
+    files under `home`, or with `--store postgresql://…` (a `FleetLeases`, `fleet`) the rows of
+    the store, on the worker's own session, each transcript append fenced by the lease this
+    worker holds on the conversation (none held: refused). The runtime and the backend only
+    ever call the interface (`backends/store_api.py`)."""
+    if fleet is None:
+        return LocalStore(home)
+    from tether.backends.postgres.agents import PgConversationStore
+
+    held = fleet.held
+    return PgConversationStore(fleet.leases.session, home, held.get)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +221,7 @@ def build_prepared(
     too). The assembly's warnings go to the server's stderr."""
     from tether.core.permissions import normalize_mode
     from tether.runtime.assembly import RunSpec, prepare
+    from tether.runtime.manage import toolset_ops
     from tether.runtime.sandboxing import FS_SANDBOX_ENV
 
     chosen = normalize_mode(mode) if mode is not None else None
@@ -213,10 +229,12 @@ def build_prepared(
     flags.permission_mode_given = chosen is not None
     flags.agent = scope.agent_id
     flags.conversation = scope.conversation_id
+    flags.toolset = toolset_ops.preference(ctx.store.get_agent(scope.agent_id),
+                                           scope.conversation_id)  # update_toolset's
     env = dict(ctx.env)
     if workspace_sandbox:
         env[FS_SANDBOX_ENV] = "1"
-    spec = RunSpec(cwd=cwd, env=env, home=Path(env.get("HOME") or Path.home()))
+    spec = RunSpec(cwd=cwd, env=env, home=Path(env.get("HOME") or Path.home()), store=ctx.store)
     try:
         prepared = prepare(flags, spec)
     finally:
