@@ -1,7 +1,8 @@
-"""The model and provider requests (reference §12.3: `list_models`, `list_connect_providers`,
-`connect_provider`, `disconnect_provider`, `update_model`) over `runtime/manage/models_ops`;
-provider records are tether-wide, so listing or changing them needs an unscoped token, and no
-answer ever carries a key."""
+"""The model, toolset and provider requests (reference §12.3: `list_models`,
+`list_connect_providers`, `connect_provider`, `disconnect_provider`, `update_model`,
+`update_toolset`) over `runtime/manage/models_ops` and `toolset_ops`; provider records are
+tether-wide, so listing or changing them needs an unscoped token, and no answer ever carries a
+key. A conversation's toolset is its own: a token that reaches the conversation may change it."""
 
 from __future__ import annotations
 
@@ -85,8 +86,34 @@ def update_model(call: Call) -> dict[str, Any]:
             "model_handle": handle, "model_settings": updated.get("model_settings") or None}
 
 
+def update_toolset(call: Call) -> dict[str, Any]:
+    """The conversation's toolset preference, kept on its agent (`toolset_ops`); this server's
+    runtime of the conversation is rebuilt with it, so its next turn offers those tools.
+    Refused while that runtime runs a turn (nothing is changed then)."""
+    from tether.runtime.manage import toolset_ops
+    from tether.server.protocol_v2 import RuntimeScope
+    from tether.tools.toolsets import resolve_toolset
+
+    scope = RuntimeScope(*call.read.runtime())
+    conversation = call.conversation(scope.conversation_id, scope.agent_id)
+    scope = RuntimeScope(conversation.agent_id, scope.conversation_id)
+    running = call.server.runtimes.get(scope)
+    if running is not None and running.busy:
+        raise UsageError(f"conversation {conversation.id} is running a turn; change its "
+                         "toolset when it ends")
+    chosen = call.frame.msg.get("toolset_preference")
+    if chosen is None:
+        raise call.read.fail("toolset_preference", "is required")
+    current = toolset_ops.set_preference(call.home, scope.agent_id, scope.conversation_id, chosen)
+    if running is not None:
+        running.reload_agent()  # built again: the preference is read by build_prepared
+        current["current_toolset"] = resolve_toolset(chosen, running.p.session.model)
+    return {"runtime": scope.to_dict(), **current}
+
+
 FAMILY: dict[str, Request] = {
     "update_model": request("runtime payload", update_model, Scope.OWN),
+    "update_toolset": request("runtime toolset_preference", update_toolset, Scope.OWN),
     "list_models": request("", list_models, Scope.OPEN, {"entries": []}, blocking=True),
     # Credentials are tether-wide: the server's operator only; no answer carries a key.
     "connect_provider": request(
