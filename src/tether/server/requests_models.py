@@ -104,7 +104,7 @@ def update_toolset(call: Call) -> dict[str, Any]:
     chosen = call.frame.msg.get("toolset_preference")
     if chosen is None:
         raise call.read.fail("toolset_preference", "is required")
-    current = toolset_ops.set_preference(call.home, scope.agent_id, scope.conversation_id, chosen)
+    current = toolset_ops.set_preference(call.server.ctx.store, scope.agent_id, scope.conversation_id, chosen)
     if running is not None:
         running.reload_agent()  # built again: the preference is read by build_prepared
         current["current_toolset"] = resolve_toolset(chosen, running.p.session.model)

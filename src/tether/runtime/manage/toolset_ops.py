@@ -6,13 +6,15 @@ toolset the model picks). `update_toolset` and `/toolset` write it; the next tur
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.backends.local.records import AgentRecord
-from tether.backends.local.store import DEFAULT_CONVERSATION, LocalStore
+from tether.backends.local.store import DEFAULT_CONVERSATION
 from tether.errors import UsageError
 from tether.tools.toolsets import TOOLSET_CHOICES, resolve_toolset
+
+if TYPE_CHECKING:
+    from tether.backends.store_api import ConversationStore
 
 _BY_CONVERSATION = "toolsets_by_conversation"
 
@@ -29,15 +31,15 @@ def preference(agent: AgentRecord, conversation_id: str) -> str:
 
 
 def set_preference(
-    home: Path, agent_id: str, conversation_id: str, chosen: Any
+    store: ConversationStore, agent_id: str, conversation_id: str, chosen: Any
 ) -> dict[str, str]:
-    """Keep `chosen` for the conversation; the preference and the toolset it gives the agent's
-    model now (`current_toolset_preference`, `current_toolset`)."""
+    """Keep `chosen` for the conversation (in `store`: the files under TETHER_HOME or the
+    fleet's rows); the preference and the toolset it gives the agent's model now
+    (`current_toolset_preference`, `current_toolset`)."""
     if not isinstance(chosen, str) or chosen not in TOOLSET_CHOICES:
         raise UsageError(
             f"toolset_preference must be one of {', '.join(TOOLSET_CHOICES)}, got {chosen!r}"
         )
-    store = LocalStore(home)
     record = store.get_agent(agent_id)
     extra = dict(record.extra)
     if conversation_id == DEFAULT_CONVERSATION:
