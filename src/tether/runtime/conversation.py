@@ -13,12 +13,12 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tether.core.tools import ToolContext
-from tether.core.turn import Approver, Event, TurnDeps, TurnOutcome, run_turn
+from tether.core.turn import Approver, Event, TurnOutcome, run_turn
 from tether.protocol.messages import UserMessage
-from tether.protocol.turns import ApprovalResult, LocalToolReturn
+from tether.protocol.turns import LocalToolReturn
 
 if TYPE_CHECKING:
+    from tether.protocol.turns import ApprovalResult
     from tether.runtime.prepared import Prepared
 
 
@@ -56,28 +56,23 @@ class Conversation:
 
         p = self.p
         self.store_unavailable = None
-        deps = p.turn_deps(emit=emit, approver=approver, abort=abort, max_turns=max_turns,
-                           on_tool_start=on_tool_start, on_tool_end=on_tool_end)
-        hooks = deps.tool_hooks
-        assert isinstance(hooks, CheckpointHooks)  # the effect checkpoints of every path
+        results: dict[str, ApprovalResult] = {}
+
+        def emit_and_note(event: Event) -> None:
+            if isinstance(event, LocalToolReturn):
+                results[event.result.tool_call_id] = event.result
+            emit(event)
 
         def unavailable(why: str) -> None:
             self.store_unavailable = why
             if on_store_unavailable is not None:
                 on_store_unavailable(why)
 
-        hooks.on_unavailable = unavailable
-        results: dict[str, ApprovalResult] = {}
-        inner = deps.emit  # as mods wrapped it
-
-        def emit_and_note(event: Event) -> None:
-            if isinstance(event, LocalToolReturn):
-                results[event.result.tool_call_id] = event.result
-            inner(event)
-
-        deps.emit = emit_and_note
-        if on_send is not None:
-            deps.snapshot = _announcing(deps, on_send)
+        deps = p.turn_deps(emit=emit_and_note, approver=approver, abort=abort, max_turns=max_turns,
+                           on_tool_start=on_tool_start, on_tool_end=on_tool_end,
+                           on_store_unavailable=unavailable, on_send=on_send)
+        hooks = deps.tool_hooks
+        assert isinstance(hooks, CheckpointHooks)  # the effect checkpoints of every path
         recovered_to = emit_recovered or emit
         with p.store.turn_lock(p.session.agent.id, p.session.conversation_id):
             if take_notifications:
@@ -104,12 +99,3 @@ class Conversation:
         if trigger is not None:
             await trigger.after_turn(abort)
 
-
-def _announcing(deps: TurnDeps, on_send: Callable[[], None]) -> Callable[[], ToolContext]:
-    snapshot = deps.snapshot
-
-    def snapshot_and_send() -> ToolContext:
-        on_send()  # each send takes a fresh snapshot: the moment a request goes out
-        return snapshot()
-
-    return snapshot_and_send

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tether.backends.local.store import LocalStore
 from tether.core.permissions.rules import parse_rule
 from tether.core.services import Services
-from tether.core.tools import ToolContextStore, ToolRegistry, ToolRunContext
+from tether.core.tools import ToolContext, ToolContextStore, ToolRegistry, ToolRunContext
 from tether.core.turn import Approver, Event, TurnDeps
 from tether.protocol.messages import TextPart, UserMessage
 from tether.protocol.turns import ApprovalResult, ConversationRef, LocalToolReturn
@@ -26,6 +26,9 @@ from tether.runtime.settings import Settings
 if TYPE_CHECKING:
     from tether.backends.api.backend import ApiBackend
     from tether.backends.local.backend import LocalBackend
+    from tether.core.approvals import DecideFn
+    from tether.core.execution import ToolHooks
+    from tether.core.turn import PermissionHooks, TurnEvents
     from tether.runtime.checkpoints import CheckpointStore, RecoveredEffect
     from tether.runtime.flags import RunFlags
     from tether.runtime.hooks import HookRunner
@@ -159,38 +162,55 @@ class Prepared:
         max_turns: int | None,
         on_tool_start: Callable[[str], None] | None = None,
         on_tool_end: Callable[[str], None] | None = None,
+        on_store_unavailable: Callable[[str], None] | None = None,
+        on_send: Callable[[], None] | None = None,
     ) -> TurnDeps:
-        """Every frontend's turn wiring. Effectful tool calls are checkpointed on every path:
-        a durable `before` record, then the exact result (DESIGN §4 item 3)."""
+        """Every frontend's turn wiring, the one place a `TurnDeps` is built: the policy (mods'
+        permission checks around it), the tool hooks (settings hooks, mods' `tool_start`/
+        `tool_end`, then effect checkpoints around them all: a durable `before` record, then
+        the exact result, DESIGN §4 item 3), mods' turn events, and `on_send` told before each
+        request (each send takes a fresh tool-context snapshot)."""
         from tether.runtime.checkpoints import CheckpointHooks, conversation_scope
 
         flags = self.flags
-        tool_hooks = permission_hooks = None
+        decide: DecideFn = self.policy or self._default_policy()
+        tool_hooks: ToolHooks | None = None
+        permission_hooks: PermissionHooks | None = None
+        events: TurnEvents | None = None
         if self.hooks is not None:
             from tether.runtime.hooks import SessionPermissionHooks, SessionToolHooks
 
             tool_hooks, permission_hooks = SessionToolHooks(self.hooks), SessionPermissionHooks(self.hooks)
-        deps = TurnDeps(
+        if self.mods is not None:
+            from tether.runtime.mods import ModToolHooks
+
+            decide, tool_hooks, events = self.mods.guard(decide), ModToolHooks(self.mods, tool_hooks), self.mods
+        store, owner = self.checkpoints()
+        scope = conversation_scope(self.session.agent.id, self.session.conversation_id)
+        checkpoints = CheckpointHooks(store, scope, owner, inner=tool_hooks, on_start=on_tool_start,
+                                      on_end=on_tool_end)
+        checkpoints.on_unavailable = on_store_unavailable
+
+        def snapshot() -> ToolContext:
+            if on_send is not None:
+                on_send()  # the moment a request goes out
+            return self.contexts.snapshot(self.registry, self.cwd, flags.permission_mode)
+
+        mcp = self.services.mcp
+        return TurnDeps(
             backend=self.backend,
-            snapshot=lambda: self.contexts.snapshot(self.registry, self.cwd, flags.permission_mode),
-            decide=self.policy or self._default_policy(),
+            snapshot=snapshot,
+            decide=decide,
             approver=approver,
             make_run_context=self.make_run_context,
             emit=emit,
             abort=abort,
             max_turns=max_turns,
-            tool_hooks=tool_hooks,
+            tool_hooks=checkpoints,
             permission_hooks=permission_hooks,
-            before_turn=partial(self.services.mcp.ready, abort) if self.services.mcp is not None else None,
+            events=events,
+            before_turn=partial(mcp.ready, abort) if mcp is not None else None,
         )
-        if self.mods is not None:
-            deps = self.mods.attach(deps)
-        store, owner = self.checkpoints()
-        scope = conversation_scope(self.session.agent.id, self.session.conversation_id)
-        deps.tool_hooks = CheckpointHooks(
-            store, scope, owner, inner=deps.tool_hooks, on_start=on_tool_start, on_end=on_tool_end
-        )
-        return deps
 
     async def shutdown(self) -> None:
         """Stop what the run started in the background: nothing outlives the process."""
