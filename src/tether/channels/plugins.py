@@ -24,13 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import orjson
-
 from tether.channels.config import Account, channels_dir, check_id
 from tether.errors import UsageError
+from tether.runtime import channel_catalog
 
-BUNDLED = ("telegram", "slack", "webhook")
-FIELD_TYPES = ("text", "secret", "select", "boolean", "number", "string-array", "key-value-map")
+BUNDLED = tuple(channel_catalog.BUNDLED)
+FIELD_TYPES = channel_catalog.FIELD_TYPES
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,31 +89,7 @@ class ChannelPlugin(Protocol):
 def check_config(plugin: ChannelPlugin, config: dict[str, Any]) -> None:
     """Check `config` against the plugin's declarative schema (`[{key, type, required?,
     options?}]`): required fields present, each value of its declared type."""
-    for spec in plugin.metadata.config_schema:
-        key, kind = spec.get("key"), spec.get("type", "text")
-        if kind not in FIELD_TYPES:
-            raise UsageError(f"channel {plugin.metadata.id}: config field {key!r} has unknown "
-                             f"type {kind!r}")
-        if key not in config:
-            if spec.get("required"):
-                raise UsageError(f"channel {plugin.metadata.id} needs config {key!r} "
-                                 f"({spec.get('label') or kind})")
-            continue
-        value = config[key]
-        ok = {
-            "text": isinstance(value, str), "secret": isinstance(value, str),
-            "select": value in spec.get("options", [value]),
-            "boolean": isinstance(value, bool),
-            "number": isinstance(value, int | float) and not isinstance(value, bool),
-            "string-array": isinstance(value, list) and all(isinstance(v, str) for v in value),
-            "key-value-map": isinstance(value, dict),
-        }[kind]
-        if not ok:
-            raise UsageError(f"channel {plugin.metadata.id}: config {key!r} must be a {kind}")
-        shortest = spec.get("min_length")
-        if isinstance(shortest, int) and isinstance(value, str) and len(value) < shortest:
-            raise UsageError(f"channel {plugin.metadata.id}: config {key!r} must be at least "
-                             f"{shortest} characters long")
+    channel_catalog.check_config(plugin.metadata.id, plugin.metadata.config_schema, config)
 
 
 def load_plugin(home: Path, channel: str) -> ChannelPlugin:
@@ -133,24 +108,7 @@ def load_plugin(home: Path, channel: str) -> ChannelPlugin:
     )
 
 
-def read_manifest(folder: Path) -> dict[str, Any]:
-    path = folder / "channel.json"
-    try:
-        manifest = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise UsageError(f"{folder} has no channel.json") from None
-    except orjson.JSONDecodeError as exc:
-        raise UsageError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(manifest, dict):
-        raise UsageError(f"{path} must be an object {{id, displayName, entry}}")
-    for key in ("id", "entry"):
-        if not isinstance(manifest.get(key), str) or not manifest[key]:
-            raise UsageError(f"{path}: '{key}' is required (a string)")
-    check_id(manifest["id"], f"{path}: id")
-    entry = Path(manifest["entry"])
-    if entry.is_absolute() or ".." in entry.parts or entry.suffix != ".py":
-        raise UsageError(f"{path}: 'entry' must be a .py file inside the channel's folder")
-    return manifest
+read_manifest = channel_catalog.read_manifest
 
 
 def _load_installed(folder: Path, channel: str) -> ChannelPlugin:

@@ -29,6 +29,8 @@ from tether.server.request_kit import (
 )
 from tether.server.requests_agents import FAMILY as AGENTS
 from tether.server.requests_branches import FAMILY as BRANCHES
+from tether.server.requests_channels import CAPABILITY as CHANNEL_REQUESTS
+from tether.server.requests_channels import FAMILY as CHANNELS
 from tether.server.requests_commands import FAMILY as COMMANDS
 from tether.server.requests_conversations import FAMILY as CONVERSATIONS
 from tether.server.requests_cron import FAMILY as CRON
@@ -39,6 +41,7 @@ from tether.server.requests_queue import FAMILY as QUEUE
 from tether.server.requests_reflection import FAMILY as REFLECTION
 from tether.server.requests_secrets import FAMILY as SECRETS
 from tether.server.requests_skills import FAMILY as SKILLS
+from tether.server.requests_unsupported import FAMILY as UNSUPPORTED
 from tether.server.requests_watch import FAMILY as WATCH
 from tether.server.terminals import FAMILY as TERMINALS
 
@@ -47,11 +50,13 @@ if TYPE_CHECKING:
 
 REQUESTS: dict[str, Request] = {
     **AGENTS, **MEMORY, **MODELS, **FILES, **SKILLS, **CRON, **TERMINALS, **REFLECTION,
-    **BRANCHES, **QUEUE, **CONVERSATIONS, **SECRETS, **COMMANDS, **WATCH,
+    **BRANCHES, **CHANNELS, **QUEUE, **CONVERSATIONS, **SECRETS, **COMMANDS, **WATCH,
+    **UNSUPPORTED,
 }
 
 
-# A capability is true when every request it names is answered here.
+# A capability is true when every request it names is answered here, and not only to say that
+# tether has nothing behind it (requests_unsupported.py).
 CAPABILITIES = {
     "agent_management": ("agent_list", "agent_retrieve", "agent_create", "agent_update",
                          "agent_delete"),
@@ -62,6 +67,7 @@ CAPABILITIES = {
                           "delete_memory_file", "memory_history"),
     "model_listing": ("list_models", "list_connect_providers"),
     "model_update": ("update_model",),
+    "chatgpt_usage": ("chatgpt_usage_read",),
     "provider_connection": ("connect_provider", "disconnect_provider"),
     "toolset_update": ("update_toolset",),
     "workspace_files": ("list_in_directory", "read_file", "get_tree", "search_files",
@@ -76,14 +82,17 @@ CAPABILITIES = {
     "execute_command": ("execute_command",),
     "reflection_settings": ("get_reflection_settings", "set_reflection_settings"),
     "experiments": ("get_experiments", "set_experiment"),
-    "channels": ("channels_list",),
+    "channels": CHANNEL_REQUESTS,
     "branches": ("search_branches", "checkout_branch"),
     "secrets": ("secret_list", "secret_apply"),
 }
 
 
 def capabilities() -> dict[str, bool]:
-    return {name: all(kind in REQUESTS for kind in kinds) for name, kinds in CAPABILITIES.items()}
+    return {
+        name: all(kind in REQUESTS and REQUESTS[kind].supported for kind in kinds)
+        for name, kinds in CAPABILITIES.items()
+    }
 
 
 def parse_request(kind: str, msg: dict[str, Any], request_id: str | None) -> RequestFrame | None:

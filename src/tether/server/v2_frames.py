@@ -259,7 +259,9 @@ def crons_updated(agent_id: str | None = None, conversation_id: str | None = Non
 
 # --- the request families (server/requests.py): `<name>_response` and `*_updated` ---------------
 
-UPDATED = ("agent_updated", "conversation_updated", "memory_updated", "skills_updated")
+UPDATED = ("agent_updated", "conversation_updated", "memory_updated", "skills_updated",
+           "channels_updated", "channel_accounts_updated", "channel_pairings_updated",
+           "channel_routes_updated", "channel_targets_updated")
 
 
 def request_response(kind: str, request_id: str, payload: Mapping[str, Any]) -> dict[str, Any]:

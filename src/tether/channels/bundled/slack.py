@@ -13,6 +13,7 @@ from typing import Any
 
 from tether.channels.config import Account
 from tether.channels.plugins import InboundMessage, OnMessage, OutboundMessage, PluginMetadata
+from tether.runtime.channel_catalog import BUNDLED
 
 WEB_API = "https://slack.com/api/"
 ACK_WAIT = 30.0  # seconds an event waits for the journal before it goes unacknowledged
@@ -96,12 +97,7 @@ async def _journal(on_message: OnMessage, msg: InboundMessage) -> None:
 
 
 class SlackPlugin:
-    metadata = PluginMetadata("slack", "Slack (Socket Mode)", [
-        {"key": "bot_token", "type": "secret", "required": True, "label": "xoxb- bot token"},
-        {"key": "app_token", "type": "secret", "required": True,
-         "label": "xapp- app-level token (connections:write)"},
-        {"key": "base_url", "type": "text", "label": "Web API base URL"},
-    ])
+    metadata = PluginMetadata("slack", *BUNDLED["slack"])
 
     def create_adapter(self, account: Account) -> SlackAdapter:
         return SlackAdapter(account)

@@ -19,6 +19,7 @@ import orjson
 
 from tether.channels.config import Account
 from tether.channels.plugins import InboundMessage, OnMessage, OutboundMessage, PluginMetadata
+from tether.runtime.channel_catalog import BUNDLED
 
 MAX_TEXT = 4096
 
@@ -164,15 +165,7 @@ def split_text(text: str, limit: int = MAX_TEXT) -> list[str]:
 
 
 class TelegramPlugin:
-    metadata = PluginMetadata("telegram", "Telegram", [
-        {"key": "token", "type": "secret", "required": True, "label": "bot token (BotFather)"},
-        {"key": "mode", "type": "select", "options": ["polling", "webhook"]},
-        {"key": "base_url", "type": "text", "label": "Bot API base URL"},
-        {"key": "secret_token", "type": "secret", "label": "webhook secret token"},
-        {"key": "host", "type": "text"},
-        {"key": "port", "type": "number"},
-        {"key": "poll_timeout", "type": "number"},
-    ])
+    metadata = PluginMetadata("telegram", *BUNDLED["telegram"])
 
     def create_adapter(self, account: Account) -> TelegramAdapter:
         return TelegramAdapter(account)

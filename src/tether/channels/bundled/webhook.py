@@ -21,6 +21,7 @@ import orjson
 from tether.channels.config import Account
 from tether.channels.http_inbound import InboundHTTP
 from tether.channels.plugins import InboundMessage, OnMessage, OutboundMessage, PluginMetadata
+from tether.runtime.channel_catalog import BUNDLED
 
 SIGNATURE_HEADER = "x-tether-signature"
 
@@ -114,14 +115,7 @@ class WebhookAdapter:
 
 
 class WebhookPlugin:
-    metadata = PluginMetadata("webhook", "Webhook", [
-        {"key": "secret", "type": "secret", "required": True, "min_length": 16,
-         "label": "HMAC secret (16+ characters)"},
-        {"key": "outbound_url", "type": "text", "label": "URL replies are POSTed to"},
-        {"key": "host", "type": "text", "label": "listen host (default 127.0.0.1)"},
-        {"key": "port", "type": "number", "label": "listen port"},
-        {"key": "path", "type": "text", "label": "inbound path (default /webhook)"},
-    ])
+    metadata = PluginMetadata("webhook", *BUNDLED["webhook"])
 
     def create_adapter(self, account: Account) -> WebhookAdapter:
         return WebhookAdapter(account)
