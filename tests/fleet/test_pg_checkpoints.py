@@ -17,8 +17,7 @@ from tether.core.approvals import JudgedCall
 from tether.core.permissions import Decision
 from tether.core.tools import Effect
 from tether.protocol.messages import AssistantMessage, TextPart, ToolCallPart, UserMessage
-from tether.protocol.tool_calls import ToolCall
-from tether.protocol.turns import ApprovalResult
+from tether.protocol.tool_calls import ToolCall, ToolReturn
 from tether.runtime.checkpoints import (
     UNKNOWN_OUTCOME,
     AlreadyCheckpointed,
@@ -54,8 +53,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     made.close()
 
 
-def result(call_id: str, output: str = "done") -> ApprovalResult:
-    return ApprovalResult(call_id, "Bash", output, False)
+def result(call_id: str, output: str = "done") -> ToolReturn:
+    return ToolReturn(call_id, "Bash", output, False)
 
 
 def test_before_then_after_with_revisions(store: Any) -> None:

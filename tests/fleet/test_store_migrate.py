@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fleet.support import CODEC, item
-from tether.protocol.turns import ApprovalResult
+from tether.protocol.tool_calls import ToolReturn
 from tether.runtime.checkpoints import (
     UNKNOWN_OUTCOME,
     AlreadyCheckpointed,
@@ -31,7 +31,7 @@ def _fill(home: Path) -> None:
     queue.close()
     checkpoints = CheckpointStore(home / "checkpoints.db")
     cp = checkpoints.record_before(CONV, "call-1", "Bash", {"command": "make"}, "owner-a")
-    checkpoints.record_after(cp, ApprovalResult("call-1", "Bash", "built", False))
+    checkpoints.record_after(cp, ToolReturn("call-1", "Bash", "built", False))
     checkpoints.record_before(CONV, "call-2", "Write", {"file_path": "/x"}, "owner-a")
     checkpoints.close()
 

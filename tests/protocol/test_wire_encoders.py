@@ -17,9 +17,8 @@ from tether.protocol.chunks import (
 )
 from tether.protocol.messages import Usage
 from tether.protocol.stream_json import NO_RESPONSE, StreamJsonEncoder
-from tether.protocol.tool_calls import ToolCall
+from tether.protocol.tool_calls import ToolCall, ToolReturn
 from tether.protocol.turns import (
-    ApprovalResult,
     LocalToolCall,
     LocalToolReturn,
     SubagentProgress,
@@ -46,7 +45,7 @@ def _turn() -> list:
         AssistantText("a1", "lo", "run-1"),
         ToolCallRequest(ToolCall.parse("call-1", "Bash", '{"command": "ls"}'), run_id="run-1"),
         LocalToolCall(ToolCall.parse("call-1", "Bash", '{"command": "ls"}')),
-        LocalToolReturn(ApprovalResult("call-1", "Bash", "a\nb", False)),
+        LocalToolReturn(ToolReturn("call-1", "Bash", "a\nb", False)),
         AssistantText("a2", "done", "run-1"),
         UsageStatistics(10, 5, run_id="run-1"),
         StopReason("end_turn", "run-1"),

@@ -17,8 +17,7 @@ from tether.core.execution import PreToolVerdict
 from tether.core.permissions import Decision
 from tether.core.tools import Effect, ToolContext, ToolRegistry, ToolResult
 from tether.protocol.messages import ImagePart, TextPart, UserMessage
-from tether.protocol.tool_calls import ToolCall
-from tether.protocol.turns import ApprovalResult
+from tether.protocol.tool_calls import ToolCall, ToolReturn
 from tether.runtime.hooks import EventOutcome, HookConfig, HookRunner, merge_hooks, parse_hooks
 from tether.runtime.mods import ModSession, combine_decision
 from tether.runtime.mods.api import ModApi, ModHost, capabilities_for
@@ -382,7 +381,7 @@ def test_tool_start_and_tool_end_around_the_settings_hooks(setup: Setup) -> None
             seen.append(dict(call.args))
             return PreToolVerdict(updated_args={"y": 1})
 
-        async def after(self, call: JudgedCall, result: ApprovalResult) -> str | None:
+        async def after(self, call: JudgedCall, result: ToolReturn) -> str | None:
             seen.append(result.output)
             return "hook note"
 
@@ -394,8 +393,8 @@ def test_tool_start_and_tool_end_around_the_settings_hooks(setup: Setup) -> None
     assert verdict.updated_args == {"x": "rewritten", "y": 1} and seen == [{"x": "rewritten"}]
     short = asyncio.run(hooks.before(_judged("t2", "Read", None, {"x": "short"})))
     assert short.result == ToolResult("short-circuited", True)
-    after = asyncio.run(hooks.after(call, ApprovalResult("t1", "Read", "out", False)))
-    assert isinstance(after, ApprovalResult) and after.output == "OUT\n\nhook note" and seen[-1] == "OUT"
+    after = asyncio.run(hooks.after(call, ToolReturn("t1", "Read", "out", False)))
+    assert isinstance(after, ToolReturn) and after.output == "OUT\n\nhook note" and seen[-1] == "OUT"
 
 
 def test_llm_events_and_handlers_with_two_arguments(setup: Setup) -> None:

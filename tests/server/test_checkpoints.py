@@ -21,8 +21,7 @@ from tether.protocol.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from tether.protocol.tool_calls import ToolCall
-from tether.protocol.turns import ApprovalResult
+from tether.protocol.tool_calls import ToolCall, ToolReturn
 from tether.runtime.checkpoints import (
     NOT_STARTED,
     UNKNOWN_OUTCOME,
@@ -47,8 +46,8 @@ def _judged(cid: str, name: str, tool: Any, args: dict[str, Any]) -> JudgedCall:
 
 
 
-def result(call_id: str, output: str = "done", is_error: bool = False) -> ApprovalResult:
-    return ApprovalResult(call_id, "Bash", output, is_error)
+def result(call_id: str, output: str = "done", is_error: bool = False) -> ToolReturn:
+    return ToolReturn(call_id, "Bash", output, is_error)
 
 
 def test_database_is_wal_with_full_sync(store: CheckpointStore) -> None:
@@ -162,7 +161,7 @@ class _Blocking:
     async def before(self, call: JudgedCall) -> PreToolVerdict:
         return PreToolVerdict(blocked="no")
 
-    async def after(self, call: JudgedCall, result: ApprovalResult) -> str | None:
+    async def after(self, call: JudgedCall, result: ToolReturn) -> str | None:
         return None
 
 

@@ -103,7 +103,8 @@ class ControlRequests:
     def recover_pending_approvals(self) -> dict[str, Any]:
         """Tool calls an earlier run left waiting for approval are denied durably (nobody can
         answer them now), so the conversation can go on; a turn in progress is left alone."""
-        from tether.protocol.turns import ApprovalResult, TurnInput
+        from tether.protocol.tool_calls import ToolReturn
+        from tether.protocol.turns import TurnInput
         from tether.runtime.checkpoints import open_tool_calls
 
         none = {"recovered": False, "pending_approval": False, "approvals_processed": 0}
@@ -117,7 +118,7 @@ class ControlRequests:
             if not calls:
                 return none
             denials = tuple(
-                ApprovalResult(c.id, c.name, "Tool call denied: its approval request was not "
+                ToolReturn(c.id, c.name, "Tool call denied: its approval request was not "
                                "answered before the earlier run ended", True, denied=True)
                 for c in calls
             )

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tether.core.approvals import JudgedCall
 from tether.core.tools import Effect, Tool, ToolContext, ToolResult, ToolRunContext
-from tether.protocol.turns import ApprovalResult
+from tether.protocol.tool_calls import ToolReturn
 
 if TYPE_CHECKING:
     from tether.core.approvals import DecideFn
@@ -43,7 +43,7 @@ class ToolHooks(Protocol):
 
     async def before(self, call: JudgedCall) -> PreToolVerdict: ...
 
-    async def after(self, call: JudgedCall, result: ApprovalResult) -> str | ApprovalResult | None:
+    async def after(self, call: JudgedCall, result: ToolReturn) -> str | ToolReturn | None:
         """Text to append to the result the model reads (hook feedback, additional context),
         or a whole new result (a mod's `tool_end`)."""
         ...
@@ -65,14 +65,14 @@ async def execute_batch(
     ctx: ToolContext,
     make_run_context: RunContextFactory,
     abort: asyncio.Event,
-    on_result: Callable[[ApprovalResult], None] | None = None,
+    on_result: Callable[[ToolReturn], None] | None = None,
     hooks: ToolHooks | None = None,
     decide: DecideFn | None = None,  # re-decides arguments a hook rewrote, in full
     reask: ReaskFn | None = None,  # who answers when the rewritten call needs approval
-) -> list[ApprovalResult]:
+) -> list[ToolReturn]:
     locks = BatchLocks()
 
-    async def one(call: JudgedCall) -> ApprovalResult:
+    async def one(call: JudgedCall) -> ToolReturn:
         result = await _run_locked(call, ctx, locks, make_run_context, abort, hooks, decide, reask)
         if on_result is not None:
             on_result(result)
@@ -90,7 +90,7 @@ async def _run_locked(
     hooks: ToolHooks | None,
     decide: DecideFn | None = None,
     reask: ReaskFn | None = None,
-) -> ApprovalResult:
+) -> ToolReturn:
     if call.tool is None:
         available = ", ".join(sorted(ctx.tools))
         return _result(
@@ -136,7 +136,7 @@ async def _run_locked(
             outcome = ToolResult(f"{type(exc).__name__}: {exc}", True)
     result = _result(call, outcome)
     if hooks is not None and (extra := await hooks.after(call, result)):
-        if isinstance(extra, ApprovalResult):
+        if isinstance(extra, ToolReturn):
             result = extra
         else:
             result = replace(result, output=f"{result.output}\n\n{extra}")
@@ -161,14 +161,14 @@ async def _decide_rewritten(
     return replace(call, decision=again, confined=again.confine)
 
 
-def _result(call: JudgedCall, outcome: ToolResult) -> ApprovalResult:
+def _result(call: JudgedCall, outcome: ToolResult) -> ToolReturn:
     text = outcome.output
     if len(text) > RESULT_CAP:
         text = (
             text[:RESULT_CAP]
             + f"\n[output truncated: {len(outcome.output) - RESULT_CAP} more characters]"
         )
-    return ApprovalResult(
+    return ToolReturn(
         tool_call_id=call.tool_call_id,
         tool_name=call.name,
         output=text,

@@ -32,9 +32,8 @@ from tether.protocol.chunks import (
     now_ms,
 )
 from tether.protocol.messages import TextPart, Usage, UserMessage
-from tether.protocol.tool_calls import ToolCall
+from tether.protocol.tool_calls import ToolCall, ToolReturn
 from tether.protocol.turns import (
-    ApprovalResult,
     ConversationRef,
     LocalToolCall,
     LocalToolReturn,
@@ -237,12 +236,12 @@ async def _stream_step(
 
 @dataclass(slots=True)
 class _Answers:
-    results: list[ApprovalResult]
+    results: list[ToolReturn]
     interrupt: bool = False
 
 
 async def _answer_calls(deps: TurnDeps, calls: list[ToolCall], ctx: ToolContext) -> _Answers:
-    answers: dict[str, ApprovalResult] = {}
+    answers: dict[str, ToolReturn] = {}
     admitted: list[JudgedCall] = []
     interrupt = False
     for item in classify_approvals(calls, ctx, deps.decide):
@@ -301,11 +300,11 @@ async def _reask(deps: TurnDeps, ctx: ToolContext, item: JudgedCall, decision: D
     return reply.allow and reply.updated_input is None
 
 
-def _denial(call: ToolCall, reason: str) -> ApprovalResult:
-    return ApprovalResult(call.id, call.name, reason or "Tool execution denied.", True, denied=True)
+def _denial(call: ToolCall, reason: str) -> ToolReturn:
+    return ToolReturn(call.id, call.name, reason or "Tool execution denied.", True, denied=True)
 
 
-def _settle_interrupted(calls: list[ToolCall], answers: _Answers) -> tuple[ApprovalResult, ...]:
+def _settle_interrupted(calls: list[ToolCall], answers: _Answers) -> tuple[ToolReturn, ...]:
     return (
         tuple(answers.results) if answers.results else tuple(_denial(c, INTERRUPTED) for c in calls)
     )

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from tether.protocol.chunks import Chunk, ErrorChunk, iso_now
-from tether.protocol.messages import ImagePart, Usage, UserMessage
-from tether.protocol.tool_calls import ToolCall
+from tether.protocol.messages import Usage, UserMessage
+from tether.protocol.tool_calls import ToolCall, ToolReturn
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,29 +17,14 @@ class ConversationRef:
     conversation_id: str  # "default" = the agent's primary history
 
 
-@dataclass(frozen=True, slots=True)
-class ApprovalResult:
-    """The answer to one tool call: its result, or a denial (`denied=True`, `output` = reason)."""
-
-    tool_call_id: str
-    tool_name: str
-    output: str
-    is_error: bool
-    denied: bool = False
-    stdout: tuple[str, ...] | None = None
-    stderr: tuple[str, ...] | None = None
-    images: tuple[ImagePart, ...] = ()  # go into the transcript's tool result beside the text
-
-    @property
-    def status(self) -> Literal["success", "error"]:
-        return "error" if self.is_error else "success"
+ApprovalResult = ToolReturn  # the old name, still imported by runtime/prepared.py
 
 
 @dataclass(frozen=True, slots=True)
 class TurnInput:
     """Input of one send: answers to the previous step's tool calls, then maybe a user message."""
 
-    approvals: tuple[ApprovalResult, ...] = ()
+    approvals: tuple[ToolReturn, ...] = ()
     user: UserMessage | None = None
 
 
@@ -69,7 +54,7 @@ class LocalToolCall:
 
 @dataclass(frozen=True, slots=True)
 class LocalToolReturn:
-    result: ApprovalResult
+    result: ToolReturn
     date: str = field(default_factory=iso_now)
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from tether.protocol.chunks import Chunk, ErrorChunk, RetryNotice, iso_now
 from tether.protocol.messages import Usage
+from tether.protocol.tool_calls import ToolReturn
 from tether.protocol.turns import (
-    ApprovalResult,
     LocalToolCall,
     LocalToolReturn,
     SubagentProgress,
@@ -120,7 +120,7 @@ def tool_call_event(env: Envelope, call: LocalToolCall) -> dict[str, Any]:
     )
 
 
-def tool_return_text(result: ApprovalResult) -> str:
+def tool_return_text(result: ToolReturn) -> str:
     if result.denied:
         return f"Error: request to call tool denied. User reason: {result.output}"
     return result.output

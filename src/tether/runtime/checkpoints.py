@@ -31,8 +31,8 @@ from tether.core.approvals import JudgedCall
 from tether.core.execution import PreToolVerdict, ToolHooks
 from tether.core.tools import Effect, ToolResult
 from tether.errors import StoreError, StoreUnwritable
-from tether.protocol.messages import AssistantMessage, TextPart, ToolResultMessage
-from tether.protocol.turns import ApprovalResult
+from tether.protocol.messages import AssistantMessage, ToolResultMessage
+from tether.protocol.tool_calls import ToolReturn
 
 if TYPE_CHECKING:
     import sqlite3
@@ -187,7 +187,7 @@ class CheckpointStore:
             ) from None
         return Checkpoint(conversation, tool_call_id, tool_name, args, "before", None, owner, 1)
 
-    def record_after(self, cp: Checkpoint, result: ApprovalResult) -> Checkpoint:
+    def record_after(self, cp: Checkpoint, result: ToolReturn) -> Checkpoint:
         payload = {
             "output": result.output,
             "is_error": result.is_error,
@@ -332,8 +332,8 @@ class CheckpointHooks:
         return verdict
 
     async def after(
-        self, call: JudgedCall, result: ApprovalResult
-    ) -> str | ApprovalResult | None:
+        self, call: JudgedCall, result: ToolReturn
+    ) -> str | ToolReturn | None:
         cp = self._open.pop(call.tool_call_id, None)
         if cp is not None:
             try:
@@ -357,7 +357,7 @@ class CheckpointHooks:
                 self.on_unavailable(self.unavailable)
         return self.unavailable
 
-    async def settle_leftovers(self, results: Mapping[str, ApprovalResult]) -> None:
+    async def settle_leftovers(self, results: Mapping[str, ToolReturn]) -> None:
         """Close checkpoints whose call was answered without running after all (the engine's
         re-check denied rewritten arguments): the answer the model got is the exact result."""
         for call_id in list(self._open):
@@ -374,11 +374,26 @@ class CheckpointHooks:
 
 @dataclass(frozen=True, slots=True)
 class RecoveredEffect:
-    tool_call_id: str
-    tool_name: str
+    """A crashed turn's call answered from its checkpoint: the answer and how it is known."""
+
+    answer: ToolReturn
     outcome: str  # "unknown" | "exact"
-    output: str
-    is_error: bool
+
+    @property
+    def tool_call_id(self) -> str:
+        return self.answer.tool_call_id
+
+    @property
+    def tool_name(self) -> str:
+        return self.answer.tool_name
+
+    @property
+    def output(self) -> str:
+        return self.answer.output
+
+    @property
+    def is_error(self) -> bool:
+        return self.answer.is_error
 
 
 def recover_open_calls(
@@ -402,26 +417,20 @@ def recover_open_calls(
     now = int(time.time() * 1000)
     for call in open_calls:
         cp = checkpoints.get(call.id)
+        outcome: str | None = None
         if cp is None:
             output, is_error = NOT_STARTED, True
         elif cp.phase == "after" and cp.result is not None:
             output, is_error = str(cp.result.get("output", "")), bool(cp.result.get("is_error"))
-            recovered.append(RecoveredEffect(call.id, call.name, "exact", output, is_error))
+            outcome = "exact"
         else:
             if cp.phase == "before":
                 store.mark_unknown(cp, owner)
-            output, is_error = UNKNOWN_OUTCOME, True
-            recovered.append(RecoveredEffect(call.id, call.name, "unknown", output, is_error))
-        results.append(
-            ToolResultMessage(
-                id=f"letta-msg-{uuid.uuid4().hex[:16]}",
-                tool_call_id=call.id,
-                tool_name=call.name,
-                content=(TextPart(output),),
-                is_error=is_error,
-                timestamp=now,
-            )
-        )
+            output, is_error, outcome = UNKNOWN_OUTCOME, True, "unknown"
+        answer = ToolReturn(call.id, call.name, output, is_error)
+        if outcome is not None:
+            recovered.append(RecoveredEffect(answer, outcome))
+        results.append(answer.to_message(now))
     return recovered, results
 
 

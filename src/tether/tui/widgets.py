@@ -37,7 +37,8 @@ from tether.protocol.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from tether.protocol.turns import ApprovalResult, LocalToolCall, LocalToolReturn, TurnError
+from tether.protocol.tool_calls import ToolReturn
+from tether.protocol.turns import LocalToolCall, LocalToolReturn, TurnError
 
 if TYPE_CHECKING:
     from tether.core.turn import Event
@@ -150,7 +151,7 @@ class ToolBlock(Vertical):
         self.tool_call_id = tool_call_id
         self.tool_name = name
         self.args = args
-        self.result: ApprovalResult | None = None
+        self.result: ToolReturn | None = None
 
     def compose(self) -> Iterable[Static]:
         head, details = tool_summary(self.tool_name, self.args)
@@ -164,7 +165,7 @@ class ToolBlock(Vertical):
         if details:
             yield Static(Text(details, style="dim"), classes="tool-args")
 
-    def set_result(self, result: ApprovalResult) -> None:
+    def set_result(self, result: ToolReturn) -> None:
         self.result = result
         self.add_class("done")
         if result.denied:
@@ -416,7 +417,7 @@ class Transcript(VerticalScroll):
                 self.notice("✗ " + event.message, "error")
         # ToolCallRequest (shown once it is answered, as LocalToolCall) and StopReason: nothing
 
-    def _tool_result(self, result: ApprovalResult) -> None:
+    def _tool_result(self, result: ToolReturn) -> None:
         block = self._tools.get(result.tool_call_id)
         if block is None:
             block = ToolBlock(result.tool_call_id, result.tool_name, {})
@@ -457,7 +458,7 @@ class Transcript(VerticalScroll):
 
         def attach() -> None:
             for r in results:  # a stored denial is an error result: drawn as one
-                self._tool_result(ApprovalResult(r.tool_call_id, r.tool_name, r.text, r.is_error))
+                self._tool_result(ToolReturn(r.tool_call_id, r.tool_name, r.text, r.is_error))
 
         self.call_after_refresh(attach)
         self.anchor()

@@ -18,7 +18,8 @@ from tether.backends.api.client import LettaClient
 from tether.core.tools import ToolContextStore, ToolRegistry
 from tether.protocol.chunks import ErrorChunk, RetryNotice, StopReason
 from tether.protocol.messages import TextPart, UserMessage
-from tether.protocol.turns import ApprovalResult, ConversationRef, TurnInput
+from tether.protocol.tool_calls import ToolReturn
+from tether.protocol.turns import ConversationRef, TurnInput
 from tether.providers.retry import RetryPolicy
 
 TEXT: list[dict[str, Any]] = [{"message_type": "assistant_message", "otid": "o1", "content": "hi", "seq_id": 1,
@@ -117,8 +118,8 @@ def test_answers_are_one_approval_message(letta: tuple[str, Script]) -> None:
     url, script = letta
     script.add("/v1/conversations/conv-1/messages", 200, sse(TEXT))
     turn = TurnInput(approvals=(
-        ApprovalResult("call-1", "Bash", "ok\n", False, stdout=("ok",)),
-        ApprovalResult("call-2", "Write", "Permission denied by rule: Write", True, denied=True),
+        ToolReturn("call-1", "Bash", "ok\n", False, stdout=("ok",)),
+        ToolReturn("call-2", "Write", "Permission denied by rule: Write", True, denied=True),
     ))
     _send(ApiBackend(LettaClient(url, None)), ConversationRef("agent-1", "conv-1"), turn)
     (message,) = script.bodies[-1][2]["messages"]
@@ -205,7 +206,7 @@ def test_stashed_answers_the_server_no_longer_waits_for_are_dropped(
     backend = ApiBackend(LettaClient(url, None), stash_dir=tmp_path)
     conv = ConversationRef("a", "conv-1")
     asyncio.run(backend.record(conv, TurnInput(approvals=(
-        ApprovalResult("call-1", "Bash", "Interrupted by user", True, denied=True),))))
+        ToolReturn("call-1", "Bash", "Interrupted by user", True, denied=True),))))
     assert list(tmp_path.glob("*.json"))
     chunks = _send(backend, conv, _user("next"))
     assert chunks[-1] == StopReason("end_turn", "run-1")

@@ -29,7 +29,8 @@ from tether.core.tools import ToolContext
 from tether.errors import ProviderError, StreamCut
 from tether.protocol.chunks import Chunk, ErrorChunk, RetryNotice, StopReason
 from tether.protocol.messages import ImagePart, TextPart, UserMessage
-from tether.protocol.turns import ApprovalResult, ConversationRef, TurnInput
+from tether.protocol.tool_calls import ToolReturn
+from tether.protocol.turns import ConversationRef, TurnInput
 from tether.providers.retry import DEFAULT_RETRY, RetryPolicy, retry_delay_s
 
 # The reference's reason for closing an approval the server still waits on (§2.2).
@@ -281,7 +282,7 @@ def busy_message(conversation: ConversationRef, base_url: str, run_id: str | Non
     )
 
 
-def approval_item(result: ApprovalResult) -> dict[str, Any]:
+def approval_item(result: ToolReturn) -> dict[str, Any]:
     """One answer in the server's `approval` message: a denial, or the executed tool's result."""
     if result.denied:
         return {"type": "approval", "tool_call_id": result.tool_call_id, "approve": False,

@@ -317,17 +317,7 @@ def settle(transcript: Transcript, history: list[Message], start: int = 0) -> li
 def input_messages(turn_input: TurnInput) -> list[Message]:
     out: list[Message] = []
     ts = now_ms()
-    for a in turn_input.approvals:
-        out.append(
-            ToolResultMessage(
-                id=f"letta-msg-{uuid.uuid4().hex[:16]}",
-                tool_call_id=a.tool_call_id,
-                tool_name=a.tool_name,
-                content=(TextPart(a.output), *a.images),
-                is_error=a.is_error,
-                timestamp=ts,
-            )
-        )
+    out.extend(a.to_message(ts) for a in turn_input.approvals)
     if turn_input.user is not None:
         out.append(turn_input.user)
     return out

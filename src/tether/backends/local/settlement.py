@@ -4,16 +4,10 @@ drop from the view and which error results to append, so every call has exactly 
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Sequence
 
-from tether.protocol.messages import (
-    AssistantMessage,
-    Message,
-    TextPart,
-    ToolCallPart,
-    ToolResultMessage,
-)
+from tether.protocol.messages import AssistantMessage, Message, ToolResultMessage
+from tether.protocol.tool_calls import ToolCall, ToolReturn
 
 
 def settle_orphaned_tool_calls(
@@ -31,7 +25,7 @@ def settle_orphaned_tool_calls(
     if isinstance(last, AssistantMessage) and last.stop_reason is None:
         kept.pop()
     answered: set[str] = set()
-    unanswered: list[ToolCallPart] = []
+    unanswered: list[ToolCall] = []
     for message in reversed(kept):
         if isinstance(message, ToolResultMessage):
             answered.add(message.tool_call_id)
@@ -43,14 +37,6 @@ def settle_orphaned_tool_calls(
     unanswered.reverse()
     now = int(time.time() * 1000)
     results: list[Message] = [
-        ToolResultMessage(
-            id=f"letta-msg-{uuid.uuid4().hex[:16]}",
-            tool_call_id=call.id,
-            tool_name=call.name,
-            content=(TextPart(reason),),
-            is_error=True,
-            timestamp=now,
-        )
-        for call in unanswered
+        ToolReturn(call.id, call.name, reason, True).to_message(now) for call in unanswered
     ]
     return kept, results

@@ -17,7 +17,7 @@ import orjson
 
 from tether.backends.postgres.connection import LeaseLost, PgSession
 from tether.errors import StoreError
-from tether.protocol.turns import ApprovalResult
+from tether.protocol.tool_calls import ToolReturn
 
 
 class CheckpointConflict(StoreError):
@@ -86,7 +86,7 @@ class PgCheckpointStore(Generic[C]):
                 )
         return self.shape.make(conversation, tool_call_id, tool_name, args, "before", None, owner, 1)
 
-    def record_after(self, cp: C, result: ApprovalResult) -> C:
+    def record_after(self, cp: C, result: ToolReturn) -> C:
         payload = {
             "output": result.output,
             "is_error": result.is_error,

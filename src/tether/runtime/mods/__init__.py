@@ -25,7 +25,8 @@ from tether.core.permissions import Decision
 from tether.core.tools import Tool, ToolContext
 from tether.protocol.chunks import StopReason
 from tether.protocol.messages import TextPart, UserMessage
-from tether.protocol.turns import ApprovalResult, TurnInput
+from tether.protocol.tool_calls import ToolReturn
+from tether.protocol.turns import TurnInput
 from tether.runtime.mods.api import (
     EventContext,
     ModApi,
@@ -283,7 +284,7 @@ class ModToolHooks:
         merged = {**(updated or {}), **(verdict.updated_args or {})}
         return PreToolVerdict(updated_args=merged or None, ask=verdict.ask)
 
-    async def after(self, call: JudgedCall, result: ApprovalResult) -> str | ApprovalResult | None:
+    async def after(self, call: JudgedCall, result: ToolReturn) -> str | ToolReturn | None:
         payload = {"toolName": call.name, "args": dict(call.args), "toolCallId": call.tool_call_id,
                    "status": result.status, "output": result.output}
         replaced: list[Any] = []
@@ -301,7 +302,7 @@ class ModToolHooks:
             new = replace(result, output=outcome.output, is_error=outcome.is_error,
                           stdout=outcome.stdout, stderr=outcome.stderr)
         extra = await self.inner.after(call, new) if self.inner is not None else None
-        if isinstance(extra, ApprovalResult):
+        if isinstance(extra, ToolReturn):
             return extra
         if extra:
             return replace(new, output=f"{new.output}\n\n{extra}") if replaced else extra
