@@ -1,6 +1,7 @@
 """The request families through the real `tether server` command: `/app-server-info`'s
 capabilities true exactly for the families answered (each of their requests gets its
-`_response`; a false one's requests are unknown frames), and a client managing an agent whose
+`_response`; a false one's requests are unknown frames, or answered with success false where
+tether has nothing behind them), and a client managing an agent whose
 records, memory commit and schedule land on disk under TETHER_HOME."""
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ async def _scenario(url: str, home: Path, project: Path) -> None:
                     assert answer["type"] == "error" and "is required" in answer["message"]
                 elif caps[name]:
                     assert answer["type"] == f"{kind}_response", answer
+                elif kind in REQUESTS:  # answered only to say tether has nothing behind it
+                    assert not REQUESTS[kind].supported
+                    assert answer["type"] in (f"{kind}_response", "error"), answer
+                    assert answer.get("success") is not True, answer
                 else:
                     assert answer["type"] == "error" and "unknown frame type" in answer["message"]
         assert set(info["requests"]) >= {k for n, ks in CAPABILITIES.items() if caps[n] for k in ks}

@@ -53,6 +53,8 @@ class Request:
     # False: no `<type>_response` (terminal frames answer with their own frames); a failure is
     # an `error` frame naming the frame type, and request_id is optional.
     answered: bool = True
+    # False: answered only to say tether has nothing behind it (its capability stays false).
+    supported: bool = True
 
 
 def request(
@@ -64,9 +66,11 @@ def request(
     blocking: bool = False,
     echo: tuple[str, ...] = (),
     answered: bool = True,
+    supported: bool = True,
 ) -> Request:
     return Request(
-        frozenset(fields.split()), handler, scope, dict(failed or {}), blocking, echo, answered
+        frozenset(fields.split()), handler, scope, dict(failed or {}), blocking, echo, answered,
+        supported,
     )
 
 
