@@ -29,6 +29,8 @@ from tether.server.request_kit import (
 )
 from tether.server.requests_agents import FAMILY as AGENTS
 from tether.server.requests_branches import FAMILY as BRANCHES
+from tether.server.requests_channels import CAPABILITY as CHANNEL_REQUESTS
+from tether.server.requests_channels import FAMILY as CHANNELS
 from tether.server.requests_commands import FAMILY as COMMANDS
 from tether.server.requests_conversations import FAMILY as CONVERSATIONS
 from tether.server.requests_cron import FAMILY as CRON
@@ -48,7 +50,7 @@ if TYPE_CHECKING:
 
 REQUESTS: dict[str, Request] = {
     **AGENTS, **MEMORY, **MODELS, **FILES, **SKILLS, **CRON, **TERMINALS, **REFLECTION,
-    **BRANCHES, **QUEUE, **CONVERSATIONS, **SECRETS, **COMMANDS, **WATCH,
+    **BRANCHES, **CHANNELS, **QUEUE, **CONVERSATIONS, **SECRETS, **COMMANDS, **WATCH,
     **UNSUPPORTED,
 }
 
@@ -80,7 +82,7 @@ CAPABILITIES = {
     "execute_command": ("execute_command",),
     "reflection_settings": ("get_reflection_settings", "set_reflection_settings"),
     "experiments": ("get_experiments", "set_experiment"),
-    "channels": ("channels_list",),
+    "channels": CHANNEL_REQUESTS,
     "branches": ("search_branches", "checkout_branch"),
     "secrets": ("secret_list", "secret_apply"),
 }
