@@ -37,7 +37,7 @@ from tether.protocol.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from tether.protocol.tool_calls import ToolReturn
+from tether.protocol.tool_calls import ToolCall, ToolReturn
 from tether.protocol.turns import LocalToolCall, LocalToolReturn, TurnError
 
 if TYPE_CHECKING:
@@ -80,12 +80,11 @@ def tool_summary(name: str, args: dict[str, Any]) -> tuple[str, str]:
     return head, "\n".join(rest)
 
 
-def parse_args(raw: str) -> dict[str, Any]:
-    try:
-        value = json.loads(raw) if raw.strip() else {}
-    except json.JSONDecodeError:
-        return {"arguments": raw}
-    return value if isinstance(value, dict) else {"arguments": raw}
+def shown_args(call: ToolCall) -> dict[str, Any]:
+    """What a tool block shows: the parsed arguments, or the model's text when it was unusable."""
+    if call.error is None or not call.text.strip():
+        return dict(call.arguments)
+    return {"arguments": call.text}
 
 
 # --- blocks ------------------------------------------------------------------------------------
@@ -402,7 +401,7 @@ class Transcript(VerticalScroll):
             self._add(Collapsible(summary, title="Summary of the earlier conversation", collapsed=True, classes="reasoning"))
         elif isinstance(event, LocalToolCall):
             self._end_runs()
-            block = ToolBlock(event.tool_call_id, event.name, parse_args(event.arguments))
+            block = ToolBlock(event.tool_call_id, event.name, shown_args(event.call))
             self._tools[event.tool_call_id] = block
             self._add(block)
         elif isinstance(event, LocalToolReturn):
