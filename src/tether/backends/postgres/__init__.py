@@ -6,7 +6,10 @@ fencing tokens and the fenced writes (inputs taken, marked, transcript rows appe
 `keeper.py` a lease renewed while a turn runs; `checkpoints.py` effect checkpoints with the
 runtime `CheckpointStore`'s methods; `fires.py` a schedule's due time fired once across the
 fleet; `notify.py` LISTEN/NOTIFY, an enqueued input waking its conversation's owner;
-`health.py` what /healthz, /readyz and /metrics say about the database; `logs.py` structured
+`health.py` what /healthz, /readyz and /metrics say about the database; `agents.py`
+`PgConversationStore`, agents and conversations as rows (`backends/store_api.py`'s interface);
+`transcripts.py` `PgTranscript`, a transcript as ordered rows, appends fenced by the lease;
+`logs.py` structured
 fleet events (`tether.fleet`) and a JSON-lines formatter; `migrate.py` a home's
 `inputs.db` and `checkpoints.db` copied to the store and back, verified; `migrate_home.py` the
 rest of a home (records, transcripts, memory repositories, files). psycopg (the `postgres`
@@ -19,6 +22,6 @@ conversation runs where its `ConversationLeases` lease is, kept by a `LeaseKeepe
 closes the runtime; an `InputListener` wakes the holder for inputs other workers recorded; the
 sweep is `leases.orphaned()` + `acquire`); /healthz, /readyz and /metrics answer from
 `health.py` (`server/ops.py`). Not yet used by the server: `fires.py` (the scheduler still fires
-from the shared TETHER_HOME's cron.db, its key deduplicated by the queue), `leases.py`' fenced
-transcript rows (transcripts are still the TETHER_HOME files).
+from the shared TETHER_HOME's cron.db, its key deduplicated by the queue). Agents,
+conversations and transcripts are `agents.py`'s, chosen by `server/runtime_start.open_store`.
 """
