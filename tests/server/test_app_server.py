@@ -26,7 +26,6 @@ from tests.server.support import (
     server_env,
 )
 from tether.server import auth
-from tether.server.app_server import run_server_command
 from tether.testing.fake_provider import FakeProvider
 
 TOKEN = "server-test-token"
@@ -147,18 +146,6 @@ def test_dns_rebinding_host_forbidden(project: Path) -> None:
             )[0] == 200
 
     run(scenario())
-
-
-def test_non_loopback_without_auth_refuses_before_binding(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    for listen in ("ws://0.0.0.0:0", "ws://[::]:0", "ws://192.168.77.1:0"):
-        assert run_server_command(["--listen", listen]) == 1
-        assert "refusing to listen on non-loopback" in capsys.readouterr().err
-    assert run_server_command(["--listen", "http://127.0.0.1:0"]) == 1
-    assert run_server_command(["--listen", "ws://127.0.0.1:0/ws?x=1"]) == 1
-    assert run_server_command(["--ws-token-sha256", "a" * 64]) == 1
-    assert "requires `--ws-auth" in capsys.readouterr().err
 
 
 def test_oversized_frame_closes_the_connection(project: Path) -> None:

@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 
 from tests.server.support import Client, InProcess, point_at, released
-from tether.errors import UsageError
-from tether.server.app_server import options_from_argv
 from tether.testing.fake_provider import FakeProvider
 
 
@@ -86,16 +84,3 @@ def test_a_watched_or_busy_runtime_is_not_released(project: Path, monkeypatch: p
     with FakeProvider([{"text": "hello"}]) as fake:
         point_at(fake, monkeypatch)
         asyncio.run(scenario())
-
-
-@pytest.mark.parametrize("value", ["-1", "nan", "soon"])
-def test_a_bad_grace_period_is_named(value: str) -> None:
-    with pytest.raises((UsageError, SystemExit)) as caught:
-        options_from_argv(["--idle-release-after", value])
-    if isinstance(caught.value, UsageError):
-        assert "--idle-release-after" in str(caught.value)
-
-
-def test_the_grace_period_defaults_to_a_minute() -> None:
-    assert options_from_argv([]).idle_release_after == 60.0
-    assert options_from_argv(["--idle-release-after", "0"]).idle_release_after == 0.0

@@ -45,7 +45,7 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], str, bool, str], ...] = (
      "list, enable, disable or remove mods"),
     ("sandbox", (), "tether.cli.commands:run_subcommand", True,
      "show which kernel sandbox shell commands run in"),
-    ("server", (), "tether.server.app_server:run_server_command", False,
+    ("server", (), "tether.cli.server_cmd:run_server_command", False,
      "run the App Server (websocket, optional OpenAI-compatible API)"),
     ("skills", (), "tether.cli.skills_cmd:run_skills", False,
      "list, install and delete skills (JSON)"),

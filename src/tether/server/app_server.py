@@ -7,11 +7,11 @@ say `ok`; `/app-server-info` (authenticated) describes the server; the configure
 protocol v2; frames larger than `--max-frame-bytes` close it (1009); pings every 30 s and a
 client silent for 90 s after its last pong is reaped. SIGTERM / SIGINT stop it cleanly.
 With `--openai-api`, `/v1/*` never reaches this hook: `openai_bridge.py` serves it.
+Its command line is parsed into `ServerOptions` by `cli/server_cmd.py`.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import itertools
@@ -22,7 +22,7 @@ import time
 import traceback
 import uuid
 import weakref
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,7 +56,6 @@ from tether.server.request_kit import RequestFrame
 from tether.server.runtime import ConversationRuntime
 from tether.server.runtime_start import (
     ServerContext,
-    check_cwd,
     check_workspace,
     open_store,
     sandbox_available,
@@ -490,111 +489,7 @@ class AppServer:
             conn.send_frame(state)
 
 
-# --- the command --------------------------------------------------------------------------------
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{message} (see `tether server --help`)")
-
-
-def _parser() -> _Parser:
-    p = _Parser(
-        prog="tether server", description="Serve agents to protocol v2 clients over a websocket."
-    )
-    p.add_argument(
-        "--listen", default=DEFAULT_LISTEN, help=f"ws://host:port[/path] (default {DEFAULT_LISTEN})"
-    )
-    p.add_argument("--ws-auth", help="capability-token | signed-bearer-token")
-    p.add_argument("--ws-token-file", help="absolute path of a file holding the bearer token")
-    p.add_argument("--ws-token-sha256", help="hex SHA-256 of the bearer token")
-    p.add_argument(
-        "--ws-shared-secret-file", help="absolute path of the HS256 secret (>= 32 bytes)"
-    )
-    p.add_argument("--ws-issuer")
-    p.add_argument("--ws-audience")
-    p.add_argument("--ws-max-clock-skew-seconds")
-    p.add_argument("--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME)
-    p.add_argument("--ping-interval", type=float, default=30.0)
-    p.add_argument("--ping-timeout", type=float, default=60.0)
-    p.add_argument(
-        "--max-queue", type=int, default=32, help="inputs that may wait per conversation"
-    )
-    p.add_argument(
-        "--max-connections-per-ip", type=int, default=64,
-        help="open websocket connections one client address may hold",
-    )
-    p.add_argument("--cwd", help="working directory for runtimes that name none (default: here)")
-    p.add_argument(
-        "--idle-release-after", type=float, default=60.0, metavar="SECONDS",
-        help="release a conversation's runtime this long after it went idle with no client "
-        "(rebuilt from disk when asked for again; default 60)",
-    )
-    p.add_argument(
-        "--store", metavar="URL",
-        help="keep the input queue, idempotency keys and effect checkpoints in PostgreSQL "
-        "(postgresql://…; needs pip install 'tether[postgres]') so several servers share them; "
-        "agents, conversations and transcripts stay in TETHER_HOME, so every server of one "
-        "store must share one TETHER_HOME (default: the local store)",
-    )
-    p.add_argument(
-        "--lease-ttl", type=float, default=15.0, metavar="SECONDS",
-        help="with --store: how long a worker that stops renewing (paused, cut off) keeps its "
-        "conversations before another worker takes them (default 15)",
-    )
-    p.add_argument(
-        "--log-format", choices=("text", "json"), default="text",
-        help="json: structured logs, one JSON object per line on stderr",
-    )
-    p.add_argument(
-        "--openai-api",
-        action="store_true",
-        help="also serve /v1/models, /v1/chat/completions, /v1/responses (model = agent id)",
-    )
-    return p
-
-
-def options_from_argv(argv: Sequence[str]) -> ServerOptions:
-    ns = _parser().parse_args(list(argv))
-    for flag, value in (("--max-frame-bytes", ns.max_frame_bytes), ("--max-queue", ns.max_queue),
-                        ("--max-connections-per-ip", ns.max_connections_per_ip)):
-        if value <= 0:
-            raise UsageError(f"{flag} must be a positive integer")
-    if not ns.idle_release_after >= 0:  # NaN too
-        raise UsageError(f"--idle-release-after must be 0 or more seconds, not {ns.idle_release_after}")
-    policy = auth.policy_from_flags(
-        auth.AuthFlags(
-            ns.ws_auth,
-            ns.ws_token_file,
-            ns.ws_token_sha256,
-            ns.ws_shared_secret_file,
-            ns.ws_issuer,
-            ns.ws_audience,
-            ns.ws_max_clock_skew_seconds,
-        )
-    )
-    cwd = check_cwd(ns.cwd, Path.cwd()) if ns.cwd else None
-    if not ns.lease_ttl > 0:
-        raise UsageError(f"--lease-ttl must be more than 0 seconds, not {ns.lease_ttl}")
-    if ns.store is not None:
-        from tether.server.fleet_store import check_store_url
-
-        check_store_url(ns.store)
-    return ServerOptions(
-        ns.listen,
-        policy,
-        ns.max_frame_bytes,
-        ns.ping_interval,
-        ns.ping_timeout,
-        ns.max_queue,
-        cwd,
-        ns.openai_api,
-        ns.max_connections_per_ip,
-        ns.idle_release_after,
-        ns.store,
-        ns.log_format,
-        ns.lease_ttl,
-    )
+# --- serving -------------------------------------------------------------------------------------
 
 
 def make_context(options: ServerOptions, env: dict[str, str]) -> ServerContext:
@@ -653,21 +548,16 @@ async def serve_until_signalled(options: ServerOptions) -> int:
     return 0
 
 
-def run_server_command(argv: Sequence[str]) -> int:
-    try:
-        options = options_from_argv(argv)
-        parse_listen_url(options.listen)
-        auth.check_listen(parse_listen_url(options.listen)[0], options.policy)
-        from tether.runtime import gc_policy
+def run_server(options: ServerOptions) -> int:
+    """Run the server `options` describe (parsed by `cli/server_cmd.py`) until SIGINT/SIGTERM:
+    a long-lived process, so collections walk only what is new; logs in `--log-format`."""
+    from tether.runtime import gc_policy
 
-        gc_policy.serving()  # a long-lived process: collections walk only what is new
-        from tether.server.ops import configure_logging
+    gc_policy.serving()
+    from tether.server.ops import configure_logging
 
-        configure_logging(options.log_format)
-        return asyncio.run(serve_until_signalled(options))
-    except TetherError as exc:
-        sys.stderr.write(f"Error: {exc}\n")
-        return 1
+    configure_logging(options.log_format)
+    return asyncio.run(serve_until_signalled(options))
 
 
 def _peer(connection: Any) -> str:
