@@ -40,7 +40,7 @@ from tether.runtime.mods.load_record import record_load
 
 if TYPE_CHECKING:
     from tether.core.approvals import DecideFn
-    from tether.core.turn import TurnDeps, TurnOutcome
+    from tether.core.turn import TurnOutcome
     from tether.runtime.prepared import Prepared
 
 __all__ = ["ModEngine", "ModHost", "ModSession", "combine_decision", "load_mods"]
@@ -94,13 +94,7 @@ class ModSession:
         self._llm_started = 0.0
         self.after_load: Callable[[], None] | None = None  # records what `mods list` shows
 
-    # --- wiring ----------------------------------------------------------------------------
-
-    def attach(self, deps: TurnDeps) -> TurnDeps:
-        deps.decide = self.guard(deps.decide)
-        deps.tool_hooks = ModToolHooks(self, deps.tool_hooks)
-        deps.events = self
-        return deps
+    # --- wiring (`Prepared.turn_deps` puts `guard`, `ModToolHooks` and these events in a turn) ---
 
     def ctx(self, owner: Owner) -> EventContext:
         h = self.host
