@@ -1,29 +1,102 @@
 """A schedule fires once per due time across a fleet of real `tether server --store …` workers on
-one database and one TETHER_HOME, while the worker running the conversation dies by kill -9 (a
-fire's input is deduplicated by its key in the shared queue; the conversation moves by its
-lease)."""
+one database (issue 31): the fire's row (`cron:<task>:<due ms>`, claimed → queued → started →
+done), the scheduler lease and each scheduler's presence are the database's, so while workers
+die by kill -9 (the worker running the conversation, the worker that had just claimed a fire)
+and new ones start, each due time reaches the conversation exactly once. The task definitions
+are the shared TETHER_HOME's (added through a worker's `cron_add`); agents, conversations and
+transcripts are the store's."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
+import time
 from pathlib import Path
+from typing import Any
 
-from tests.e2e.cron_support import MIN, T0, Clock, new_agent, scheduled_env, wait_until
-from tests.e2e.test_cron_kill import TAKEOVER, add_tick, fired_prompts, many_more_passes
-from tests.server.support import ServerProcess
+from websockets.asyncio.client import connect
+
+from tests.e2e.cron_support import T0, Clock, scheduled_env, wait_until
+from tests.server.requests_client import ask
+from tests.server.support import Client, ServerProcess
+from tether.runtime.cron import schedule
 from tether.testing.fake_provider import FakeProvider
 
+FIRING = 'Scheduled task "tick" is firing.'
 
-def _holder_pid(url: str) -> int:
-    """The pid of the worker holding the (only) conversation lease: a worker's name is
-    host:pid:nonce (`checkpoints.new_owner`)."""
+
+def _rows(url: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
     import psycopg
 
     with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT holder FROM conversation_leases").fetchone()
-    assert row is not None
-    return int(str(row[0]).split(":")[1])
+        return [tuple(r) for r in conn.execute(sql, args).fetchall()]
+
+
+def _fired_prompts(url: str) -> list[str]:
+    """The scheduled prompts the store's transcript rows hold, in order."""
+    out = []
+    for (line,) in _rows(url, "SELECT line FROM transcript ORDER BY conversation, seq"):
+        message = json.loads(bytes(line)).get("message", {})
+        if message.get("role") != "user":
+            continue
+        content = message["content"]
+        text = content if isinstance(content, str) else " ".join(
+            p.get("text", "") for p in content if p.get("type") == "text")
+        if text.startswith(FIRING):
+            out.append(text)
+    return out
+
+
+def _fires(url: str) -> list[tuple[str, str]]:
+    return [(str(k), str(s)) for k, s in _rows(url, "SELECT key, state FROM cron_fires ORDER BY slot_ms")]
+
+
+def _holder_pid(url: str, sql: str) -> int:
+    """The pid in the worker name a lease row holds: a worker's name is host:pid:nonce."""
+    rows = _rows(url, sql)
+    assert len(rows) == 1, rows
+    return int(str(rows[0][0]).split(":")[1])
+
+
+def _add_hourly_task(worker: ServerProcess, cwd: Path) -> dict[str, Any]:
+    """An agent and conversation made through `worker` (so in the store), and an hourly task
+    "tick" into that conversation added through its `cron_add`."""
+
+    async def scenario() -> dict[str, Any]:
+        async with connect(worker.url, open_timeout=10) as ws:
+            client = Client(ws)
+            runtime = (await client.start(cwd))["runtime"]
+            answer = await ask(
+                client, "cron_add", agent_id=runtime["agent_id"],
+                conversation_id=runtime["conversation_id"], name="tick", prompt="tick once",
+                cron="0 * * * *", recurring=True, timezone="UTC",
+            )
+            assert answer.get("task"), answer
+            return dict(answer["task"])
+
+    return asyncio.run(scenario())
+
+
+def _due(task: dict[str, Any], after_ms: int) -> int:
+    """The first due time of the task after `after_ms`, with its jitter."""
+    return schedule.next_fire_ms(task["cron"], task["timezone"], after_ms) + int(
+        task.get("jitter_offset_ms") or 0)
+
+
+def _many_more_passes(clock: Clock) -> None:
+    """Many more scheduler passes (0.05 s each), the clock moving on a little each time."""
+    for _ in range(4):
+        clock.advance(5_000)
+        time.sleep(0.3)
+
+
+def _stop_all(workers: list[ServerProcess]) -> None:
+    for w in workers:
+        if w.proc.poll() is None:
+            os.kill(w.proc.pid, signal.SIGTERM)
+        w.stop()
 
 
 def test_a_schedule_fires_once_per_due_time_while_the_owner_dies(
@@ -31,29 +104,81 @@ def test_a_schedule_fires_once_per_due_time_while_the_owner_dies(
 ) -> None:
     project, home = tmp_path / "project", tmp_path / "tether-home"
     project.mkdir()
-    agent = new_agent(home)
     clock = Clock(tmp_path / "clock")
     with FakeProvider([{"text": "ticked"}] * 4) as fake:
         env = scheduled_env(fake.url, home, tmp_path, clock)
-        task = add_tick(home, agent, env)
         workers = [ServerProcess(env, project, "--store", pg_url) for _ in range(3)]
         try:
-            clock.set(T0 - 10_000 + 60 * MIN + task["jitter_offset_ms"])  # the first slot is due
-            wait_until(lambda: len(fired_prompts(home, agent)) == 1, 60, "the first fire to run")
-            many_more_passes(clock)
-            dead = _holder_pid(pg_url)
+            task = _add_hourly_task(workers[0], project)
+            first = _due(task, T0)
+            clock.set(first)
+            wait_until(lambda: len(_fired_prompts(pg_url)) == 1, 60, "the first fire to run")
+            _many_more_passes(clock)
+            dead = _holder_pid(pg_url, "SELECT holder FROM conversation_leases")
             for w in workers:
                 if w.proc.pid == dead:
                     w.kill_9()
             assert any(w.proc.pid == dead for w in workers)
-            clock.advance(60 * MIN + TAKEOVER)  # the next slot, past the dead one's cron lease
-            wait_until(lambda: len(fired_prompts(home, agent)) == 2, 60, "the second fire to run")
-            many_more_passes(clock)
-            prompts = fired_prompts(home, agent)
+            clock.set(_due(task, first))  # the next due time
+            wait_until(lambda: len(_fired_prompts(pg_url)) == 2, 60, "the second fire to run")
+            wait_until(lambda: [s for _, s in _fires(pg_url)] == ["done", "done"], 60,
+                       "both fires' turns to end")
+            _many_more_passes(clock)
+            prompts = _fired_prompts(pg_url)
         finally:
-            for w in workers:
-                if w.proc.poll() is None:
-                    os.kill(w.proc.pid, signal.SIGTERM)
-                w.stop()
+            _stop_all(workers)
     assert len(prompts) == 2 and "(fire #1)" in prompts[0] and "(fire #2)" in prompts[1]
     assert len(fake.requests) == 2  # each due time ran once, nothing twice
+    assert [k for k, _ in _fires(pg_url)] == [
+        f"cron:{task['id']}:{first - task['jitter_offset_ms']}",
+        f"cron:{task['id']}:{_due(task, first) - task['jitter_offset_ms']}",
+    ]
+
+
+def test_the_worker_that_claimed_a_fire_dies_and_another_finishes_it_once(
+    tmp_path: Path, pg_url: str,
+) -> None:
+    """kill -9 of the scheduler right after it claimed a due time (its row `claimed` in the
+    database, nothing submitted), a new worker started: the fire is taken over at once (the
+    dead worker's session is gone, no clock has to run out) and runs once; the next due time,
+    with the workers changed again, runs once too."""
+    project, home = tmp_path / "project", tmp_path / "tether-home"
+    project.mkdir()
+    clock = Clock(tmp_path / "clock")
+    held = tmp_path / "held"
+    with FakeProvider([{"text": "ticked"}] * 4) as fake:
+        env = scheduled_env(fake.url, home, tmp_path, clock)
+        claimer = ServerProcess({**env, "TETHER_CRON_HOLD": f"claimed:{held}"}, project,
+                                "--store", pg_url)
+        workers = [claimer]
+        try:
+            wait_until(lambda: _rows(pg_url, "SELECT owner FROM cron_leases WHERE name ="
+                                     " 'scheduler'"), 60, "the first worker to run the schedules")
+            workers += [ServerProcess(env, project, "--store", pg_url) for _ in range(2)]
+            task = _add_hourly_task(workers[1], project)
+            first = _due(task, T0)
+            clock.set(first)
+            wait_until(held.exists, 60, "the first worker to claim the fire")
+            assert [s for _, s in _fires(pg_url)] == ["claimed"]
+            assert _holder_pid(pg_url, "SELECT owner FROM cron_fires") == claimer.proc.pid
+            claimer.kill_9()
+            workers.append(ServerProcess(env, project, "--store", pg_url))  # a worker starts
+            wait_until(lambda: [s for _, s in _fires(pg_url)] == ["done"], 60,
+                       "another worker to finish the dead one's fire")
+            assert len(_fired_prompts(pg_url)) == 1
+            assert _holder_pid(pg_url, "SELECT owner FROM cron_fires") != claimer.proc.pid
+            lease = _holder_pid(pg_url, "SELECT owner FROM cron_leases WHERE name = 'scheduler'")
+            for w in workers[1:]:
+                if w.proc.pid == lease:
+                    w.kill_9()  # the new schedule runner dies too, idle
+            workers.append(ServerProcess(env, project, "--store", pg_url))
+            clock.set(_due(task, first))
+            wait_until(lambda: [s for _, s in _fires(pg_url)] == ["done", "done"], 60,
+                       "the second due time to run")
+            _many_more_passes(clock)
+            prompts = _fired_prompts(pg_url)
+        finally:
+            _stop_all(workers)
+    assert len(prompts) == 2 and "(fire #1)" in prompts[0] and "(fire #2)" in prompts[1]
+    assert len(fake.requests) == 2 and fake.violations == []
+    assert len(_fires(pg_url)) == 2

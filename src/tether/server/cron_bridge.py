@@ -2,6 +2,8 @@
 target conversation's runtime queue (starting the runtime when no client has; the fire's key as
 the input's idempotency key), tells the scheduler when that prompt's turn ended, and answers
 whether a transcript already holds a prompt (a takeover's check); and the v2 `cron_trigger`.
+With `--store postgresql://…` the fires, the scheduler lease and each scheduler's presence are
+the database's (`runtime/cron/fleet.py`), the task definitions still the shared home's cron.db.
 
 A schedule is one more principal submitting input: its prompt waits in the same bounded queue
 as a client's and runs as an ordinary turn; a full queue is refused, never grown.
@@ -138,11 +140,12 @@ class CronService:
 
     def __init__(self, server: AppServer) -> None:
         self.server = server
-        self.store = CronStore(server.ctx.store.home)
+        self.store, owner = _schedule_store(server)
         self.scheduler = Scheduler(
             self.store,
             RuntimeSubmitter(server),
             clock_from_env(server.ctx.env),
+            owner=owner,
             poll_s=float(server.ctx.env.get("TETHER_CRON_POLL_S") or 1.0),
             on_change=self._announce,
             hold=hold_from_env(server.ctx.env),
@@ -180,6 +183,20 @@ class CronService:
             conn.send_frame(cron_trigger_failed(frame.request_id, frame.task_id, str(exc)))
             return
         conn.send_frame(cron_trigger_response(frame.request_id, frame.task_id, record))
+
+
+def _schedule_store(server: AppServer) -> tuple[CronStore, str | None]:
+    """The local store's cron.db, or with `--store` the fleet's (`runtime/cron/fleet.py`: the
+    fires, the scheduler lease and presence in the database, the scheduler named after this
+    worker's session, whose liveness the database sees)."""
+    home = server.ctx.store.home
+    if server.ctx.fleet is None:
+        return CronStore(home), None
+    from tether.backends.postgres.fires import CronFires
+    from tether.runtime.cron.fleet import FleetCronStore
+
+    session = server.ctx.fleet.leases.session  # the worker's PgSession (server/fleet_store.py)
+    return FleetCronStore(home, CronFires(session)), str(session.worker)
 
 
 def _may_trigger(store: CronStore, grant: Grant, task_id: str) -> bool:

@@ -21,7 +21,7 @@ store, with `runtime/input_queue.py`'s public row codec) and `server/fleet_lease
 conversation runs where its `ConversationLeases` lease is, kept by a `LeaseKeeper` whose loss
 closes the runtime; an `InputListener` wakes the holder for inputs other workers recorded; the
 sweep is `leases.orphaned()` + `acquire`); /healthz, /readyz and /metrics answer from
-`health.py` (`server/ops.py`). Not yet used by the server: `fires.py` (the scheduler still fires
-from the shared TETHER_HOME's cron.db, its key deduplicated by the queue). Agents,
+`health.py` (`server/ops.py`); the scheduler's fires, lease and presence are `fires.py`
+`CronFires` (`runtime/cron/fleet.py`; task definitions stay in the shared home's cron.db). Agents,
 conversations and transcripts are `agents.py`'s, chosen by `server/runtime_start.open_store`.
 """
