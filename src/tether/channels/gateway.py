@@ -34,7 +34,8 @@ from tether.channels.commands import ChatCommands
 from tether.channels.config import Account, AccountStore, PairingStore, Route, RouteTable
 from tether.channels.journal import Journal
 from tether.channels.link import Frame, ServerLink
-from tether.channels.plugins import Adapter, InboundMessage, OutboundMessage, load_plugin
+from tether.channels.live_accounts import LiveAccounts
+from tether.channels.plugins import Adapter, InboundMessage, OutboundMessage
 from tether.channels.turns import MessageTurns
 from tether.errors import TetherError, UsageError
 
@@ -73,8 +74,10 @@ class Gateway:
         self.routes = RouteTable(self.home)
         self.pairing = PairingStore(self.home)
         self.journal = Journal(self.home / "channels" / "gateway.db")
-        self.adapters: dict[tuple[str, str], Adapter] = {}
-        self.account_of: dict[tuple[str, str], Account] = {}
+        # Kept in step with accounts.json while the gateway runs (`live_accounts.py`).
+        self.live = LiveAccounts(self.home, self.receive)
+        self.adapters: dict[tuple[str, str], Adapter] = self.live.adapters
+        self.account_of: dict[tuple[str, str], Account] = self.live.account_of
         self.runtimes: dict[str, RuntimeHandle] = {}  # route key -> runtime
         self.asks: dict[str, PendingAsk] = {}
         self.answered_asks: set[str] = set()  # request ids answered here (never asked again)
@@ -90,15 +93,7 @@ class Gateway:
 
     def load_adapters(self) -> None:
         """An adapter for every enabled account; a plugin is imported only when configured."""
-        for account in self.accounts.load():
-            if not account.enabled:
-                continue
-            plugin = load_plugin(self.home, account.channel)
-            adapter = plugin.create_adapter(account)
-            adapter.on_message = self.receive
-            key = (account.channel, account.account_id)
-            self.adapters[key] = adapter
-            self.account_of[key] = account
+        self.live.load()
         if not self.adapters:
             raise UsageError("no channel account is configured: run `tether channels configure "
                              "<channel> ...` first")
@@ -108,18 +103,16 @@ class Gateway:
         self.load_adapters()
         reader = asyncio.ensure_future(self.link.run())
         await asyncio.wait_for(self.link.connected.wait(), 30)
-        for key, adapter in self.adapters.items():
-            await adapter.start()
-            print(f"channel-gateway: {key[0]}/{key[1]} started", flush=True)
+        await self.live.start_all()
         worker = asyncio.ensure_future(self.work())
+        watcher = asyncio.ensure_future(self.live.watch())
         print("channel-gateway: ready", flush=True)
         try:
             await stop.wait()
         finally:
             worker.cancel()
-            for adapter in self.adapters.values():
-                with contextlib.suppress(Exception):
-                    await adapter.stop()
+            watcher.cancel()
+            await self.live.stop_all()
             await self.link.close()
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
