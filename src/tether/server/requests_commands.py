@@ -1,9 +1,18 @@
-"""`execute_command` (reference §12.3): a slash command run on a runtime this connection
-started, answered, as the reference answers it, by `command_start` and `command_end` stream
-deltas to the runtime's clients (no `_response` frame). The ids are `v2_frames.SUPPORTED_COMMANDS`
-(advertised in `update_device_status`): `compact` (the `/compact` of the TUI) and `reload` (the
-runtime built again from its agent's record). None of them runs a shell; an unknown id ends
-with `success: false`."""
+"""`execute_command` (reference §12.3, `handleExecuteCommand`): a slash command run on a runtime
+this connection started, told to the runtime's clients by `slash_command_start` and
+`slash_command_end` stream deltas and answered by `execute_command_response {success, output}`.
+The ids are `v2_frames.SUPPORTED_COMMANDS` (advertised in `update_device_status`), the
+reference's ids that tether has something behind:
+
+- `clear`: the agent's next messages go to a fresh conversation (the reference's local /clear,
+  tether's `/new`); this one's history is kept, and the client moves with `runtime_start`.
+- `compact`: the `/compact` of the TUI; `reload`: the runtime built again from its agent's record.
+- `remember`: a turn asking the agent to commit what the user names (or the recent context)
+  to its memory, queued as the user's input.
+- `toolset [name]`: the conversation's toolset preference (`update_toolset`), or the current one.
+
+The reference's other ids (`doctor`, `init`, `context-limit`, `channels`, `reflect`,
+`upgrade-letta-code`) end with success false naming what this server runs. None runs a shell."""
 
 from __future__ import annotations
 
@@ -20,8 +29,16 @@ from tether.server.v2_frames import SUPPORTED_COMMANDS
 if TYPE_CHECKING:
     from tether.server.runtime import ConversationRuntime
 
+REMEMBER = (
+    "<system-reminder>\nThe user ran /remember: they want something kept in your memory. Work "
+    "out what from their words below (or, with none, from the recent conversation; ask if it "
+    "is still unclear), store it with your memory tools in the block where it belongs (a new "
+    "one if none fits), without duplicating what is already there, then say briefly what you "
+    "stored and where.\n</system-reminder>"
+)
 
-async def _compact(rt: ConversationRuntime, args: str) -> str:
+
+async def _compact(call: Call, rt: ConversationRuntime, args: str) -> str:
     from tether.backends.local.backend import LocalBackend
 
     p = rt.p
@@ -33,14 +50,63 @@ async def _compact(rt: ConversationRuntime, args: str) -> str:
     return f"Compacted{': ' + stats if stats else ''}\n{done.summary}".rstrip()
 
 
-async def _reload(rt: ConversationRuntime, args: str) -> str:
+async def _reload(call: Call, rt: ConversationRuntime, args: str) -> str:
     rt.reload_agent()
     return f"Reloaded the runtime from agent {rt.p.session.agent.id}'s record"
 
 
-COMMANDS: dict[str, Callable[[ConversationRuntime, str], Awaitable[str]]] = {
+async def _clear(call: Call, rt: ConversationRuntime, args: str) -> str:
+    from tether.runtime.manage import conversations
+
+    if call.grant.conversations is not None:
+        raise RequestFailed("this connection's token is scoped to conversations; /clear "
+                            "would start a new one, which it may not")
+    agent_id = rt.scope.agent_id
+    created = conversations.create_conversation(call.home, agent_id)
+    call.notify("conversation_updated", agent_id=agent_id, conversation_id=created["id"],
+                conversation=created)
+    return (f"Agent's in-context messages cleared: new conversation {created['id']} "
+            f"(runtime_start it to continue there; {rt.scope.conversation_id} is kept in history)")
+
+
+async def _remember(call: Call, rt: ConversationRuntime, args: str) -> str:
+    from tether.protocol.messages import TextPart
+    from tether.server.protocol_v2 import CreateMessage, NewMessage
+
+    key = f"remember-{call.frame.request_id or uuid.uuid4().hex[:12]}"
+    parts = (TextPart(REMEMBER),) + ((TextPart(args),) if args else ())
+    content = [{"type": "text", "text": part.text} for part in parts]
+    answer = await rt.enqueue(
+        CreateMessage(key, key, rt.scope, (NewMessage(key, parts, content),), key_given=False)
+    )
+    if not answer.accepted:
+        raise RequestFailed(f"/remember was not queued: {answer.error}")
+    return "Memory request submitted"
+
+
+async def _toolset(call: Call, rt: ConversationRuntime, args: str) -> str:
+    from tether.runtime.manage import toolset_ops
+    from tether.tools.toolsets import resolve_toolset
+
+    model = rt.p.session.model
+    if not args:
+        chosen = rt.p.flags.toolset
+        return f"Toolset: {resolve_toolset(chosen, model)} (preference {chosen or 'auto'})"
+    current = toolset_ops.set_preference(call.server.ctx.store, rt.scope.agent_id,
+                                         rt.scope.conversation_id, args)
+    rt.reload_agent()
+    toolset = resolve_toolset(args, model)
+    if current["current_toolset_preference"] == "auto":
+        return f"Toolset mode set to auto (currently {toolset})."
+    return f"Switched toolset to {toolset} (manual override)."
+
+
+COMMANDS: dict[str, Callable[[Call, ConversationRuntime, str], Awaitable[str]]] = {
+    "clear": _clear,
     "compact": _compact,
     "reload": _reload,
+    "remember": _remember,
+    "toolset": _toolset,
 }
 assert tuple(COMMANDS) == SUPPORTED_COMMANDS
 
@@ -55,30 +121,31 @@ async def execute_command(call: Call) -> dict[str, Any]:
     args = call.frame.msg.get("args") or ""
     if not isinstance(args, str):
         raise call.read.fail("args", "must be a string (everything after the command name)")
+    args = args.strip()
     text = f"/{command_id}{' ' + args if args else ''}"
     ident = call.frame.request_id or uuid.uuid4().hex[:12]
     base = {"command_id": command_id, "input": text}
-    rt.broadcast(rt.stream.delta_frame({"message_type": "command_start",
-                                        "id": f"command-start-{ident}", "date": iso_now(),
+    rt.broadcast(rt.stream.delta_frame({"message_type": "slash_command_start",
+                                        "id": f"slash-command-start-{ident}", "date": iso_now(),
                                         **base}))
     run = COMMANDS.get(command_id)
     try:
         if run is None:
-            raise RequestFailed(f"Unknown command: /{command_id} (this server runs "
+            raise RequestFailed(f"Unknown command: {command_id} (this server runs "
                                 f"{', '.join('/' + c for c in SUPPORTED_COMMANDS)})")
-        if rt.busy:
+        if rt.busy and command_id != "remember":  # /remember queues behind the turn
             raise RequestFailed(f"/{command_id}: the conversation is running a turn; "
                                 "try when it ends")
-        output, success = await run(rt, args), True
+        output, success = await run(call, rt, args), True
     except (RequestFailed, TetherError, OSError) as exc:  # the command's end says why
         output, success = str(exc), False
-    rt.broadcast(rt.stream.delta_frame({"message_type": "command_end",
-                                        "id": f"command-end-{ident}", "date": iso_now(),
+    rt.broadcast(rt.stream.delta_frame({"message_type": "slash_command_end",
+                                        "id": f"slash-command-end-{ident}", "date": iso_now(),
                                         **base, "output": output, "success": success}))
-    return {}
+    return {"success": success, "output": output}
 
 
 FAMILY: dict[str, Request] = {
     "execute_command": request("command_id runtime args", execute_command, Scope.OWN,
-                               answered=False),
+                               {"output": ""}),
 }

@@ -343,7 +343,7 @@ def cron_trigger_response(
 
 # The `execute_command` ids this server runs (server/requests_commands.py), advertised in
 # every `update_device_status`.
-SUPPORTED_COMMANDS = ("compact", "reload")
+SUPPORTED_COMMANDS = ("clear", "compact", "reload", "remember", "toolset")
 
 
 class EventStream:
@@ -469,7 +469,7 @@ class EventStream:
         return None if delta is None else self._frame("stream_delta", delta=delta)
 
     def delta_frame(self, delta: Mapping[str, Any]) -> dict[str, Any]:
-        """A `stream_delta` around a delta built elsewhere (`command_start` / `command_end`)."""
+        """A `stream_delta` around a delta built elsewhere (`slash_command_start` / `_end`)."""
         return self._frame("stream_delta", delta=dict(delta))
 
     def turn_failed(self, turn_id: str, message: str) -> dict[str, Any]:
