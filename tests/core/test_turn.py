@@ -28,7 +28,7 @@ from tether.protocol.chunks import (
     ToolCallRequest,
     UsageStatistics,
 )
-from tether.protocol.messages import TextPart, UserMessage
+from tether.protocol.messages import TextPart, Usage, UserMessage
 from tether.protocol.tool_calls import ToolCall
 from tether.protocol.turns import ConversationRef, TurnInput
 
@@ -80,7 +80,7 @@ def admitted(cid: str, name: str, tool: Any, args: dict[str, Any]) -> JudgedCall
 
 
 def step(*chunks: Chunk, stop: str) -> list[Chunk]:
-    return [*chunks, UsageStatistics(10, 2), StopReason(stop)]  # type: ignore[arg-type]
+    return [*chunks, UsageStatistics(Usage(10, 2)), StopReason(stop)]  # type: ignore[arg-type]
 
 
 def make_deps(backend: ScriptedBackend, registry: ToolRegistry, events: list[Any], **kw: Any) -> TurnDeps:

@@ -272,6 +272,7 @@ def test_hooks_list_names_each_hook_its_file_and_trust(workdir: Path, tether_hom
 def test_a_mod_provider_serves_a_model_handle(workdir: Path, tether_home: Path) -> None:
     write_mod(tether_home / "mods", "echo_provider", """
         from tether.protocol.chunks import AssistantText, StopReason, UsageStatistics
+        from tether.protocol.messages import Usage
 
         class Echo:
             api = "mod-echo"
@@ -283,7 +284,7 @@ def test_a_mod_provider_serves_a_model_handle(workdir: Path, tether_home: Path) 
             async def stream(self, request):
                 said = request.messages[-1].content[0].text
                 yield AssistantText("otid-1", f"{self.model} heard: {said}")
-                yield UsageStatistics(prompt_tokens=3, completion_tokens=4)
+                yield UsageStatistics(Usage(input_tokens=3, output_tokens=4))
                 yield StopReason("end_turn")
 
         def activate(api):

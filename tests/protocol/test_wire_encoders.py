@@ -47,7 +47,7 @@ def _turn() -> list:
         LocalToolCall(ToolCall.parse("call-1", "Bash", '{"command": "ls"}')),
         LocalToolReturn(ToolReturn("call-1", "Bash", "a\nb", False)),
         AssistantText("a2", "done", "run-1"),
-        UsageStatistics(10, 5, run_id="run-1"),
+        UsageStatistics(Usage(10, 5), run_id="run-1"),
         StopReason("end_turn", "run-1"),
     ]
 

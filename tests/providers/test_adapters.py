@@ -46,7 +46,7 @@ def test_text_reply_is_one_run_then_usage_then_stop(dialect: str) -> None:
     assert kinds(chunks[-2:]) == ["UsageStatistics", "StopReason"]
     usage, stop = chunks[-2], chunks[-1]
     assert isinstance(usage, UsageStatistics) and isinstance(stop, StopReason)
-    assert (usage.prompt_tokens, usage.completion_tokens) == (12, 5)
+    assert (usage.usage.input_tokens, usage.usage.output_tokens) == (12, 5)
     assert stop.stop_reason == "end_turn"
     assert kinds(chunks).count("UsageStatistics") == kinds(chunks).count("StopReason") == 1
 

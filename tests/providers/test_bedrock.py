@@ -149,7 +149,7 @@ def test_text_thinking_tool_calls_usage_over_signed_requests() -> None:
     assert body["messages"] == [{"role": "user", "content": [block]}]
     assert text_of(first) == "Hi"
     usage = next(c for c in first if isinstance(c, UsageStatistics))
-    assert (usage.prompt_tokens, usage.completion_tokens, usage.cached_input_tokens) == (12, 3, 40)
+    assert (usage.usage.input_tokens, usage.usage.output_tokens, usage.usage.cache_read_tokens) == (12, 3, 40)
     assert first[-1] == StopReason("end_turn")
     assert [json.loads(c.arguments) for c in tool_calls(second)] == [
         {"command": "ls"},

@@ -65,8 +65,8 @@ def test_text_thinking_usage_with_cached_tokens() -> None:
     assert any(isinstance(c, Reasoning) and c.signature for c in chunks)  # to replay on the text
     usage = next(c for c in chunks if isinstance(c, UsageStatistics))
     thoughts = len("let me think") // 4
-    assert (usage.prompt_tokens, usage.cached_input_tokens) == (30, 100)
-    assert (usage.completion_tokens, usage.reasoning_tokens) == (4 + thoughts, thoughts)
+    assert (usage.usage.input_tokens, usage.usage.cache_read_tokens) == (30, 100)
+    assert (usage.usage.output_tokens, usage.usage.reasoning_tokens) == (4 + thoughts, thoughts)
     assert chunks[-1] == StopReason("end_turn")
 
 

@@ -151,7 +151,7 @@ def test_usage_reports_cached_and_cache_write_tokens(dialect: str) -> None:
     with FakeProvider([{"text": "ok", "usage": usage}]) as fake:
         chunks = collect(make_provider(dialect, fake), request())
     (stats,) = [c for c in chunks if isinstance(c, UsageStatistics)]
-    assert (stats.prompt_tokens, stats.cached_input_tokens, stats.cache_write_tokens) == (
+    assert (stats.usage.input_tokens, stats.usage.cache_read_tokens, stats.usage.cache_write_tokens) == (
         30,
         1200,
         80,
@@ -169,7 +169,7 @@ def test_deepseek_cache_hits_count_as_cached() -> None:
             "prompt_cache_miss_tokens": 100,
         }
     )
-    assert (stats.prompt_tokens, stats.cached_input_tokens) == (100, 900)
+    assert (stats.usage.input_tokens, stats.usage.cache_read_tokens) == (100, 900)
 
 
 def test_a_headless_tool_turn_reports_cache_usage_per_step(tmp_path: Path) -> None:

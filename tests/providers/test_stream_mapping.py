@@ -9,6 +9,7 @@ import pytest
 
 from tether.errors import ProviderError, StreamCut
 from tether.protocol.chunks import Chunk, StopReason, ToolCallRequest, UsageStatistics
+from tether.protocol.messages import Usage
 from tether.providers.anthropic import AnthropicEvents
 from tether.providers.openai_chat import ChatEvents
 from tether.providers.openai_responses import ResponsesEvents
@@ -122,7 +123,7 @@ def test_chat_usage_chunk_subtracts_cached_tokens() -> None:
         [chat({"content": "x"}, "stop"), ev({"choices": [], "usage": usage}), ev("[DONE]")],
     )
     assert chunks[-2] == UsageStatistics(
-        prompt_tokens=40, completion_tokens=7, cached_input_tokens=60
+        Usage(input_tokens=40, output_tokens=7, cache_read_tokens=60)
     )
 
 
@@ -181,7 +182,7 @@ def test_anthropic_usage_and_unknown_events() -> None:
     )
     assert kinds(chunks) == ["UsageStatistics", "StopReason"]
     assert chunks[0] == UsageStatistics(
-        prompt_tokens=9, completion_tokens=30, cached_input_tokens=4
+        Usage(input_tokens=9, output_tokens=30, cache_read_tokens=4)
     )
 
 

@@ -31,7 +31,7 @@ from tether.protocol.chunks import (
     UsageStatistics,
     now_ms,
 )
-from tether.protocol.messages import TextPart, Usage, UserMessage
+from tether.protocol.messages import TextPart, UserMessage
 from tether.protocol.tool_calls import ToolCall, ToolReturn
 from tether.protocol.turns import (
     ConversationRef,
@@ -203,13 +203,7 @@ async def _stream_step(
                 calls.append(chunk.call)
             elif isinstance(chunk, UsageStatistics):
                 out.steps += chunk.step_count
-                out.usage += Usage(
-                    chunk.prompt_tokens,
-                    chunk.completion_tokens,
-                    chunk.cached_input_tokens,
-                    chunk.cache_write_tokens,
-                    chunk.reasoning_tokens,
-                )
+                out.usage += chunk.usage
             elif isinstance(chunk, ErrorChunk):
                 out.error = TurnError(chunk.message, "llm_api_error", chunk.run_id, chunk)
             elif isinstance(chunk, StopReason):

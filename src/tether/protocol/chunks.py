@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from tether.protocol.messages import Usage, usage_wire
 from tether.protocol.tool_calls import ToolCall
 
 
@@ -92,35 +93,16 @@ class ToolCallRequest:
 
 @dataclass(frozen=True, slots=True)
 class UsageStatistics:
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_input_tokens: int = 0
-    cache_write_tokens: int = 0
-    reasoning_tokens: int = 0
+    """One provider call's token usage, in the one `Usage` vocabulary; the wire names are the
+    reference's (`prompt_tokens`, `completion_tokens`, ...), written by `usage_wire` only."""
+
+    usage: Usage = field(default_factory=Usage)
     step_count: int = 1
     run_id: str | None = None
     message_type: Literal["usage_statistics"] = "usage_statistics"
 
-    @property
-    def total_tokens(self) -> int:
-        return (
-            self.prompt_tokens
-            + self.completion_tokens
-            + self.cached_input_tokens
-            + self.cache_write_tokens
-        )
-
     def to_wire(self) -> dict[str, Any]:
-        return _wire(
-            self,
-            prompt_tokens=self.prompt_tokens,
-            completion_tokens=self.completion_tokens,
-            total_tokens=self.total_tokens,
-            step_count=self.step_count,
-            cached_input_tokens=self.cached_input_tokens,
-            cache_write_tokens=self.cache_write_tokens,
-            reasoning_tokens=self.reasoning_tokens,
-        )
+        return _wire(self, **usage_wire(self.usage, self.step_count))
 
 
 StopReasonName = Literal[

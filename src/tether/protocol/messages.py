@@ -170,6 +170,19 @@ def usage_to_dict(u: Usage) -> dict[str, int]:
     }
 
 
+def usage_wire(u: Usage, steps: int) -> dict[str, int]:
+    """Usage under the reference's wire names (usage_statistics, result events, step counts)."""
+    return {
+        "prompt_tokens": u.input_tokens,
+        "completion_tokens": u.output_tokens,
+        "total_tokens": u.total_tokens,
+        "step_count": steps,
+        "cached_input_tokens": u.cache_read_tokens,
+        "cache_write_tokens": u.cache_write_tokens,
+        "reasoning_tokens": u.reasoning_tokens,
+    }
+
+
 def usage_from_dict(d: Any) -> Usage | None:
     if not isinstance(d, dict):
         return None

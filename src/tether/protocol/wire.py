@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tether.protocol.chunks import Chunk, ErrorChunk, RetryNotice, iso_now
-from tether.protocol.messages import Usage
+from tether.protocol.messages import Usage, usage_wire
 from tether.protocol.tool_calls import ToolReturn
 from tether.protocol.turns import (
     LocalToolCall,
@@ -175,15 +175,7 @@ def error_line(env: Envelope, message: str) -> dict[str, Any]:
 
 
 def usage_dict(usage: Usage, steps: int) -> dict[str, int]:
-    return {
-        "prompt_tokens": usage.input_tokens,
-        "completion_tokens": usage.output_tokens,
-        "total_tokens": usage.total_tokens,
-        "step_count": steps,
-        "cached_input_tokens": usage.cache_read_tokens,
-        "cache_write_tokens": usage.cache_write_tokens,
-        "reasoning_tokens": usage.reasoning_tokens,
-    }
+    return usage_wire(usage, steps)
 
 
 def result_event(

@@ -17,6 +17,7 @@ from tether.protocol.messages import (
     ThinkingPart,
     ToolCallPart,
     ToolResultMessage,
+    Usage,
     UserMessage,
 )
 from tether.providers.adapter import SSEAdapter
@@ -285,12 +286,12 @@ class AnthropicEvents:
 
     def _usage_chunk(self) -> UsageStatistics:
         u = self._usage
-        return UsageStatistics(
-            prompt_tokens=u.get("input_tokens", 0),
-            completion_tokens=u.get("output_tokens", 0),
-            cached_input_tokens=u.get("cache_read_input_tokens", 0),
+        return UsageStatistics(Usage(
+            input_tokens=u.get("input_tokens", 0),
+            output_tokens=u.get("output_tokens", 0),
+            cache_read_tokens=u.get("cache_read_input_tokens", 0),
             cache_write_tokens=u.get("cache_creation_input_tokens", 0),
-        )
+        ))
 
     def _error(self, error: Any) -> ProviderError:
         error = error if isinstance(error, dict) else {}

@@ -29,6 +29,7 @@ from tether.protocol.messages import (
     ThinkingPart,
     ToolCallPart,
     ToolResultMessage,
+    Usage,
 )
 from tether.providers.adapter import EventMapper, SSEAdapter
 from tether.providers.gemini_schema import tool_parameters
@@ -321,10 +322,10 @@ class GeminiEvents:
 def _usage(usage: dict[str, Any]) -> UsageStatistics:
     cached = as_int(usage.get("cachedContentTokenCount"))
     thoughts = as_int(usage.get("thoughtsTokenCount"))
-    return UsageStatistics(
-        # promptTokenCount includes the cached tokens; UsageStatistics counts them apart.
-        prompt_tokens=max(0, as_int(usage.get("promptTokenCount")) - cached),
-        completion_tokens=as_int(usage.get("candidatesTokenCount")) + thoughts,
-        cached_input_tokens=cached,
+    return UsageStatistics(Usage(
+        # promptTokenCount includes the cached tokens; Usage counts them apart.
+        input_tokens=max(0, as_int(usage.get("promptTokenCount")) - cached),
+        output_tokens=as_int(usage.get("candidatesTokenCount")) + thoughts,
+        cache_read_tokens=cached,
         reasoning_tokens=thoughts,
-    )
+    ))

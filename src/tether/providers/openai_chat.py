@@ -21,6 +21,7 @@ from tether.protocol.messages import (
     TextPart,
     ToolCallPart,
     ToolResultMessage,
+    Usage,
     UserMessage,
 )
 from tether.providers.adapter import EventMapper, SSEAdapter
@@ -238,13 +239,13 @@ def _usage(usage: dict[str, Any]) -> UsageStatistics:
     # prompt_cache_hit_tokens; OpenRouter adds prompt_tokens_details.cache_write_tokens.
     cached = as_int(details.get("cached_tokens")) or as_int(usage.get("prompt_cache_hit_tokens"))
     written = as_int(details.get("cache_write_tokens"))
-    return UsageStatistics(
-        # prompt_tokens includes the cached ones; UsageStatistics counts them apart.
-        prompt_tokens=max(0, as_int(usage.get("prompt_tokens")) - cached - written),
-        completion_tokens=as_int(usage.get("completion_tokens")),
-        cached_input_tokens=cached,
+    return UsageStatistics(Usage(
+        # prompt_tokens includes the cached ones; Usage counts them apart.
+        input_tokens=max(0, as_int(usage.get("prompt_tokens")) - cached - written),
+        output_tokens=as_int(usage.get("completion_tokens")),
+        cache_read_tokens=cached,
         cache_write_tokens=written,
         reasoning_tokens=as_int(
             (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
         ),
-    )
+    ))

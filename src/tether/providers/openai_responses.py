@@ -14,6 +14,7 @@ from tether.protocol.messages import (
     Message,
     TextPart,
     ToolCallPart,
+    Usage,
     UserMessage,
 )
 from tether.providers.adapter import SSEAdapter
@@ -208,11 +209,11 @@ def _usage(usage: Any) -> UsageStatistics:
     details = usage.get("input_tokens_details") or {}
     cached = as_int(details.get("cached_tokens"))
     written = as_int(details.get("cache_write_tokens"))  # gateways that bill cache writes
-    return UsageStatistics(
-        # input_tokens includes the cached ones; UsageStatistics counts them apart.
-        prompt_tokens=max(0, as_int(usage.get("input_tokens")) - cached - written),
-        completion_tokens=as_int(usage.get("output_tokens")),
-        cached_input_tokens=cached,
+    return UsageStatistics(Usage(
+        # input_tokens includes the cached ones; Usage counts them apart.
+        input_tokens=max(0, as_int(usage.get("input_tokens")) - cached - written),
+        output_tokens=as_int(usage.get("output_tokens")),
+        cache_read_tokens=cached,
         cache_write_tokens=written,
         reasoning_tokens=as_int((usage.get("output_tokens_details") or {}).get("reasoning_tokens")),
-    )
+    ))

@@ -26,9 +26,9 @@ _WITHDRAWN = {  # why a waiting input leaves the queue without a turn
     "closing": "the server is shutting down",
 }
 _USAGE_FIELDS = (
-    ("prompt", "prompt_tokens"),
-    ("completion", "completion_tokens"),
-    ("cached", "cached_input_tokens"),
+    ("prompt", "input_tokens"),
+    ("completion", "output_tokens"),
+    ("cached", "cache_read_tokens"),
     ("cache_write", "cache_write_tokens"),
     ("reasoning", "reasoning_tokens"),
 )
@@ -114,7 +114,7 @@ class TurnWatch:
                 self.events.put_nowait(("text", piece))
         elif isinstance(event, UsageStatistics):
             for key, field in _USAGE_FIELDS:
-                self.usage[key] += int(getattr(event, field) or 0)
+                self.usage[key] += int(getattr(event.usage, field) or 0)
         elif isinstance(event, TurnError):
             self.error = event.message
 

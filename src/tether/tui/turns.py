@@ -138,7 +138,7 @@ class TuiTurns:
         if app.ui_alive:
             app.transcript.render_event(event)
         if isinstance(event, UsageStatistics):
-            app.context_tokens = event.total_tokens
+            app.context_tokens = event.usage.total_tokens
             app.refresh_status()
         elif isinstance(event, LocalToolCall):
             self.tool_calls += 1

@@ -40,7 +40,7 @@ def test_text_deltas_share_one_otid_then_stop_and_usage() -> None:
     stop = next(c for c in chunks if isinstance(c, StopReason))
     usage = next(c for c in chunks if isinstance(c, UsageStatistics))
     assert stop.stop_reason == "end_turn" and stop.run_id == texts[0].run_id
-    assert usage.prompt_tokens > 0 and usage.step_count == 1 and usage.run_id == stop.run_id
+    assert usage.usage.input_tokens > 0 and usage.step_count == 1 and usage.run_id == stop.run_id
 
 
 def test_approval_request_deltas_become_one_complete_call_at_the_stop() -> None:

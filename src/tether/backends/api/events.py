@@ -25,6 +25,7 @@ from tether.protocol.chunks import (
     UsageStatistics,
     iso_now,
 )
+from tether.protocol.messages import Usage
 from tether.protocol.tool_calls import ToolCall
 
 OUTSIDE_ENFORCEMENT = "server tool: run by the Letta server, outside tether's permissions and sandbox"
@@ -195,12 +196,12 @@ class EventMapper:
             v = data.get(key)
             return v if isinstance(v, int) and not isinstance(v, bool) else 0
 
-        return UsageStatistics(
-            prompt_tokens=n("prompt_tokens"), completion_tokens=n("completion_tokens"),
-            cached_input_tokens=n("cached_input_tokens"), cache_write_tokens=n("cache_write_tokens"),
-            reasoning_tokens=n("reasoning_tokens"), step_count=n("step_count") or 1,
-            run_id=self.run_id,
+        usage = Usage(
+            input_tokens=n("prompt_tokens"), output_tokens=n("completion_tokens"),
+            cache_read_tokens=n("cached_input_tokens"), cache_write_tokens=n("cache_write_tokens"),
+            reasoning_tokens=n("reasoning_tokens"),
         )
+        return UsageStatistics(usage, step_count=n("step_count") or 1, run_id=self.run_id)
 
     def _stop(self, data: dict[str, Any]) -> list[Chunk]:
         out = self._flush_server_calls()

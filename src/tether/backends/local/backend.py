@@ -390,12 +390,4 @@ class _PartsBuilder:
 
 
 def _usage(u: UsageStatistics | None) -> Usage | None:
-    if u is None:
-        return None
-    return Usage(
-        u.prompt_tokens,
-        u.completion_tokens,
-        u.cached_input_tokens,
-        u.cache_write_tokens,
-        u.reasoning_tokens,
-    )
+    return u.usage if u is not None else None
