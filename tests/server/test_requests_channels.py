@@ -101,6 +101,11 @@ def test_channel_accounts_configs_and_lifecycle(
                 assert unknown["success"] is False and unknown["accounts"] == []
                 assert "Unsupported channel: discord" in unknown["error"]
                 assert unknown["channel_id"] == "discord"
+                sneaky = await ask(c, "channel_accounts_list", channel_id="../secrets")
+                assert sneaky["success"] is False and "a-z, 0-9" in sneaky["error"]
+                slash = await ask(c, "channel_account_create", channel_id="webhook",
+                                  account={"account_id": "a/b"})
+                assert slash["success"] is False and "without '/'" in slash["error"]
 
                 started = await ask(c, "channel_account_start", channel_id="webhook",
                                     account_id="main")

@@ -206,8 +206,12 @@ def create_account(home: Path, channel: str, fields: Any) -> dict[str, Any]:
     patch = _check_patch(fields, "account", ACCOUNT_FIELDS)
     store = AccountStore(home)
     account_id = patch.get("account_id")
-    if account_id is not None and (not isinstance(account_id, str) or not account_id.strip()):
-        raise UsageError("account.account_id must be a non-empty string")
+    if account_id is not None and (
+        not isinstance(account_id, str) or not account_id.strip() or len(account_id) > 128
+        or "/" in account_id or not account_id.isprintable()
+    ):
+        raise UsageError("account.account_id must be a non-empty string of at most 128 "
+                         "printable characters without '/'")
     if not account_id:
         account_id = "default" if store.get(channel, "default") is None else str(uuid.uuid4())
     account_id = account_id.strip()
