@@ -100,6 +100,12 @@ def test_a_turn_is_rows_in_the_store_and_another_worker_with_its_own_home_resume
     key = f"{scope['agent_id']}/{scope['conversation_id']}"
     assert {conv for conv, _, _ in _rows(pg_url)} == {key}
     _no_transcript_files(home_a, home_b)
+    # A store no home was migrated into gives the home its servers made.
+    back = tmp_path / "back"
+    moved = _server_cmd(["store", "migrate", "--from", pg_url, "--to", str(back)],
+                        server_env("http://127.0.0.1:9", home_a, tmp_path), project)
+    assert moved.returncode == 0, moved.stderr
+    assert _local_texts(back, scope) == _texts(pg_url)
 
 
 def test_a_woken_worker_whose_lease_moved_cannot_append_to_the_transcript(
@@ -190,6 +196,19 @@ def test_a_migrated_home_is_served_with_its_history(tmp_path: Path, pg_url: str)
     texts = _texts(pg_url)
     assert texts[:2] == [("user", "remember 42"), ("assistant", "before the move")]
     assert texts[-2:] == [("user", "what was it?"), ("assistant", "after the move")]
+    # And back: the home the store holds now, served turn included, verified.
+    back = tmp_path / "back"
+    assert _server_cmd(["store", "migrate", "--from", pg_url, "--to", str(back)], env,
+                       project).returncode == 0
+    assert _local_texts(back, scope) == texts
+
+
+def _local_texts(home: Path, scope: dict[str, str]) -> list[tuple[str, str]]:
+    from tether.backends.local.store import LocalStore
+
+    messages = LocalStore(home).transcript(scope["agent_id"], scope["conversation_id"]).load()
+    return [(m.role, " ".join(p.text for p in m.content if getattr(p, "kind", "") == "text"))
+            for m in messages]
 
 
 def _server_cmd(args: list[str], env: dict[str, str], cwd: Path) -> Any:

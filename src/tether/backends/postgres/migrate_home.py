@@ -18,6 +18,7 @@ renamed into place. A non-empty target is refused: a migration never merges.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import sqlite3
@@ -48,6 +49,7 @@ from tether.backends.postgres.migrate_local import (
     sqlite_digest,
     walk,
 )
+from tether.backends.postgres.transcripts import render
 from tether.backends.store_api import conversation_ref
 
 STORE_TABLES = (
@@ -192,24 +194,22 @@ def _materialize(cur: Any, target: Path) -> dict[str, int]:
             counts["files"] = counts.get("files", 0) + 1
     for table in ("agents", "conversations"):
         for rel, raw in cur.execute(f"SELECT path, raw FROM {table}").fetchall():
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)  # one a server made
             (target / rel).write_bytes(bytes(raw))
             counts[table] = counts.get(table, 0) + 1
     files = cur.execute(
         "SELECT conversation, path, header, torn, replaced FROM transcript_files"
     ).fetchall()
     for conversation, rel, header, torn, replaced in files:
-        lines = cur.execute(
-            "SELECT entry, line FROM transcript WHERE conversation = %s ORDER BY seq",
-            (conversation,),
-        ).fetchall()
-        body = b"".join(bytes(line) if line is not None else orjson.dumps(entry) + b"\n"
-                        for entry, line in lines)
+        whole, _migrated, rows = render(cur, conversation, bytes(header), bytes(torn))
         path = target / rel
-        path.write_bytes(bytes(header) + body + bytes(torn))
+        path.parent.mkdir(parents=True, exist_ok=True)  # a conversation a server made
+        path.write_bytes(whole)
+        _manifest_for(path, bytes(header))
         if replaced is not None:
             path.with_name(path.name + ".replaced").write_bytes(bytes(replaced))
         counts["transcripts"] = counts.get("transcripts", 0) + 1
-        counts["transcript_entries"] = counts.get("transcript_entries", 0) + len(lines)
+        counts["transcript_entries"] = counts.get("transcript_entries", 0) + rows
     for rel, bundle, refs, config in cur.execute(
         "SELECT path, bundle, refs, config FROM memory_repos ORDER BY path"
     ).fetchall():
@@ -329,6 +329,55 @@ def home_to_store(home: Path, session: PgSession) -> Report:
     return Report(counts, len(want), manifest_digest(want))
 
 
+def _manifest_for(transcript: Path, header: bytes) -> None:
+    """The `manifest.json` a transcript a server made in the store needs in a home (one
+    migrated in brought its own): the local store's schema, dated by the session header."""
+    from tether.backends.local.store import MESSAGE_FORMAT, SCHEMA_VERSION
+
+    path = transcript.with_name("manifest.json")
+    if path.exists():
+        return
+    try:
+        created = orjson.loads(header).get("timestamp")
+    except (orjson.JSONDecodeError, AttributeError):
+        created = None
+    path.write_bytes(orjson.dumps({
+        "schema_version": SCHEMA_VERSION, "message_format": MESSAGE_FORMAT,
+        "provider_stack": "tether", "created_at": created,
+    }, option=orjson.OPT_INDENT_2) + b"\n")
+
+
+def _served_now(cur: Any, want: dict[str, str], scratch: Path) -> None:
+    """What a `tether server --store` on the store wrote since the home came in (or ever, for a
+    store it started empty) replaces the digests recorded then: records as their rows hold them
+    now, a transcript grown by live (fenced) appends as its rows render it — its migrated rows
+    still held to the recorded digest, so a changed copy is refused — and the folders new ones
+    sit in. A file keeps its recorded mode."""
+    def digest(rel: str, data: bytes) -> str:
+        mode = want.get(rel, f"{stat.S_IMODE((scratch / rel).stat().st_mode):o}:").split(":", 1)[0]
+        return f"{mode}:sha256:" + hashlib.sha256(data).hexdigest()
+
+    def put(rel: str, data: bytes) -> None:
+        want[rel] = digest(rel, data)
+        parent = rel.rpartition("/")[0]
+        while parent and parent not in want:
+            want[parent] = f"dir:{stat.S_IMODE((scratch / parent).stat().st_mode):o}"
+            parent = parent.rpartition("/")[0]
+
+    for table in ("agents", "conversations"):
+        for rel, raw in cur.execute(f"SELECT path, raw FROM {table}").fetchall():
+            put(rel, bytes(raw))
+    for conversation, rel, header, torn in cur.execute(
+        "SELECT conversation, path, header, torn FROM transcript_files"
+    ).fetchall():
+        whole, migrated, _rows = render(cur, conversation, bytes(header), bytes(torn))
+        if rel not in want or want[rel] == digest(rel, migrated):
+            put(rel, whole)
+        manifest = rel.rpartition("/")[0] + "/manifest.json"
+        if manifest not in want:  # made by `_manifest_for`
+            put(manifest, (scratch / manifest).read_bytes())
+
+
 def _has_entries(folder: Path) -> bool:
     with os.scandir(folder) as found:
         return next(found, None) is not None
@@ -352,9 +401,14 @@ def store_to_home(session: PgSession, target: Path) -> Report:
         with session.transaction("copy the store into a TETHER_HOME") as cur:
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             want = dict(cur.execute("SELECT path, digest FROM home_digests").fetchall())
-            if not want:
-                raise MigrationRefused("the store holds no migrated home (its home_digests is empty)")
+            served = cur.execute("SELECT count(*) FROM agents").fetchone()
+            if not want and not (served and served[0]):
+                raise MigrationRefused(
+                    "the store holds no home: nothing was migrated into it and no server"
+                    " created an agent there"
+                )
             counts = _materialize(cur, scratch)
+            _served_now(cur, want, scratch)
             # The row-copied stores as the store holds them now: a server on the store may
             # have taken inputs and checkpoints since the home was copied in.
             for (rel,) in cur.execute("SELECT path FROM sqlite_schemas").fetchall():

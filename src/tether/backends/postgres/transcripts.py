@@ -11,7 +11,7 @@ transaction as the insert, so a worker whose lease moved (paused, then woken) is
 place, compactions, rollbacks: `backends/local/view.py`) and the damage rules are the local
 transcript's: a row repeating an earlier entry's id and parentId is damage, named by its line
 (seq + 1, the header being line 1); a torn tail a migrated file carried is left out of the view
-and dropped by the next append. Rows are committed before an append returns (the store's
+and not written after the next append (`render`). Rows are committed before an append returns (the store's
 durability stands in for the file's fsync)."""
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ class PgTranscript(ActiveView):
         self._reset_view()
         self._header: dict[str, Any] | None = None
         self._header_line = b""
-        self._torn = b""
         self._seq = 0  # the last row read
         self._parents: dict[str, Any] = {}  # entry id -> its parentId (a record twice is damage)
 
@@ -103,19 +102,13 @@ class PgTranscript(ActiveView):
         return fresh._collect
 
     def written_bytes(self) -> bytes:
-        """The transcript as its file would hold it (header, every line, a torn tail)."""
+        """The transcript as its file would hold it (`render`); empty when it has none."""
         with self.session.transaction("read a transcript") as cur:
             head = cur.execute(
                 "SELECT header, torn FROM transcript_files WHERE conversation = %s", (self.key,)
             ).fetchone()
-            rows = cur.execute(
-                "SELECT line, entry FROM transcript WHERE conversation = %s ORDER BY seq",
-                (self.key,),
-            ).fetchall()
-        if head is None and not rows:
-            return b""
-        body = b"".join(_line(line, entry) for line, entry in rows)
-        return (bytes(head[0]) if head else b"") + body + (bytes(head[1]) if head else b"")
+            header, torn = (bytes(head[0]), bytes(head[1])) if head else (b"", b"")
+            return render(cur, self.key, header, torn)[0]
 
     def _sync(self) -> None:
         """Apply the rows written since the last read (all of them the first time)."""
@@ -131,8 +124,7 @@ class PgTranscript(ActiveView):
                 " ORDER BY seq", (self.key, self._seq),
             ).fetchall()
         if head is not None:
-            self._read_header(bytes(head[0]))
-            self._torn = bytes(head[1])
+            self._read_header(bytes(head[0]))  # a torn tail (head[1]) is never in the view
         if not rows:
             return
         if self._header is None:
@@ -313,18 +305,29 @@ class PgTranscript(ActiveView):
                     f"{self.where} has rows this worker did not read (last {row and row[0]},"
                     f" read {self._seq}); nothing was written: try the turn again"
                 )
-            if self._torn:  # a torn tail is cut off before the next append, as in a file
-                cur.execute("UPDATE transcript_files SET torn = '' WHERE conversation = %s",
-                            (self.key,))
             cur.executemany(
                 "INSERT INTO transcript (conversation, seq, entry, token, line)"
                 " VALUES (%s, %s, %s, %s, %s)",
                 [(k, seq, entry, lease.token, line) for k, seq, entry, line in rows],
             )
-        self._torn = b""
         for seq, line in enumerate(lines, first):
             self._ingest(seq, line)
             self._seq = seq
+
+
+def render(cur: Any, key: str, header: bytes, torn: bytes) -> tuple[bytes, bytes, int]:
+    """(the file, the file as it was migrated in, how many rows) of transcript `key`: the
+    header, each row's line, and a migrated file's torn tail, which stays at the end only until
+    the first live append (token > 0): a file's torn tail is cut before its next append. The
+    migrated-in file is the header, the rows migrated (token 0) and the tail."""
+    rows = cur.execute(
+        "SELECT line, entry, token FROM transcript WHERE conversation = %s ORDER BY seq", (key,)
+    ).fetchall()
+    lines = [(_line(line, entry), int(token)) for line, entry, token in rows]
+    migrated = header + b"".join(line for line, token in lines if token == 0) + torn
+    live = any(token > 0 for _, token in lines)
+    whole = header + b"".join(line for line, _ in lines) + (b"" if live else torn)
+    return whole, migrated, len(lines)
 
 
 def _line(line: Any, entry: Any) -> bytes:
