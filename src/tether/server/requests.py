@@ -72,7 +72,7 @@ CAPABILITIES = {
     "toolset_update": ("update_toolset",),
     "workspace_files": ("list_in_directory", "read_file", "get_tree", "search_files",
                         "grep_in_files"),
-    "workspace_file_writes": ("write_file", "edit_file"),
+    "workspace_file_writes": ("write_file", "edit_file", "file_ops"),
     "working_directories": ("get_cwd_map",),
     "file_watch": ("watch_file", "unwatch_file"),
     "skill_management": ("skill_enable", "skill_disable"),

@@ -1,8 +1,13 @@
 """The workspace file requests (reference §12.3: `list_in_directory`, `read_file`, `get_tree`,
-`search_files`, `grep_in_files`, `get_cwd_map`, and for unscoped connections `write_file`, `edit_file`)
-over `runtime/manage/files_ops`: a connection reads only inside the working directories of the
-runtimes it started (and, unscoped, the server's own `--cwd`), within the Read tool's
-boundary."""
+`search_files`, `grep_in_files`, `get_cwd_map`, and for unscoped connections `write_file`,
+`edit_file` and `file_ops`) over `runtime/manage/files_ops`: a connection reads only inside the
+working directories of the runtimes it started (and, unscoped, the server's own `--cwd`), within
+the Read tool's boundary, and writes under the same checks on the real path (no `..` or symlink
+out of the workspace, nothing of `$TETHER_HOME`).
+
+`file_ops` is the reference's collaborative-editing frame (Egwalker ops, no response): like the
+reference, the server writes the `document_content` the client sends with them; ops without it
+are refused with an `error` frame (the reference drops them silently) rather than guessed at."""
 
 from __future__ import annotations
 
@@ -100,6 +105,25 @@ def edit_file(call: Call) -> dict[str, Any]:
     )
 
 
+def file_ops(call: Call) -> dict[str, Any]:
+    for name in ("cg_entries", "ops"):
+        if not isinstance(call.frame.msg.get(name), list):
+            raise call.read.fail(name, "is required (a list)")
+    for op in call.frame.msg["ops"]:
+        if (not isinstance(op, dict) or op.get("type") not in ("ins", "del")
+                or isinstance(op.get("pos"), bool) or not isinstance(op.get("pos"), int)):
+            raise call.read.fail("ops", "must be {type: ins|del, pos, content?} objects")
+    call.text("source")
+    content = call.frame.msg.get("document_content")
+    if content is None:
+        raise call.read.fail("document_content", "is required: this server writes the whole "
+                             "document the ops produced, and does not replay ops alone")
+    if not isinstance(content, str):
+        raise call.read.fail("document_content", "must be a string")
+    files_ops.write_file(workspace(call), call.text("path"), content)
+    return {}
+
+
 FAMILY: dict[str, Request] = {
     # Writes bypass the permission system: the server's operator (an unscoped token) only.
     "write_file": request("path content", write_file, Scope.UNSCOPED, blocking=True,
@@ -107,6 +131,8 @@ FAMILY: dict[str, Request] = {
     "edit_file": request("file_path old_string new_string replace_all expected_replacements",
                          edit_file, Scope.UNSCOPED, {"message": None, "replacements": 0},
                          blocking=True, echo=("file_path",)),
+    "file_ops": request("path cg_entries ops source document_content", file_ops,
+                        Scope.UNSCOPED, blocking=True, answered=False),
     "search_files": request("query max_results cwd", search_files, Scope.OWN, {"files": []},
                             blocking=True),
     "grep_in_files": request(
