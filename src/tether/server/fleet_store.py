@@ -2,9 +2,10 @@
 server uses on the local store (`InputQueue`, the checkpoint store); which worker runs a
 conversation is `fleet_leases.py`.
 
-Agents, conversation records and transcripts stay in the shared `$TETHER_HOME` files for now, so
-the workers of one fleet share one TETHER_HOME (one machine); only the input queue, idempotency
-keys and effect checkpoints live in the database."""
+Agents, conversation records and transcripts are in the database too (`runtime_start.open_store`
+puts `backends/postgres/agents.py` on this worker's session), so workers need not share a
+TETHER_HOME for them; what stays in each worker's own home is per machine (settings,
+credentials, memory repositories, caches)."""
 
 from __future__ import annotations
 
