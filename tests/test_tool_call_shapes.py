@@ -31,7 +31,6 @@ ALLOWED_SHAPES = {
     ("testing/fake_dialects.py", "PlannedCall"): "the fake provider's script (the server side)",
     ("backends/api/events.py", "ServerToolCall"): "a Letta server's own tool call: shown only",
     ("tui/widgets.py", "ToolBlock"): "a Textual widget showing one call",
-    ("runtime/checkpoints.py", "Checkpoint"): "the checkpoint row (to carry the ToolCall next)",
 }
 # The fake Gemini server decodes its script's argument text to speak Gemini's wire.
 ALLOWED_LOADS = {("protocol/tool_calls.py", "ToolCall.parse"), ("testing/fake_gemini.py", "")}

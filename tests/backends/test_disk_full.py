@@ -26,6 +26,7 @@ from tether.backends.local.transcript import Transcript
 from tether.channels.journal import Journal
 from tether.channels.plugins import InboundMessage
 from tether.errors import DiskFull
+from tether.protocol.tool_calls import ToolCall
 from tether.runtime.checkpoints import CheckpointStore
 from tether.runtime.cron.store import CronStore
 from tether.runtime.input_queue import SqliteInputQueue, StoredInput, StoredMessage, Workspace
@@ -94,9 +95,9 @@ def test_opening_the_checkpoint_database_on_a_full_disk_names_it(tmp_path: Path)
         fill(disk, leave=0)
         store = CheckpointStore(disk / "checkpoints.db")
         with pytest.raises(DiskFull) as exc:
-            store.record_before("a/c", "call-1", "Write", {"file_path": "x"}, "me")
+            store.record_before("a/c", ToolCall("call-1", "Write", {"file_path": "x"}), "me")
         (disk / "filler").unlink()  # not sticky: the same store works once there is room
-        store.record_before("a/c", "call-2", "Write", {"file_path": "x"}, "me")
+        store.record_before("a/c", ToolCall("call-2", "Write", {"file_path": "x"}), "me")
         store.close()
     message = str(exc.value)
     assert_names_the_full_disk(message, disk / "checkpoints.db", disk)
@@ -108,13 +109,13 @@ def test_a_checkpoint_write_that_fills_the_disk_names_it(tmp_path: Path) -> None
     """SQLite says "database or disk is full" (SQLITE_FULL) when a write comes up short."""
     with tmpfs(tmp_path / "fs", "1m") as disk:
         store = CheckpointStore(disk / "checkpoints.db")
-        store.record_before("a/c", "call-0", "Write", {"file_path": "x"}, "me")
+        store.record_before("a/c", ToolCall("call-0", "Write", {"file_path": "x"}), "me")
         fill(disk, leave=0)
         with pytest.raises(DiskFull) as exc:
             for i in range(1, 1000):
-                store.record_before("a/c", f"call-{i}", "Write", {"content": "y" * 4000}, "me")
+                store.record_before("a/c", ToolCall(f"call-{i}", "Write", {"content": "y" * 4000}), "me")
         (disk / "filler").unlink()
-        store.record_before("a/c", "later", "Write", {"file_path": "x"}, "me")
+        store.record_before("a/c", ToolCall("later", "Write", {"file_path": "x"}), "me")
         assert {"call-0", "later"} <= set(store.for_conversation("a/c"))
         store.close()
     assert_names_the_full_disk(str(exc.value), disk / "checkpoints.db", disk)

@@ -58,7 +58,7 @@ def result(call_id: str, output: str = "done") -> ToolReturn:
 
 
 def test_before_then_after_with_revisions(store: Any) -> None:
-    cp = store.record_before(CONV, "call-1", "Bash", {"command": "touch x"}, "owner-a")
+    cp = store.record_before(CONV, ToolCall("call-1", "Bash", {"command": "touch x"}), "owner-a")
     assert (cp.phase, cp.revision) == ("before", 1) and store.get(CONV, "call-1") == cp
     done = store.record_after(cp, result("call-1", "ok"))
     assert (done.phase, done.revision) == ("after", 2)
@@ -70,14 +70,14 @@ def test_before_then_after_with_revisions(store: Any) -> None:
 
 
 def test_a_call_is_checkpointed_once(store: Any) -> None:
-    store.record_before(CONV, "call-1", "Bash", {}, "owner-a")
+    store.record_before(CONV, ToolCall("call-1", "Bash", {}), "owner-a")
     with pytest.raises(AlreadyCheckpointed):
-        store.record_before(CONV, "call-1", "Bash", {}, "owner-b")
-    store.record_before("other/conv", "call-1", "Bash", {}, "owner-a")  # keyed per conversation
+        store.record_before(CONV, ToolCall("call-1", "Bash", {}), "owner-b")
+    store.record_before("other/conv", ToolCall("call-1", "Bash", {}), "owner-a")  # keyed per conversation
 
 
 def test_takeover_fences_the_old_owner(store: Any) -> None:
-    cp = store.record_before(CONV, "call-1", "Bash", {}, "owner-a")
+    cp = store.record_before(CONV, ToolCall("call-1", "Bash", {}), "owner-a")
     taken = store.mark_unknown(cp, "owner-b")
     assert (taken.phase, taken.owner, taken.revision) == ("unknown", "owner-b", 2)
     with pytest.raises(CheckpointConflict, match="another runtime owns"):
@@ -86,8 +86,8 @@ def test_takeover_fences_the_old_owner(store: Any) -> None:
 
 
 def test_the_runtimes_recovery_runs_on_either_store(store: Any) -> None:
-    store.record_before(CONV, "a", "Bash", {}, "dead-owner")
-    exact = store.record_before(CONV, "b", "Bash", {}, "dead-owner")
+    store.record_before(CONV, ToolCall("a", "Bash", {}), "dead-owner")
+    exact = store.record_before(CONV, ToolCall("b", "Bash", {}), "dead-owner")
     store.record_after(exact, result("b", "exact output"))
     calls = tuple(ToolCallPart(c, "Bash", {"command": c}) for c in ("a", "b"))
     history = [UserMessage("u1", (TextPart("go"),), 1),
@@ -122,7 +122,7 @@ def test_a_worker_whose_lease_moved_cannot_settle_its_checkpoint(pg_url: str) ->
     old, new = _pg_store(pg_url, "worker-old"), _pg_store(pg_url, "worker-new")
     old_leases = ConversationLeases(old.session, ttl_s=0.2)
     assert old_leases.acquire(CONV) is not None
-    cp = old.record_before(CONV, "call-1", "Bash", {"command": "deploy"}, "worker-old")
+    cp = old.record_before(CONV, ToolCall("call-1", "Bash", {"command": "deploy"}), "worker-old")
     new_leases = ConversationLeases(new.session, ttl_s=30)
     lease = None
     while lease is None:  # until the old lease expires (its worker stopped renewing)
@@ -131,7 +131,7 @@ def test_a_worker_whose_lease_moved_cannot_settle_its_checkpoint(pg_url: str) ->
     with pytest.raises(LeaseLost, match="worker-old does not hold its lease .token 2, held by worker-new"):
         old.record_after(cp, result("call-1", "deployed"))
     with pytest.raises(LeaseLost):
-        old.record_before(CONV, "call-2", "Bash", {}, "worker-old")
+        old.record_before(CONV, ToolCall("call-2", "Bash", {}), "worker-old")
     settled = new.mark_unknown(cp, "worker-new")
     assert settled.phase == "unknown" and new.get(CONV, "call-1").owner == "worker-new"
     old.close()

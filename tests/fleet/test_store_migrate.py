@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fleet.support import CODEC, item
-from tether.protocol.tool_calls import ToolReturn
+from tether.protocol.tool_calls import ToolCall, ToolReturn
 from tether.runtime.checkpoints import (
     UNKNOWN_OUTCOME,
     AlreadyCheckpointed,
@@ -30,9 +30,9 @@ def _fill(home: Path) -> None:
     queue.mark(CONV, "q-2", "started", user_message_id="user-q-2")
     queue.close()
     checkpoints = CheckpointStore(home / "checkpoints.db")
-    cp = checkpoints.record_before(CONV, "call-1", "Bash", {"command": "make"}, "owner-a")
+    cp = checkpoints.record_before(CONV, ToolCall("call-1", "Bash", {"command": "make"}), "owner-a")
     checkpoints.record_after(cp, ToolReturn("call-1", "Bash", "built", False))
-    checkpoints.record_before(CONV, "call-2", "Write", {"file_path": "/x"}, "owner-a")
+    checkpoints.record_before(CONV, ToolCall("call-2", "Write", {"file_path": "/x"}), "owner-a")
     checkpoints.close()
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from tests.e2e.support import TETHER, Run, run_tether, tether_env
 from tests.fleet.support import item
 from tether.channels.journal import Journal
+from tether.protocol.tool_calls import ToolCall
 from tether.runtime.checkpoints import CheckpointStore
 from tether.runtime.cron.store import CronStore
 from tether.runtime.input_queue import SqliteInputQueue
@@ -57,7 +58,7 @@ def _make_home(home: Path, workdir: Path) -> list[str]:
     queue.mark(CONV, "q-1", "done")
     queue.close()
     checkpoints = CheckpointStore(home / "checkpoints.db")
-    checkpoints.record_before(CONV, "call-1", "Bash", {"command": "make"}, "owner-a")
+    checkpoints.record_before(CONV, ToolCall("call-1", "Bash", {"command": "make"}), "owner-a")
     checkpoints.close()
     cron = CronStore(home)
     cron.db.execute("INSERT INTO leases (name, owner, expires_ms) VALUES ('x', 'y', 1)")

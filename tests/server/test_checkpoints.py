@@ -59,7 +59,7 @@ def test_database_is_wal_with_full_sync(store: CheckpointStore) -> None:
 
 
 def test_before_then_after_with_revisions(store: CheckpointStore) -> None:
-    cp = store.record_before(CONV, "call-1", "Bash", {"command": "touch x"}, "owner-a")
+    cp = store.record_before(CONV, ToolCall("call-1", "Bash", {"command": "touch x"}), "owner-a")
     assert (cp.phase, cp.revision) == ("before", 1)
     assert store.get(CONV, "call-1") == cp
     done = store.record_after(cp, result("call-1", "ok"))
@@ -76,14 +76,14 @@ def test_before_then_after_with_revisions(store: CheckpointStore) -> None:
 
 
 def test_a_call_is_checkpointed_once(store: CheckpointStore) -> None:
-    store.record_before(CONV, "call-1", "Bash", {}, "owner-a")
+    store.record_before(CONV, ToolCall("call-1", "Bash", {}), "owner-a")
     with pytest.raises(AlreadyCheckpointed):
-        store.record_before(CONV, "call-1", "Bash", {}, "owner-b")
-    store.record_before("other/conv", "call-1", "Bash", {}, "owner-a")  # keyed per conversation
+        store.record_before(CONV, ToolCall("call-1", "Bash", {}), "owner-b")
+    store.record_before("other/conv", ToolCall("call-1", "Bash", {}), "owner-a")  # keyed per conversation
 
 
 def test_takeover_fences_the_old_owner(store: CheckpointStore) -> None:
-    cp = store.record_before(CONV, "call-1", "Bash", {}, "owner-a")
+    cp = store.record_before(CONV, ToolCall("call-1", "Bash", {}), "owner-a")
     taken = store.mark_unknown(cp, "owner-b")
     assert (taken.phase, taken.owner, taken.revision) == ("unknown", "owner-b", 2)
     with pytest.raises(CheckpointConflict, match="another runtime owns"):
@@ -99,7 +99,7 @@ def test_takeover_fences_the_old_owner(store: CheckpointStore) -> None:
 def test_before_record_survives_reopening(tmp_path: Path) -> None:
     path = tmp_path / "c.db"
     first = CheckpointStore(path)
-    first.record_before(CONV, "call-9", "Write", {"file_path": "/x"}, "owner-a")
+    first.record_before(CONV, ToolCall("call-9", "Write", {"file_path": "/x"}), "owner-a")
     # no close(): the process "dies" here; the committed row is on disk
     second = CheckpointStore(path)
     found = second.get(CONV, "call-9")
@@ -119,8 +119,8 @@ def _history(*call_ids: str, answered: tuple[str, ...] = ()) -> list[Any]:
 
 
 def test_recovery_distinguishes_exact_unknown_and_unstarted(store: CheckpointStore) -> None:
-    store.record_before(CONV, "a", "Bash", {}, "dead-owner")
-    exact = store.record_before(CONV, "b", "Bash", {}, "dead-owner")
+    store.record_before(CONV, ToolCall("a", "Bash", {}), "dead-owner")
+    exact = store.record_before(CONV, ToolCall("b", "Bash", {}), "dead-owner")
     store.record_after(exact, result("b", "exact output"))
     recovered, results = recover_open_calls(store, CONV, "new-owner", _history("a", "b", "c"))
     assert [(r.tool_call_id, r.outcome) for r in recovered] == [("a", "unknown"), ("b", "exact")]

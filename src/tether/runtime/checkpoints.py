@@ -32,7 +32,7 @@ from tether.core.execution import PreToolVerdict, ToolHooks
 from tether.core.tools import Effect, ToolResult
 from tether.errors import StoreError, StoreUnwritable
 from tether.protocol.messages import AssistantMessage, ToolResultMessage
-from tether.protocol.tool_calls import ToolReturn
+from tether.protocol.tool_calls import ToolCall, ToolReturn
 
 if TYPE_CHECKING:
     import sqlite3
@@ -104,14 +104,36 @@ class AlreadyCheckpointed(StoreError):
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
+    """One row: the call as it runs (the model's ToolCall, or one carrying the arguments a hook
+    or an approver set), its phase, its result once settled, and who may change it."""
+
     conversation: str
-    tool_call_id: str
-    tool_name: str
-    arguments: dict[str, Any]
+    call: ToolCall
     phase: str
     result: dict[str, Any] | None
     owner: str
     revision: int
+
+    @property
+    def tool_call_id(self) -> str:
+        return self.call.id
+
+    @property
+    def tool_name(self) -> str:
+        return self.call.name
+
+    @property
+    def arguments(self) -> Mapping[str, Any]:
+        return self.call.arguments
+
+
+def _as_run(item: JudgedCall, verdict: PreToolVerdict) -> ToolCall:
+    """The call as it will run: the model's own ToolCall unless a hook or approver changed its
+    arguments, then one carrying those."""
+    args = {**item.args, **(verdict.updated_args or {})}
+    if args == item.call.arguments:
+        return item.call
+    return ToolCall(item.call.id, item.call.name, args)
 
 
 def conversation_scope(agent_id: str, conversation_id: str) -> str:
@@ -161,31 +183,24 @@ class CheckpointStore:
 
     # --- writes (each one CAS-guarded) --------------------------------------------------------
 
-    def record_before(
-        self,
-        conversation: str,
-        tool_call_id: str,
-        tool_name: str,
-        arguments: Mapping[str, Any],
-        owner: str,
-    ) -> Checkpoint:
+    def record_before(self, conversation: str, call: ToolCall, owner: str) -> Checkpoint:
+        """The durable `before` of `call`; its argument text is stored as it came."""
         import sqlite3
 
         now = time.time()
-        args = dict(arguments)
         try:
             with self._lock, _store_errors(self.path):
                 self._db.execute(
                     "INSERT INTO effect_checkpoints (conversation, tool_call_id, tool_name, arguments,"
                     " phase, result, owner, revision, created_at, updated_at)"
                     " VALUES (?, ?, ?, ?, 'before', NULL, ?, 1, ?, ?)",
-                    (conversation, tool_call_id, tool_name, orjson.dumps(args), owner, now, now),
+                    (conversation, call.id, call.name, call.text.encode(), owner, now, now),
                 )
         except sqlite3.IntegrityError:
             raise AlreadyCheckpointed(
-                f"tool call {tool_call_id} in {conversation} already has an effect checkpoint"
+                f"tool call {call.id} in {conversation} already has an effect checkpoint"
             ) from None
-        return Checkpoint(conversation, tool_call_id, tool_name, args, "before", None, owner, 1)
+        return Checkpoint(conversation, call, "before", None, owner, 1)
 
     def record_after(self, cp: Checkpoint, result: ToolReturn) -> Checkpoint:
         payload = {
@@ -224,9 +239,7 @@ class CheckpointStore:
             )
         return Checkpoint(
             cp.conversation,
-            cp.tool_call_id,
-            cp.tool_name,
-            cp.arguments,
+            cp.call,
             phase,
             result,
             owner,
@@ -256,9 +269,7 @@ class CheckpointStore:
         return [
             Checkpoint(
                 r[0],
-                r[1],
-                r[2],
-                orjson.loads(r[3]),
+                ToolCall.parse(r[1], r[2], bytes(r[3]).decode()),
                 r[4],
                 orjson.loads(r[5]) if r[5] is not None else None,
                 r[6],
@@ -307,15 +318,9 @@ class CheckpointHooks:
         if call.tool.effect is not Effect.READ:
             if self.unavailable is not None:  # refused once: nothing effectful runs after
                 return PreToolVerdict(result=ToolResult(f"Error: {self.unavailable}.", True))
-            args = {**call.args, **(verdict.updated_args or {})}
             try:
                 cp = await asyncio.to_thread(
-                    self.store.record_before,
-                    self.conversation,
-                    call.tool_call_id,
-                    call.name,
-                    args,
-                    self.owner,
+                    self.store.record_before, self.conversation, _as_run(call, verdict), self.owner
                 )
             except AlreadyCheckpointed:
                 return PreToolVerdict(blocked=f"{UNKNOWN_OUTCOME}; it is not run again.")

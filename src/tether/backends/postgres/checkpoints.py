@@ -9,7 +9,7 @@ on it unchanged."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -17,7 +17,7 @@ import orjson
 
 from tether.backends.postgres.connection import LeaseLost, PgSession
 from tether.errors import StoreError
-from tether.protocol.tool_calls import ToolReturn
+from tether.protocol.tool_calls import ToolCall, ToolReturn
 
 
 class CheckpointConflict(StoreError):
@@ -32,11 +32,7 @@ class CheckpointRecord(Protocol):
     @property
     def conversation(self) -> str: ...
     @property
-    def tool_call_id(self) -> str: ...
-    @property
-    def tool_name(self) -> str: ...
-    @property
-    def arguments(self) -> dict[str, Any]: ...
+    def call(self) -> ToolCall: ...
     @property
     def owner(self) -> str: ...
     @property
@@ -48,8 +44,8 @@ C = TypeVar("C", bound=CheckpointRecord)
 
 @dataclass(frozen=True, slots=True)
 class CheckpointShape(Generic[C]):
-    """The runtime's side: its record constructor (conversation, tool_call_id, tool_name,
-    arguments, phase, result, owner, revision), its errors, and an unknown outcome's text."""
+    """The runtime's side: its record constructor (conversation, call, phase, result, owner,
+    revision), its errors, and an unknown outcome's text."""
 
     make: Callable[..., C]
     unknown_output: str
@@ -67,24 +63,20 @@ class PgCheckpointStore(Generic[C]):
     def close(self) -> None:
         self.session.close()
 
-    def record_before(
-        self, conversation: str, tool_call_id: str, tool_name: str,
-        arguments: Mapping[str, Any], owner: str,
-    ) -> C:
-        args = dict(arguments)
+    def record_before(self, conversation: str, call: ToolCall, owner: str) -> C:
         with self.session.transaction("record an effect checkpoint") as cur:
             _fence_owner(cur, conversation, owner)
             cur.execute(
                 "INSERT INTO effect_checkpoints (conversation, tool_call_id, tool_name, arguments,"
                 " phase, result, owner, revision) VALUES (%s, %s, %s, %s, 'before', NULL, %s, 1)"
                 " ON CONFLICT DO NOTHING",
-                (conversation, tool_call_id, tool_name, orjson.dumps(args), owner),
+                (conversation, call.id, call.name, call.text.encode(), owner),
             )
             if cur.rowcount != 1:
                 raise self.shape.already(
-                    f"tool call {tool_call_id} in {conversation} already has an effect checkpoint"
+                    f"tool call {call.id} in {conversation} already has an effect checkpoint"
                 )
-        return self.shape.make(conversation, tool_call_id, tool_name, args, "before", None, owner, 1)
+        return self.shape.make(conversation, call, "before", None, owner, 1)
 
     def record_after(self, cp: C, result: ToolReturn) -> C:
         payload = {
@@ -106,23 +98,22 @@ class PgCheckpointStore(Generic[C]):
                 "UPDATE effect_checkpoints SET phase = %s, result = %s, owner = %s,"
                 " revision = revision + 1, updated_at = clock_timestamp()"
                 " WHERE conversation = %s AND tool_call_id = %s AND revision = %s AND owner = %s",
-                (phase, orjson.dumps(result), owner, cp.conversation, cp.tool_call_id,
+                (phase, orjson.dumps(result), owner, cp.conversation, cp.call.id,
                  cp.revision, cp.owner),
             )
             if cur.rowcount != 1:
                 raise self.shape.conflict(
-                    f"effect checkpoint {cp.tool_call_id} changed under runtime {cp.owner} "
+                    f"effect checkpoint {cp.call.id} changed under runtime {cp.owner} "
                     f"(expected revision {cp.revision}); another runtime owns this conversation now"
                 )
-        return self.shape.make(cp.conversation, cp.tool_call_id, cp.tool_name, cp.arguments,
-                               phase, result, owner, cp.revision + 1)
+        return self.shape.make(cp.conversation, cp.call, phase, result, owner, cp.revision + 1)
 
     def get(self, conversation: str, tool_call_id: str) -> C | None:
         rows = self._select("AND tool_call_id = %s", (conversation, tool_call_id))
         return rows[0] if rows else None
 
     def for_conversation(self, conversation: str) -> dict[str, C]:
-        return {cp.tool_call_id: cp for cp in self._select("", (conversation,))}
+        return {cp.call.id: cp for cp in self._select("", (conversation,))}
 
     def _select(self, extra: str, params: tuple[Any, ...]) -> list[C]:
         with self.session.transaction("read effect checkpoints") as cur:
@@ -132,7 +123,7 @@ class PgCheckpointStore(Generic[C]):
                 " ORDER BY created_at, tool_call_id", params,
             ).fetchall()
         return [
-            self.shape.make(r[0], r[1], r[2], orjson.loads(r[3]), r[4],
+            self.shape.make(r[0], ToolCall.parse(r[1], r[2], bytes(r[3]).decode()), r[4],
                             orjson.loads(r[5]) if r[5] is not None else None, r[6], int(r[7]))
             for r in rows
         ]
