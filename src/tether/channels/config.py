@@ -12,6 +12,7 @@ from tether.runtime.channel_files import (
     REDACTED,
     Account,
     AccountStore,
+    GatewaySnapshot,
     GatewayStatus,
     PairingRequest,
     PairingStore,
@@ -19,10 +20,11 @@ from tether.runtime.channel_files import (
     RouteTable,
     channels_dir,
     check_id,
+    signature,
 )
 
 __all__ = [
     "DM_POLICIES", "GROUP_POLICIES", "ID_CHARS", "PAIRING_TTL", "REDACTED", "Account",
-    "AccountStore", "GatewayStatus", "PairingRequest", "PairingStore", "Route", "RouteTable",
-    "channels_dir", "check_id",
+    "AccountStore", "GatewaySnapshot", "GatewayStatus", "PairingRequest", "PairingStore", "Route", "RouteTable",
+    "channels_dir", "check_id", "signature",
 ]

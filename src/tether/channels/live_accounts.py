@@ -9,24 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import Callable
 from pathlib import Path
 
-from tether.channels.config import Account, AccountStore, GatewayStatus
+from tether.channels.config import Account, AccountStore, GatewayStatus, signature
 from tether.channels.plugins import Adapter, OnMessage, load_plugin
 from tether.errors import TetherError
 
 Key = tuple[str, str]  # (channel, account id)
 RELOAD_EVERY = 1.0  # seconds between looks at accounts.json
-
-
-def _signature(path: Path) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return st.st_mtime_ns, st.st_size, st.st_ino
 
 
 def _restart_needed(old: Account, new: Account) -> bool:
@@ -43,7 +34,8 @@ class LiveAccounts:
         self.log = log
         self.adapters: dict[Key, Adapter] = {}
         self.account_of: dict[Key, Account] = {}
-        self._seen: tuple[int, int, int] | None = None
+        self.failed: dict[Key, str] = {}  # accounts whose adapter would not start: why
+        self._seen: str | None = None
 
     def _adapter(self, account: Account) -> Adapter:
         adapter = load_plugin(self.home, account.channel).create_adapter(account)
@@ -52,7 +44,7 @@ class LiveAccounts:
 
     def load(self) -> None:
         """An adapter (not started yet) for every enabled account."""
-        self._seen = _signature(self.store.path)
+        self._seen = signature(self.store.path)
         for account in self.store.load():
             if account.enabled:
                 key = (account.channel, account.account_id)
@@ -63,7 +55,10 @@ class LiveAccounts:
         for key, adapter in self.adapters.items():
             await adapter.start()
             self.log(f"channel-gateway: {key[0]}/{key[1]} started")
-        self.status.write(list(self.adapters))
+        self._report()
+
+    def _report(self) -> None:
+        self.status.write(list(self.adapters), self.failed, self._seen)
 
     async def stop_all(self) -> None:
         for adapter in self.adapters.values():
@@ -73,7 +68,7 @@ class LiveAccounts:
 
     async def refresh(self) -> bool:
         """Re-read accounts.json if it changed since the last look; whether it did."""
-        seen = _signature(self.store.path)
+        seen = signature(self.store.path)
         if seen == self._seen:
             return False
         self._seen = seen
@@ -81,7 +76,9 @@ class LiveAccounts:
             wanted = {(a.channel, a.account_id): a for a in self.store.load() if a.enabled}
         except TetherError as exc:  # a half-edited file: keep running what runs
             self.log(f"channel-gateway: accounts not reloaded: {exc}")
+            self._report()
             return True
+        self.failed = {}
         for key in list(self.adapters):
             new = wanted.get(key)
             if new is None or _restart_needed(self.account_of[key], new):
@@ -99,13 +96,13 @@ class LiveAccounts:
                 adapter = self._adapter(account)
                 await adapter.start()
             except Exception as exc:  # noqa: BLE001 - one account's failure spares the others
-                self.log(f"channel-gateway: {key[0]}/{key[1]} did not start: "
-                         f"{type(exc).__name__}: {exc}")
+                self.failed[key] = f"{type(exc).__name__}: {exc}"
+                self.log(f"channel-gateway: {key[0]}/{key[1]} did not start: {self.failed[key]}")
                 continue
             self.adapters[key] = adapter
             self.account_of[key] = account
             self.log(f"channel-gateway: {key[0]}/{key[1]} started")
-        self.status.write(list(self.adapters))
+        self._report()
         return True
 
     async def watch(self, every: float = RELOAD_EVERY) -> None:

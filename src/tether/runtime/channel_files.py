@@ -349,16 +349,36 @@ class PairingStore:
 # --- gateway-status.json ------------------------------------------------------------------------
 
 
+def signature(path: Path) -> str | None:
+    """Which version of a file is on disk (mtime, size, inode: a replace always changes it)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return f"{st.st_mtime_ns}:{st.st_size}:{st.st_ino}"
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySnapshot:
+    pid: int
+    running: frozenset[tuple[str, str]]
+    failed: Mapping[tuple[str, str], str]  # accounts whose adapter would not start: why
+    seen: str | None  # the accounts.json version (`signature`) the gateway last acted on
+
+
 class GatewayStatus:
-    """What a running `tether channel-gateway` serves: its pid and the accounts whose adapters
-    it started, rewritten whenever that changes and removed when it stops."""
+    """What a running `tether channel-gateway` serves: its pid, the accounts whose adapters it
+    started, those that failed to start and why, and which version of accounts.json that is;
+    rewritten whenever that changes and removed when it stops."""
 
     def __init__(self, home: Path) -> None:
         self.path = channels_dir(home) / "gateway-status.json"
 
-    def write(self, running: list[tuple[str, str]]) -> None:
+    def write(self, running: list[tuple[str, str]], failed: Mapping[tuple[str, str], str]
+              | None = None, seen: str | None = None) -> None:
         body = {"pid": os.getpid(), "running": [f"{c}/{a}" for c, a in sorted(running)],
-                "updated_at": iso_now()}
+                "failed": {f"{c}/{a}": why for (c, a), why in (failed or {}).items()},
+                "accounts_seen": seen, "updated_at": iso_now()}
         _write(self.path, orjson.dumps(body))
 
     def clear(self) -> None:
@@ -369,22 +389,34 @@ class GatewayStatus:
         if isinstance(raw, dict) and raw.get("pid") == os.getpid():
             self.path.unlink(missing_ok=True)
 
-    def running(self) -> set[tuple[str, str]]:
-        """The accounts a live gateway runs (none when no gateway is alive)."""
+    def read(self) -> GatewaySnapshot | None:
+        """The live gateway's status; None when none is alive."""
         try:
             raw = orjson.loads(self.path.read_bytes())
         except (OSError, orjson.JSONDecodeError):
-            return set()
+            return None
         if not isinstance(raw, dict) or not isinstance(raw.get("pid"), int):
-            return set()
+            return None
         try:
             os.kill(raw["pid"], 0)
         except ProcessLookupError:
-            return set()
+            return None
         except PermissionError:
             pass  # alive, another user's
-        out = set()
-        for item in raw.get("running") or []:
+
+        def key(item: object) -> tuple[str, str]:
             channel, _, account = str(item).partition("/")
-            out.add((channel, account))
-        return out
+            return channel, account
+
+        failed = raw.get("failed")
+        seen = raw.get("accounts_seen")
+        return GatewaySnapshot(
+            raw["pid"], frozenset(key(i) for i in raw.get("running") or []),
+            {key(k): str(v) for k, v in failed.items()} if isinstance(failed, dict) else {},
+            seen if isinstance(seen, str) else None,
+        )
+
+    def running(self) -> set[tuple[str, str]]:
+        """The accounts a live gateway runs (none when no gateway is alive)."""
+        snap = self.read()
+        return set(snap.running) if snap is not None else set()

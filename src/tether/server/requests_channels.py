@@ -124,16 +124,28 @@ def account_delete(call: Call) -> dict[str, Any]:
     return {"channel_id": channel, "account_id": account_id, "deleted": deleted}
 
 
-def account_start(call: Call) -> dict[str, Any]:
-    channel = _channel(call)
-    account = ops.set_running(call.home, channel, call.text("account_id"), True)
-    return _account_changed(call, channel, account)
+async def account_start(call: Call) -> dict[str, Any]:
+    return await _start_stop(call, True)
 
 
-def account_stop(call: Call) -> dict[str, Any]:
-    channel = _channel(call)
-    account = ops.set_running(call.home, channel, call.text("account_id"), False)
-    return _account_changed(call, channel, account)
+async def account_stop(call: Call) -> dict[str, Any]:
+    return await _start_stop(call, False)
+
+
+async def _start_stop(call: Call, run: bool) -> dict[str, Any]:
+    """Enable or disable the account, then wait (10 s at most) for a live gateway to start or
+    stop its adapter, so `running` in the answer is what the gateway did."""
+    channel, account_id = _channel(call), call.text("account_id")
+    before = ops.accounts_version(call.home)
+    try:
+        await ops.start_stop(call.home, channel, [account_id], run)
+    finally:
+        if ops.accounts_version(call.home) != before:
+            _tell(call, ("channel_accounts_updated", {"channel_id": channel,
+                                                      "account_id": account_id}),
+                  ("channels_updated", {"channel_id": channel}))
+    account = ops.account_snapshot(call.home, ops.find_account(call.home, channel, account_id))
+    return {"channel_id": channel, "account": account}
 
 
 def get_config(call: Call) -> dict[str, Any]:
@@ -150,18 +162,24 @@ def set_config(call: Call) -> dict[str, Any]:
     return {"config": snapshot}
 
 
-def channel_start(call: Call) -> dict[str, Any]:
-    channel = _channel(call)
-    summary = ops.set_channel_running(call.home, channel, call.opt_text("account_id"), True)
-    _tell(call, ("channels_updated", {"channel_id": channel}))
-    return {"channel": summary}
+async def channel_start(call: Call) -> dict[str, Any]:
+    return await _channel_start_stop(call, True)
 
 
-def channel_stop(call: Call) -> dict[str, Any]:
+async def channel_stop(call: Call) -> dict[str, Any]:
+    return await _channel_start_stop(call, False)
+
+
+async def _channel_start_stop(call: Call, run: bool) -> dict[str, Any]:
     channel = _channel(call)
-    summary = ops.set_channel_running(call.home, channel, call.opt_text("account_id"), False)
-    _tell(call, ("channels_updated", {"channel_id": channel}))
-    return {"channel": summary}
+    accounts = ops.channel_accounts(call.home, channel, call.opt_text("account_id"))
+    before = ops.accounts_version(call.home)
+    try:
+        await ops.start_stop(call.home, channel, accounts, run)
+    finally:
+        if ops.accounts_version(call.home) != before:
+            _tell(call, ("channels_updated", {"channel_id": channel}))
+    return {"channel": ops.summary(call.home, channel)}
 
 
 def pairings_list(call: Call) -> dict[str, Any]:

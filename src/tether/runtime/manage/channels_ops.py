@@ -12,6 +12,8 @@ status file says a live gateway runs. A plugin's config is shown redacted
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
@@ -25,13 +27,16 @@ from tether.runtime.channel_files import (
     PAIRING_TTL,
     Account,
     AccountStore,
+    GatewaySnapshot,
     GatewayStatus,
     PairingStore,
     Route,
     RouteTable,
     iso,
+    signature,
 )
 
+SETTLE_TIMEOUT = 10.0  # seconds a start or stop waits for a live gateway to act on it
 ACCOUNT_FIELDS = ("account_id", "display_name", "enabled", "dm_policy", "allowed_users", "config")
 WHOLE_ACCOUNT = "*"  # the chat id of a route that takes every chat of its account
 
@@ -125,7 +130,7 @@ def list_accounts(home: Path, channel: str) -> list[dict[str, Any]]:
 # --- accounts -----------------------------------------------------------------------------------
 
 
-def _account(home: Path, channel: str, account_id: str) -> Account:
+def find_account(home: Path, channel: str, account_id: str) -> Account:
     catalog.describe(home, channel)
     account = AccountStore(home).get(channel, account_id)
     if account is None:
@@ -224,7 +229,7 @@ def create_account(home: Path, channel: str, fields: Any) -> dict[str, Any]:
 
 
 def update_account(home: Path, channel: str, account_id: str, patch: Any) -> dict[str, Any]:
-    account = _account(home, channel, account_id)
+    account = find_account(home, channel, account_id)
     _apply(home, account, _check_patch(patch, "patch", ACCOUNT_FIELDS[1:]), "patch")
     AccountStore(home).upsert(account)
     return account_snapshot(home, account)
@@ -248,7 +253,7 @@ def delete_account(home: Path, channel: str, account_id: str) -> bool:
 def set_running(home: Path, channel: str, account_id: str, run: bool) -> dict[str, Any]:
     """Start (enable; it must be configured) or stop (disable) one account: the gateway
     starts or stops its adapter when it sees the change."""
-    account = _account(home, channel, account_id)
+    account = find_account(home, channel, account_id)
     if run:
         _, schema = catalog.describe(home, channel)
         if not catalog.is_configured(schema, account.config):
@@ -260,34 +265,68 @@ def set_running(home: Path, channel: str, account_id: str, run: bool) -> dict[st
     return account_snapshot(home, account)
 
 
-def set_channel_running(
-    home: Path, channel: str, account_id: str | None, run: bool
-) -> dict[str, Any]:
-    """`channel_start` / `channel_stop`: the named account, else every account of the
-    channel; the channel's summary after."""
+def accounts_version(home: Path) -> str | None:
+    """Which version of accounts.json is on disk (to tell whether a request changed it)."""
+    return signature(AccountStore(home).path)
+
+
+async def gateway_settled(home: Path, timeout: float = SETTLE_TIMEOUT) -> GatewaySnapshot | None:
+    """Once a live gateway has acted on accounts.json as it is now, its status; None at once
+    when no gateway is alive (the accounts start when one starts)."""
+    want = signature(AccountStore(home).path)
+    deadline = time.monotonic() + timeout
+    while True:
+        snap = GatewayStatus(home).read()
+        if snap is None or snap.seen == want:
+            return snap
+        if time.monotonic() > deadline:
+            raise UsageError(f"the channel gateway (pid {snap.pid}) did not take the change "
+                             f"within {timeout:g} s; it will when it catches up")
+        await asyncio.sleep(0.1)
+
+
+async def start_stop(
+    home: Path, channel: str, account_ids: list[str], run: bool
+) -> None:
+    """Enable (start) or disable (stop) the accounts and wait for a live gateway to act: an
+    account whose adapter would not start is disabled again and named with the reason (as the
+    reference does for a start that fails)."""
+    for account_id in account_ids:
+        set_running(home, channel, account_id, run)
+    snap = await gateway_settled(home)
+    if not run or snap is None:
+        return
+    failed = {a: snap.failed[(channel, a)] for a in account_ids if (channel, a) in snap.failed}
+    for account_id in failed:
+        set_running(home, channel, account_id, False)
+    if failed:
+        raise UsageError("; ".join(
+            f'{channel} account "{a}" did not start: {why}' for a, why in failed.items()
+        ))
+
+
+def channel_accounts(home: Path, channel: str, account_id: str | None) -> list[str]:
+    """`channel_start` / `channel_stop`'s accounts: the named one, else all of the channel."""
     catalog.describe(home, channel)
     if account_id:
-        set_running(home, channel, account_id, run)
-        return summary(home, channel)
-    accounts = [a for a in AccountStore(home).load() if a.channel == channel]
+        return [find_account(home, channel, account_id).account_id]
+    accounts = [a.account_id for a in AccountStore(home).load() if a.channel == channel]
     if not accounts:
         raise UsageError(f'Channel "{channel}" is not configured. Configure it first.')
-    for account in accounts:
-        set_running(home, channel, account.account_id, run)
-    return summary(home, channel)
+    return accounts
 
 
 def bind_account(
     home: Path, channel: str, account_id: str, agent_id: str, conversation_id: str
 ) -> dict[str, Any]:
     """Route every chat of the account (a `*` route) to the agent and conversation."""
-    _account(home, channel, account_id)
+    find_account(home, channel, account_id)
     RouteTable(home).add(Route(channel, account_id, WHOLE_ACCOUNT, agent_id, conversation_id))
-    return account_snapshot(home, _account(home, channel, account_id))
+    return account_snapshot(home, find_account(home, channel, account_id))
 
 
 def unbind_account(home: Path, channel: str, account_id: str) -> dict[str, Any]:
-    account = _account(home, channel, account_id)
+    account = find_account(home, channel, account_id)
     RouteTable(home).remove(channel, account_id, WHOLE_ACCOUNT)
     return account_snapshot(home, account)
 
@@ -311,7 +350,7 @@ def set_config(
         if account_id:
             fields["account_id"] = account_id
         created = create_account(home, channel, fields)
-        account = _account(home, channel, created["account_id"])
+        account = find_account(home, channel, created["account_id"])
     else:
         _apply(home, account, fields, "config")
         AccountStore(home).upsert(account)
