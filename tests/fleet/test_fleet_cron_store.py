@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,9 @@ def test_one_scheduler_lease_and_a_dead_workers_fire_finished_by_one_other(
     dead.renew_presence("worker-0", clock.now, 90_000)
     dead.fires.session.close()  # its database session ends: as kill -9 does
     dead.close()
+    deadline = time.monotonic() + 30  # its server process ends a moment after the hang-up
+    while alive.present("worker-0", clock.now) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert alive.present("worker-0", clock.now) is False
     seen: list[str] = []
     schedulers = [Scheduler(s, Recorder(seen), clock, owner=s.fires.session.worker)

@@ -32,7 +32,7 @@ from tether.channels import access
 from tether.channels.agent_view import MESSAGE_CHANNEL, agent_text, describe_call
 from tether.channels.commands import ChatCommands
 from tether.channels.config import Account, AccountStore, PairingStore, Route, RouteTable
-from tether.channels.journal import Journal
+from tether.channels.journal import open_journal
 from tether.channels.link import Frame, ServerLink
 from tether.channels.live_accounts import LiveAccounts
 from tether.channels.plugins import Adapter, InboundMessage, OutboundMessage
@@ -68,12 +68,13 @@ class Gateway:
     token: str | None = None
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    store: str | None = None  # --store: the journal on this PostgreSQL store, shared
 
     def __post_init__(self) -> None:
         self.accounts = AccountStore(self.home)
         self.routes = RouteTable(self.home)
         self.pairing = PairingStore(self.home)
-        self.journal = Journal(self.home / "channels" / "gateway.db")
+        self.journal = open_journal(self.home, self.store)
         # Kept in step with accounts.json while the gateway runs (`live_accounts.py`).
         self.live = LiveAccounts(self.home, self.receive)
         self.adapters: dict[tuple[str, str], Adapter] = self.live.adapters
@@ -428,6 +429,8 @@ def run_channel_gateway(argv: Sequence[str]) -> int:
     p.add_argument("--server", required=True, help="the App Server's ws:// URL")
     p.add_argument("--token-file", help="file holding the server's bearer token")
     p.add_argument("--cwd", help="working directory for routes that name none")
+    p.add_argument("--store", help="a postgresql:// URL: keep the journal there, shared by every"
+                   " gateway pointed at it (one answer per message across them)")
     try:
         ns = p.parse_args(list(argv))
         token = None
@@ -438,7 +441,7 @@ def run_channel_gateway(argv: Sequence[str]) -> int:
                 raise UsageError(f"--token-file {ns.token_file}: {exc.strerror}") from None
         from tether.runtime.session import tether_home
 
-        gateway = Gateway(tether_home(os.environ), ns.server, token, ns.cwd)
+        gateway = Gateway(tether_home(os.environ), ns.server, token, ns.cwd, store=ns.store)
         return asyncio.run(_serve(gateway))
     except TetherError as exc:
         sys.stderr.write(f"Error: {exc}\n")

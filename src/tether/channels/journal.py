@@ -9,6 +9,12 @@ from running it twice), and outbound replies keyed by the agent's tool call id
 (`sending` before the platform is called, `sent` with the platform's message id after), so a
 reply is never sent twice: a retried call finds `sent` and answers from it, and one found
 `sending` after a crash may have gone out and is not sent again.
+
+`open_journal` picks it: this SQLite file, or with `tether channel-gateway --store
+postgresql://…` `StoreJournal`, the same interface on the store's `channel_*` rows
+(`backends/postgres/channel_journal.py`), where several gateways share one journal: `queued`
+hands a message to one gateway only (claimed in the database), and a reply's `sending` is
+refused to all but the first.
 """
 
 from __future__ import annotations
@@ -56,15 +62,7 @@ class Journal:
 
     def receive(self, msg: InboundMessage) -> bool:
         """Record an inbound message; False when this message id was seen before."""
-        message_id = msg.message_id or hashlib.sha256(
-            f"{msg.chat_id}\0{msg.timestamp}\0{msg.text}".encode()
-        ).hexdigest()[:24]  # stable across processes, unlike hash()
-        body = orjson.dumps({
-            "channel": msg.channel, "account_id": msg.account_id, "chat_id": msg.chat_id,
-            "sender_id": msg.sender_id, "text": msg.text, "timestamp": msg.timestamp,
-            "message_id": message_id, "sender_name": msg.sender_name,
-            "thread_id": msg.thread_id, "chat_type": msg.chat_type, "is_mention": msg.is_mention,
-        })
+        message_id, body = inbound_row(msg)
         cur = self.db.execute(
             "INSERT OR IGNORE INTO inbox (channel, account, message_id, body, state, received_at)"
             " VALUES (?, ?, ?, ?, 'queued', ?)",
@@ -73,6 +71,7 @@ class Journal:
         return cur.rowcount == 1
 
     def queued(self) -> list[tuple[int, InboundMessage]]:
+        """The queued messages to handle now, oldest first (one gateway per home: all)."""
         rows = self.db.execute(
             "SELECT seq, body FROM inbox WHERE state = 'queued' ORDER BY seq"
         ).fetchall()
@@ -181,3 +180,113 @@ class Journal:
     def reply_forget(self, tool_call_id: str) -> None:
         """A send that provably did not reach the platform (refused before any request)."""
         self.db.execute("DELETE FROM outbox WHERE tool_call_id = ?", (tool_call_id,))
+
+
+def inbound_row(msg: InboundMessage) -> tuple[str, bytes]:
+    """The message id a message is journaled under (its platform's, or a digest stable across
+    processes, unlike hash()) and its body."""
+    message_id = msg.message_id or hashlib.sha256(
+        f"{msg.chat_id}\0{msg.timestamp}\0{msg.text}".encode()
+    ).hexdigest()[:24]
+    body = orjson.dumps({
+        "channel": msg.channel, "account_id": msg.account_id, "chat_id": msg.chat_id,
+        "sender_id": msg.sender_id, "text": msg.text, "timestamp": msg.timestamp,
+        "message_id": message_id, "sender_name": msg.sender_name,
+        "thread_id": msg.thread_id, "chat_type": msg.chat_type, "is_mention": msg.is_mention,
+    })
+    return message_id, body
+
+
+class StoreJournal(Journal):
+    """`Journal` on the PostgreSQL store, shared by every gateway pointed at it (`store`: a
+    `PgChannelJournal`, this gateway's session): every method is overridden, no SQLite file
+    is opened (a subclass so the gateway and `turns.py` take either)."""
+
+    def __init__(self, store: Any) -> None:  # noqa: D107 - no SQLite: super() not called
+        self.store = store
+
+    def close(self) -> None:
+        self.store.close()
+
+    def receive(self, msg: InboundMessage) -> bool:
+        message_id, body = inbound_row(msg)
+        return bool(self.store.receive(msg.channel, msg.account_id, message_id, body))
+
+    def queued(self) -> list[tuple[int, InboundMessage]]:
+        """The queued messages this gateway handles: claimed in the database, so no other
+        gateway handles them while this one lives."""
+        return [(seq, InboundMessage(**orjson.loads(body)))
+                for seq, body in self.store.claim_queued()]
+
+    def unanswered(self) -> list[int]:
+        """Submitted messages whose turn has not ended: this gateway's, and a gone gateway's
+        (now this one's to wait for, or queue again)."""
+        return [int(seq) for seq in self.store.claim_unanswered()]
+
+    def handled(self, seq: int, state: str = "handled") -> None:
+        self.store.set_state(seq, state)
+
+    def message(self, seq: int) -> tuple[str, InboundMessage] | None:
+        row = self.store.message(seq)
+        return None if row is None else (row[0], InboundMessage(**orjson.loads(row[1])))
+
+    def answered(self, seq: int, state: str | None = None) -> bool:
+        return bool(self.store.answered(seq, state))
+
+    def requeue(self, seq: int) -> bool:
+        return bool(self.store.requeue(seq))
+
+    def last_chat(self, route: str) -> dict[str, Any] | None:
+        bodies = self.store.bodies_of(route, newest_only=True)
+        return orjson.loads(bodies[0]) if bodies else None
+
+    def chats_of(self, route: str) -> set[tuple[str, str, str]]:
+        out = set()
+        for body in self.store.bodies_of(route):
+            b = orjson.loads(body)
+            out.add((b["channel"], b["account_id"], b["chat_id"]))
+        return out
+
+    def route_conversation(self, route: str, agent_id: str) -> str | None:
+        found = self.store.route_conversation(route, agent_id)
+        return None if found is None else str(found)
+
+    def remember_conversation(self, route: str, agent_id: str, conversation_id: str) -> None:
+        self.store.remember_conversation(route, agent_id, conversation_id)
+
+    def pause(self, chat: tuple[str, str, str], paused: bool) -> None:
+        self.store.pause("/".join(chat), paused)
+
+    def is_paused(self, chat: tuple[str, str, str]) -> bool:
+        return bool(self.store.is_paused("/".join(chat)))
+
+    def reply_state(self, tool_call_id: str) -> tuple[str, Any] | None:
+        row = self.store.reply_state(tool_call_id)
+        if row is None:
+            return None
+        return row[0], orjson.loads(row[1]) if row[1] is not None else None
+
+    def reply_sending(self, tool_call_id: str, channel: str, account: str, chat_id: str) -> None:
+        self.store.reply_sending(tool_call_id, channel, account, chat_id)
+
+    def reply_settled(self, tool_call_id: str, state: str, result: Any) -> None:
+        self.store.reply_settled(tool_call_id, state, orjson.dumps(result))
+
+    def reply_forget(self, tool_call_id: str) -> None:
+        self.store.reply_forget(tool_call_id)
+
+
+def open_journal(home: Path, store: str | None = None) -> Journal:
+    """The gateway's journal: `$TETHER_HOME/channels/gateway.db`, or the PostgreSQL store at
+    `store` (a `postgresql://` URL), this process registered there as gateway
+    host:pid:nonce."""
+    if store is None:
+        return Journal(home / "channels" / "gateway.db")
+    import os
+    import socket
+    import uuid
+
+    from tether.backends.postgres.channel_journal import open_channel_journal
+
+    name = f"gateway:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return StoreJournal(open_channel_journal(store, name))

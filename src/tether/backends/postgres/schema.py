@@ -182,6 +182,12 @@ MIGRATIONS: tuple[str, ...] = (
         route TEXT PRIMARY KEY, agent_id TEXT NOT NULL, conversation_id TEXT NOT NULL
     );
     """,
+    # 5: the channel journal used live by gateways on the store (channel_journal.py): which
+    # gateway handles an inbound message (none for rows copied from a home)
+    """
+    ALTER TABLE channel_inbox ADD COLUMN owner TEXT;
+    CREATE INDEX channel_inbox_open ON channel_inbox (state, seq);
+    """,
 )
 
 
