@@ -85,12 +85,16 @@ class Prepared:
         return build_policy(self.settings, self.cwd, self.user_home, f.allowed_tools, f.disallowed_tools)
 
     def make_run_context(self, tool_call_id: str) -> ToolRunContext:
+        from tether.runtime.manage.secrets_ops import secret_env
+
         return ToolRunContext(
             cwd=self.cwd,
             tool_call_id=tool_call_id,
             scratch_dir=self.scratch,
             services=self.services,
             env={
+                # the agent's secrets (secret_apply), read per call: the next call has them
+                **secret_env(self.store.home, self.session.agent.id),
                 "TETHER_AGENT_ID": self.session.agent.id,
                 "TETHER_CONVERSATION_ID": self.session.conversation_id,
                 "TETHER_PYTHON": sys.executable,  # bundled skills' scripts run with tether's Python

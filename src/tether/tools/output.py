@@ -86,11 +86,13 @@ def is_credential(name: str, value: str) -> bool:
 
 
 def secret_values(env: Mapping[str, str]) -> list[str]:
-    """Values of credential-looking variables, longest first so overlapping secrets redact fully."""
+    """Values of credential-looking variables and of the agent's secrets (the names
+    `TETHER_SECRET_NAMES` lists), longest first so overlapping secrets redact fully."""
+    named = set(env.get("TETHER_SECRET_NAMES", "").split(","))
     found = {
         value
         for name, value in env.items()
-        if is_credential(name, value) and len(value) >= MIN_SECRET_LENGTH
+        if (is_credential(name, value) or name in named) and len(value) >= MIN_SECRET_LENGTH
     }
     return sorted(found, key=len, reverse=True)
 

@@ -1,7 +1,13 @@
 """Agents' secrets for a client of the App Server (`secret_list`, `secret_apply`): per agent, a
 name -> value map in `$TETHER_HOME/secrets.json` (0600, written whole and atomically under a
 lock, so two clients' batches never interleave). Names are upper-case environment-variable
-names; values are kept as given and never logged."""
+names; values are kept as given and never logged.
+
+A tool call's environment (`secret_env`, read per call, so a `secret_apply` reaches the next
+call) carries the agent's secrets as variables, as the reference gives its shell tools the
+secrets a command names (`$NAME`), so a command uses `$GITHUB_TOKEN` without the value ever
+being in its text; `SECRET_NAMES_ENV` lists them, and the shell tools scrub their values from
+what the model sees (`tools.output.secret_values`)."""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import orjson
 from tether.errors import StoreError, UsageError
 
 FILE = "secrets.json"
+SECRET_NAMES_ENV = "TETHER_SECRET_NAMES"  # the names a call's environment got as secrets
 _NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
 
 
@@ -48,6 +55,19 @@ def apply_secrets(
             everything.pop(agent_id, None)
         write_json_atomic(home / FILE, everything)  # created 0600
     return sorted(held)
+
+
+def secret_env(home: Path, agent_id: str) -> dict[str, str]:
+    """The agent's secrets as a tool call's environment variables, with `SECRET_NAMES_ENV`
+    naming them; empty when it has none (no file: nothing read but a stat)."""
+    if not (home / FILE).exists():
+        return {}
+    held = _read(home).get(agent_id, {})
+    env = {name: value for name, value in held.items()
+           if isinstance(value, str) and _NAME.match(name)}
+    if env:
+        env[SECRET_NAMES_ENV] = ",".join(sorted(env))
+    return env
 
 
 def forget_agent(home: Path, agent_id: str) -> None:
