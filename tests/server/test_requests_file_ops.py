@@ -2,7 +2,8 @@
 `document_content` that comes with the ops is written to the workspace file, under the checks
 `write_file` has — a `..` path, a symlink out, a path in `$TETHER_HOME` or a hard link to its
 files are refused with an `error` frame and nothing changes on disk — ops without the document
-are refused rather than guessed at, and a scoped token writes nothing."""
+are refused rather than guessed at, and a scoped token writes nothing. An `edit_file` sends the
+edited document back as a `file_ops` frame before its response, as the reference does."""
 
 from __future__ import annotations
 
@@ -52,6 +53,15 @@ def test_file_ops_write_the_document_inside_the_workspace_only(
             info = await ask(c, "app_server_info")
             assert info["capabilities"]["workspace_file_writes"] is True
             await file_ops(c, "ok-1", str(target), document_content="new\nold\n")
+            await written(target, "new\nold\n")
+            edited = await ask(c, "edit_file", file_path=str(target), old_string="old",
+                               new_string="kept")
+            assert edited["success"] and edited["replacements"] == 1, edited
+            sent = [f for f in c.seen if f.get("type") in ("file_ops", "edit_file_response")]
+            assert [f["type"] for f in sent[-2:]] == ["file_ops", "edit_file_response"]
+            assert sent[-2] == {"type": "file_ops", "path": str(target), "cg_entries": [],
+                                "ops": [], "source": "agent", "document_content": "new\nkept\n"}
+            await file_ops(c, "ok-1b", str(target), document_content="new\nold\n")
             await written(target, "new\nold\n")
             created = project / "src" / "fresh.md"
             await file_ops(c, "ok-2", str(created), document_content="made\n")

@@ -103,6 +103,7 @@ class Call:
         self.read = Reader(dict(frame.msg), frame.kind, frame.request_id)
         self.agent_record: AgentRecord | None = None
         self.notices: list[tuple[dict[str, Any], str | None, str | None]] = []
+        self.replies: list[dict[str, Any]] = []  # frames for this connection, before the answer
 
     @property
     def grant(self) -> Grant:
@@ -208,6 +209,9 @@ class Call:
         self.notices.append((v2_frames.state_updated(kind, **fields), None, None))
 
     def send_notices(self) -> None:
+        for frame in self.replies:
+            self.conn.send_frame(frame)
+        self.replies.clear()
         for frame, agent_id, conversation_id in self.notices:
             for conn in list(self.server.connections):
                 if conn.closed:

@@ -7,13 +7,16 @@ out of the workspace, nothing of `$TETHER_HOME`).
 
 `file_ops` is the reference's collaborative-editing frame (Egwalker ops, no response): like the
 reference, the server writes the `document_content` the client sends with them; ops without it
-are refused with an `error` frame (the reference drops them silently) rather than guessed at."""
+are refused with an `error` frame (the reference drops them silently) rather than guessed at.
+After an `edit_file` the server sends the edited document back as a `file_ops` frame, before
+the `edit_file_response`, as the reference does."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from tether.errors import UsageError
 from tether.runtime.manage import files_ops
 from tether.server.request_kit import Call, Request, Scope, request
 
@@ -97,12 +100,23 @@ def edit_file(call: Call) -> dict[str, Any]:
     new = call.frame.msg.get("new_string")
     if not isinstance(new, str):
         raise call.read.fail("new_string", "is required (a string)")
+    from tether.server import v2_frames
+
     expected = call.frame.msg.get("expected_replacements")
-    return files_ops.edit_file(
-        workspace(call), call.text("file_path"), call.text("old_string"), new,
+    ws = workspace(call)
+    done = files_ops.edit_file(
+        ws, call.text("file_path"), call.text("old_string"), new,
         replace_all=call.flag("replace_all"),
         expected=call.count("expected_replacements", 1) if expected is not None else None,
     )
+    # As the reference: the edited document to this client, before the answer, as `file_ops`.
+    try:
+        content = files_ops.read_file(ws, done["file_path"]).get("content")
+    except UsageError:  # e.g. grown past what read_file serves: the edit still stands
+        content = None
+    if isinstance(content, str):
+        call.replies.append(v2_frames.file_ops(done["file_path"], content))
+    return done
 
 
 def file_ops(call: Call) -> dict[str, Any]:

@@ -268,6 +268,13 @@ def request_response(kind: str, request_id: str, payload: Mapping[str, Any]) -> 
     return {"type": f"{kind}_response", "request_id": request_id, "success": True, **payload}
 
 
+def file_ops(path: str, content: str) -> dict[str, Any]:
+    """The reference's `file_ops` a server sends after it edited a file (`edit_file`): no ops,
+    the whole new document, so the client's editor shows it."""
+    return {"type": "file_ops", "path": path, "cg_entries": [], "ops": [], "source": "agent",
+            "document_content": content}
+
+
 def request_failed(
     kind: str, request_id: str | None, error: str, payload: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -411,6 +418,7 @@ class EventStream:
                     {"request_id": rid, "request": request}
                     for rid, request in pending_control_requests
                 ],
+                "experiments": [],  # tether has none (requests_unsupported.py)
                 "memory_directory": memory_directory,
                 "reflection_settings": dict(reflection_settings) if reflection_settings else None,
                 "supported_commands": list(SUPPORTED_COMMANDS),
