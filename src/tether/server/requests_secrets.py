@@ -1,6 +1,8 @@
 """The secret requests (reference §12.3: `secret_list`, `secret_apply`) over
 `runtime/manage/secrets_ops`. `secret_list` answers plaintext values (the reference's modal
-needs them), so both need an unscoped connection: a scoped client never reads or sets one."""
+needs them), so both need an unscoped connection: a scoped client never reads or sets one. A
+secret set here is in the environment of the agent's next tool call (`secrets_ops.secret_env`),
+its value scrubbed from the shell tools' output."""
 
 from __future__ import annotations
 
