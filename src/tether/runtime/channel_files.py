@@ -12,10 +12,13 @@ and a bot token is readable by its owner only.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import secrets
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,6 +53,35 @@ def check_id(value: str, what: str = "channel id") -> str:
     if not value or not set(value) <= ID_CHARS:
         raise UsageError(f"{what} {value!r} must be non-empty and use only a-z, 0-9, _ and -")
     return value
+
+
+_locks: dict[Path, threading.RLock] = {}
+_depth: dict[Path, int] = {}
+_fds: dict[Path, int] = {}
+_registry = threading.Lock()
+
+
+@contextlib.contextmanager
+def locked(home: Path) -> Iterator[None]:
+    """One writer at a time, across processes (the gateway, the App Server, the CLI), for a
+    read-modify-write of the channel files (`channels/.lock`, flock); re-entrant in a thread."""
+    path = channels_dir(home) / ".lock"
+    with _registry:
+        lock = _locks.setdefault(path, threading.RLock())
+    with lock:
+        depth = _depth.get(path, 0)
+        if depth == 0:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            _fds[path] = fd
+        _depth[path] = depth + 1
+        try:
+            yield
+        finally:
+            _depth[path] -= 1
+            if _depth[path] == 0:
+                os.close(_fds.pop(path))  # closing it releases the flock
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -148,6 +180,7 @@ class Account:
 
 class AccountStore:
     def __init__(self, home: Path) -> None:
+        self.home = home
         self.path = channels_dir(home) / "accounts.json"
 
     def load(self) -> list[Account]:
@@ -172,13 +205,14 @@ class AccountStore:
         )
 
     def upsert(self, account: Account) -> None:
-        accounts = [
-            a for a in self.load()
-            if (a.channel, a.account_id) != (account.channel, account.account_id)
-        ]
-        account.updated_at = time.time()
-        accounts.append(account)
-        self.save(accounts)
+        with locked(self.home):
+            accounts = [
+                a for a in self.load()
+                if (a.channel, a.account_id) != (account.channel, account.account_id)
+            ]
+            account.updated_at = time.time()
+            accounts.append(account)
+            self.save(accounts)
 
 
 # --- routing.yaml -------------------------------------------------------------------------------
@@ -209,6 +243,7 @@ class Route:
 
 class RouteTable:
     def __init__(self, home: Path) -> None:
+        self.home = home
         self.path = channels_dir(home) / "routing.yaml"
 
     def load(self) -> list[Route]:
@@ -241,22 +276,25 @@ class RouteTable:
         """Add or replace the route of its chat; what was written (timestamps set: a replaced
         route keeps its creation time)."""
         now = iso_now()
-        routes = self.load()
-        old = next((r for r in routes if r.key() == route.key()), None)
-        made = old.created_at if old is not None and old.created_at else route.created_at or now
-        route = replace(route, created_at=made, updated_at=now)
-        routes = [r for r in routes if r.key() != route.key()]
-        routes.append(route)
-        self.save(routes)
+        with locked(self.home):
+            routes = self.load()
+            old = next((r for r in routes if r.key() == route.key()), None)
+            made = old.created_at if old is not None and old.created_at else (
+                route.created_at or now)
+            route = replace(route, created_at=made, updated_at=now)
+            routes = [r for r in routes if r.key() != route.key()]
+            routes.append(route)
+            self.save(routes)
         return route
 
     def remove(self, channel: str, account_id: str, chat_id: str) -> bool:
-        routes = self.load()
-        kept = [r for r in routes if (r.channel, r.account_id, r.chat_id) !=
-                (channel, account_id, chat_id)]
-        if len(kept) == len(routes):
-            return False
-        self.save(kept)
+        with locked(self.home):
+            routes = self.load()
+            kept = [r for r in routes if (r.channel, r.account_id, r.chat_id) !=
+                    (channel, account_id, chat_id)]
+            if len(kept) == len(routes):
+                return False
+            self.save(kept)
         return True
 
     def lookup(self, channel: str, account_id: str, chat_id: str) -> Route | None:
@@ -284,6 +322,7 @@ class PairingRequest:
 
 class PairingStore:
     def __init__(self, home: Path) -> None:
+        self.home = home
         self.path = channels_dir(home) / "pairing.yaml"
 
     def pending(self, now: float | None = None) -> list[PairingRequest]:
@@ -314,32 +353,35 @@ class PairingStore:
         self, channel: str, account_id: str, chat_id: str, sender_id: str, sender_name: str | None
     ) -> str:
         """The sender's pending code (the same one again while it is valid)."""
-        items = self.pending()
-        for r in items:
-            if (r.channel, r.account_id, r.sender_id) == (channel, account_id, sender_id):
-                return r.code
-        code = "".join(secrets.choice("ABCDEFGHJKLMNPQRSTUVWXYZ23456789") for _ in range(8))
-        items.append(PairingRequest(
-            code, channel, account_id, chat_id, sender_id, sender_name, time.time()
-        ))
-        self._save(items)
+        with locked(self.home):
+            items = self.pending()
+            for r in items:
+                if (r.channel, r.account_id, r.sender_id) == (channel, account_id, sender_id):
+                    return r.code
+            code = "".join(secrets.choice("ABCDEFGHJKLMNPQRSTUVWXYZ23456789") for _ in range(8))
+            items.append(PairingRequest(
+                code, channel, account_id, chat_id, sender_id, sender_name, time.time()
+            ))
+            self._save(items)
         return code
 
     def drop_account(self, channel: str, account_id: str) -> None:
         """Forget the pending codes of a deleted account."""
-        items = self.pending()
-        kept = [r for r in items if (r.channel, r.account_id) != (channel, account_id)]
-        if len(kept) != len(items):
-            self._save(kept)
+        with locked(self.home):
+            items = self.pending()
+            kept = [r for r in items if (r.channel, r.account_id) != (channel, account_id)]
+            if len(kept) != len(items):
+                self._save(kept)
 
     def take(self, channel: str, code: str, account_id: str | None = None) -> PairingRequest:
-        items = self.pending()
-        for r in items:
-            if account_id is not None and r.account_id != account_id:
-                continue
-            if r.channel == channel and secrets.compare_digest(r.code, code.strip().upper()):
-                self._save([x for x in items if x is not r])
-                return r
+        with locked(self.home):
+            items = self.pending()
+            for r in items:
+                if account_id is not None and r.account_id != account_id:
+                    continue
+                if r.channel == channel and secrets.compare_digest(r.code, code.strip().upper()):
+                    self._save([x for x in items if x is not r])
+                    return r
         raise UsageError(
             f"no pending pairing code {code!r} for channel {channel} (codes expire after "
             f"{int(PAIRING_TTL // 60)} minutes; ask the user to message the bot again)"

@@ -13,12 +13,13 @@ status file says a live gateway runs. A plugin's config is shown redacted
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tether.errors import UsageError
 from tether.runtime import channel_catalog as catalog
@@ -33,12 +34,25 @@ from tether.runtime.channel_files import (
     Route,
     RouteTable,
     iso,
+    locked,
     signature,
 )
 
+T = TypeVar("T")
 SETTLE_TIMEOUT = 10.0  # seconds a start or stop waits for a live gateway to act on it
 ACCOUNT_FIELDS = ("account_id", "display_name", "enabled", "dm_policy", "allowed_users", "config")
 WHOLE_ACCOUNT = "*"  # the chat id of a route that takes every chat of its account
+
+
+def _writes(fn: Callable[..., T]) -> Callable[..., T]:
+    """A read-modify-write of the channel files, under their lock (`channel_files.locked`)."""
+
+    @functools.wraps(fn)
+    def run(home: Path, *args: Any, **kw: Any) -> T:
+        with locked(home):
+            return fn(home, *args, **kw)
+
+    return run
 
 
 # --- snapshots ----------------------------------------------------------------------------------
@@ -204,6 +218,7 @@ def _check_patch(patch: Any, what: str, allowed: tuple[str, ...]) -> Mapping[str
     return patch
 
 
+@_writes
 def create_account(home: Path, channel: str, fields: Any) -> dict[str, Any]:
     """A new account (disabled unless `enabled`, dmPolicy pairing unless given); its id is
     `account_id`, else `default` when the channel has none, else a fresh UUID."""
@@ -228,6 +243,7 @@ def create_account(home: Path, channel: str, fields: Any) -> dict[str, Any]:
     return account_snapshot(home, account)
 
 
+@_writes
 def update_account(home: Path, channel: str, account_id: str, patch: Any) -> dict[str, Any]:
     account = find_account(home, channel, account_id)
     _apply(home, account, _check_patch(patch, "patch", ACCOUNT_FIELDS[1:]), "patch")
@@ -235,6 +251,7 @@ def update_account(home: Path, channel: str, account_id: str, patch: Any) -> dic
     return account_snapshot(home, account)
 
 
+@_writes
 def delete_account(home: Path, channel: str, account_id: str) -> bool:
     """Remove the account with its routes and pending pairings; False when there was none."""
     catalog.describe(home, channel)
@@ -250,6 +267,7 @@ def delete_account(home: Path, channel: str, account_id: str) -> bool:
     return True
 
 
+@_writes
 def set_running(home: Path, channel: str, account_id: str, run: bool) -> dict[str, Any]:
     """Start (enable; it must be configured) or stop (disable) one account: the gateway
     starts or stops its adapter when it sees the change."""
@@ -316,6 +334,7 @@ def channel_accounts(home: Path, channel: str, account_id: str | None) -> list[s
     return accounts
 
 
+@_writes
 def bind_account(
     home: Path, channel: str, account_id: str, agent_id: str, conversation_id: str
 ) -> dict[str, Any]:
@@ -325,6 +344,7 @@ def bind_account(
     return account_snapshot(home, find_account(home, channel, account_id))
 
 
+@_writes
 def unbind_account(home: Path, channel: str, account_id: str) -> dict[str, Any]:
     account = find_account(home, channel, account_id)
     RouteTable(home).remove(channel, account_id, WHOLE_ACCOUNT)
@@ -336,6 +356,7 @@ def get_config(home: Path, channel: str, account_id: str | None) -> dict[str, An
     return None if account is None else config_snapshot(home, account)
 
 
+@_writes
 def set_config(
     home: Path, channel: str, account_id: str | None, config: Any
 ) -> dict[str, Any]:
@@ -376,6 +397,7 @@ def list_pairings(home: Path, channel: str, account_id: str | None) -> list[dict
     return out
 
 
+@_writes
 def bind_pairing(
     home: Path, channel: str, code: str, agent_id: str, conversation_id: str,
     account_id: str | None,
@@ -424,6 +446,7 @@ def _route_of_chat(
     return matches[0] if matches else None
 
 
+@_writes
 def update_route(
     home: Path, channel: str, chat_id: str, agent_id: str, conversation_id: str,
     account_id: str | None,
@@ -447,6 +470,7 @@ def update_route(
     return route_snapshot(home, RouteTable(home).add(route))
 
 
+@_writes
 def remove_route(home: Path, channel: str, chat_id: str, account_id: str | None) -> bool:
     catalog.describe(home, channel)
     route = _route_of_chat(home, channel, chat_id, account_id)
