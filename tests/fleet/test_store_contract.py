@@ -220,3 +220,14 @@ def test_pg_append_without_the_lease_or_after_it_moved_is_refused(pg_url: str, t
     assert rows == [("u1", held[key].token)]
     mine.close()
     theirs.close()
+
+
+def test_conversations_created_at_once_by_two_processes_get_distinct_ids(impl: Impl) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    agent = impl.store.create_agent(model=None, system="s")
+    stores = [impl.store, impl.reopen()]
+    with ThreadPoolExecutor(4) as pool:
+        made = list(pool.map(lambda n: stores[n % 2].create_conversation(agent.id).id, range(16)))
+    assert len(set(made)) == 16
+    assert sorted(c.id for c in impl.reopen().list_conversations(agent.id)) == sorted(made)
