@@ -318,8 +318,11 @@ def test_a_scoped_token_is_refused_every_channel_request_alike(
                                  if k in fake_ and real[k] != fake_[k] and k != "runtime"]
                         assert same_answer(mine, other, *pairs), (mine, other)
                     assert (tether_home / "channels" / "accounts.json").read_bytes() == before
-                    await ask(c, "channel_account_stop", channel_id="webhook", account_id="main")
-                    await changed(c, channel_id="webhook")
+                    c.seen.clear()
+                    renamed = await ask(c, "channel_account_update", channel_id="webhook",
+                                        account_id="main", patch={"display_name": "Renamed"})
+                    assert renamed["success"], renamed
+                    await changed(c, channel_id="webhook")  # the admin is told
                     await ask(s, "channels_list")  # anything sent before it has arrived
                     assert not [f for f in s.seen if "channel" in str(f.get("type"))
                                 and not str(f.get("type")).endswith("_response")], s.seen
