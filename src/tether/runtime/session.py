@@ -18,7 +18,7 @@ import orjson
 
 from tether.backends.local.locks import writing
 from tether.backends.local.records import AgentRecord
-from tether.backends.local.store import LocalStore
+from tether.backends.store_api import ConversationStore
 from tether.errors import UsageError
 
 
@@ -43,7 +43,7 @@ NO_MODEL = (
 
 
 def resolve_session(
-    store: LocalStore,
+    store: ConversationStore,
     *,
     agent_id: str | None,
     new_agent: bool,
@@ -95,11 +95,11 @@ def _default_model(home: Path, env: Mapping[str, str]) -> str | None:
     return default_handle(home, env)
 
 
-def _state_file(store: LocalStore) -> Path:
+def _state_file(store: ConversationStore) -> Path:
     return store.home / "state" / "last-agents.json"
 
 
-def _read_state(store: LocalStore) -> dict[str, Any]:
+def _read_state(store: ConversationStore) -> dict[str, Any]:
     try:
         data = orjson.loads(_state_file(store).read_bytes())
     except (FileNotFoundError, orjson.JSONDecodeError):
@@ -107,7 +107,7 @@ def _read_state(store: LocalStore) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _last_agent(store: LocalStore, cwd: Path) -> AgentRecord | None:
+def _last_agent(store: ConversationStore, cwd: Path) -> AgentRecord | None:
     from tether.errors import NotFound
 
     state = _read_state(store)
@@ -125,7 +125,7 @@ def _last_agent(store: LocalStore, cwd: Path) -> AgentRecord | None:
 RECENT_PER_FOLDER = 10  # conversations `-c/--continue` looks through (one opened and left empty)
 
 
-def recent_conversations(store: LocalStore, cwd: Path) -> list[tuple[str, str]]:
+def recent_conversations(store: ConversationStore, cwd: Path) -> list[tuple[str, str]]:
     """(agent id, conversation id) of the runs in this folder, most recent first."""
     recent = _read_state(store).get("recent")
     entries = recent.get(str(cwd)) if isinstance(recent, dict) else None
@@ -133,7 +133,7 @@ def recent_conversations(store: LocalStore, cwd: Path) -> list[tuple[str, str]]:
 
 
 def _remember_agent(
-    store: LocalStore, cwd: Path, agent_id: str, conversation_id: str | None = None
+    store: ConversationStore, cwd: Path, agent_id: str, conversation_id: str | None = None
 ) -> None:
     """The LRU lives under TETHER_HOME, not in the project folder (headless runs leave no trace there)."""
     state = _read_state(store)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from tether.backends.local.transcript import Transcript
+from tether.backends.store_api import TranscriptLog
 from tether.core import compaction as plan
 from tether.errors import ProviderError, ProviderHTTPError, TetherError
 from tether.protocol.chunks import AssistantText, ErrorChunk, StopReason
@@ -83,7 +83,7 @@ class Compactor:
 
     async def compact(
         self,
-        transcript: Transcript,
+        transcript: TranscriptLog,
         history: Sequence[Message],
         *,
         trigger: plan.Trigger,
