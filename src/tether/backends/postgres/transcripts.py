@@ -12,7 +12,8 @@ place, compactions, rollbacks: `backends/local/view.py`) and the damage rules ar
 transcript's: a row repeating an earlier entry's id and parentId is damage, named by its line
 (seq + 1, the header being line 1); a torn tail a migrated file carried is left out of the view
 and not written after the next append (`render`). Rows are committed before an append returns (the store's
-durability stands in for the file's fsync)."""
+durability stands in for the file's fsync). A first read resumes from the last compaction
+(`transcript_resume.py`); `entries()` reads every row."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from tether.protocol.messages import Message, message_from_dict, message_to_dict
 
 if TYPE_CHECKING:
     from tether.backends.postgres.leases import Lease
+    from tether.backends.postgres.transcript_resume import Seed
 
 
 class PgTranscript(ActiveView):
@@ -112,19 +114,26 @@ class PgTranscript(ActiveView):
 
     def _sync(self) -> None:
         """Apply the rows written since the last read (all of them the first time)."""
+        from tether.backends.postgres.transcript_resume import read_seed
+
         with self.session.transaction("read a transcript") as cur:
-            head = None
+            head = seed = None
             if self._header is None:
+                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 head = cur.execute(
                     "SELECT header, torn FROM transcript_files WHERE conversation = %s",
                     (self.key,),
                 ).fetchone()
+                if head is not None and self._collect is None:  # a full read collects all
+                    seed = read_seed(cur, self.key, self._corrupt)
             rows = cur.execute(
                 "SELECT seq, line, entry FROM transcript WHERE conversation = %s AND seq > %s"
-                " ORDER BY seq", (self.key, self._seq),
+                " ORDER BY seq", (self.key, seed.seq if seed is not None else self._seq),
             ).fetchall()
         if head is not None:
             self._read_header(bytes(head[0]))  # a torn tail (head[1]) is never in the view
+        if seed is not None:
+            self._seed(seed)
         if not rows:
             return
         if self._header is None:
@@ -139,6 +148,19 @@ class PgTranscript(ActiveView):
         except BaseException:
             self._reset()  # the next read starts over
             raise
+
+    def _seed(self, seed: Seed) -> None:
+        """Start from the view right after the last compaction (`transcript_resume`)."""
+        for mid, eid, seq, message in seed.view:
+            self._view[mid] = message
+            self._latest_entry[mid] = eid
+            self._at[mid] = (eid, seq, 0)
+        self._entry_message.update(seed.entry_message)
+        self._parents.update(seed.parents)
+        self._last_entry_id = seed.entry_id
+        kept = [(mid, (eid, seq, 0)) for mid, eid, seq, _m in seed.view[1:]]
+        self._compaction = ((seed.entry_id, seed.seq, 0), seed.seq + 1, kept)
+        self._seq = seed.seq
 
     def _read_header(self, line: bytes) -> None:
         try:
