@@ -8,7 +8,8 @@ runtime `CheckpointStore`'s methods; `fires.py` a schedule's due time fired once
 fleet; `notify.py` LISTEN/NOTIFY, an enqueued input waking its conversation's owner;
 `health.py` what /healthz, /readyz and /metrics say about the database; `agents.py`
 `PgConversationStore`, agents and conversations as rows (`backends/store_api.py`'s interface);
-`transcripts.py` `PgTranscript`, a transcript as ordered rows, appends fenced by the lease;
+`transcripts.py` `PgTranscript`, a transcript as ordered rows, appends fenced by the lease
+(`transcript_resume.py`: a first read resumes from the last compaction);
 `logs.py` structured
 fleet events (`tether.fleet`) and a JSON-lines formatter; `migrate.py` a home's
 `inputs.db` and `checkpoints.db` copied to the store and back, verified; `migrate_home.py` the
