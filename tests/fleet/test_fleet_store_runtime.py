@@ -69,3 +69,43 @@ def test_a_compaction_on_one_worker_is_where_another_resumes(tmp_path: Path, pg_
     assert "part 0" not in sent  # evicted: the second worker read the view after the compaction
     kinds = [entry["type"] for _, _, entry in _rows(pg_url)]
     assert kinds.count("compaction") == 1
+
+
+def test_a_clients_compaction_is_written_by_a_worker_only_with_the_lease(
+    tmp_path: Path, pg_url: str,
+) -> None:
+    from tests.server.requests_client import ask
+
+    project = tmp_path / "project"
+    project.mkdir()
+    # The refused compaction's summary call is made (the write is what the lease decides).
+    script = [{"text": "first answer"}, {"text": "second answer"},
+              {"text": "not written"}, {"text": "They greeted each other twice."}]
+    with FakeProvider(script) as fake:
+        env = server_env(fake.url, tmp_path / "home-a", tmp_path)
+        a = ServerProcess(env, project, "--store", pg_url)
+        b = ServerProcess(server_env(fake.url, tmp_path / "home-b", tmp_path), project,
+                          "--store", pg_url)
+        try:
+            scope = asyncio.run(_turns(a.url, project, ["hello", "hello again"], 1))
+            _wait_until(lambda: [s for _, s in _states(pg_url)] == ["done"] * 2, "two turns")
+
+            async def compact() -> dict[str, Any]:
+                async with connect(b.url) as ws:
+                    return await ask(Client(ws), "conversation_compact",
+                                     conversation_id=scope["conversation_id"],
+                                     body={"agent_id": scope["agent_id"],
+                                           "compaction_settings": {"mode": "all"}})
+
+            refused = asyncio.run(compact())  # the first worker holds the conversation
+            assert refused["success"] is False and "lease" in refused["error"], refused
+            a.stop()  # gives its lease up
+            done = asyncio.run(compact())
+            assert done["success"], done
+            assert done["compaction"]["summary"] == "They greeted each other twice."
+        finally:
+            a.stop()
+            b.stop()
+    rows = _rows(pg_url)
+    (compaction,) = [(token, entry) for _, token, entry in rows if entry["type"] == "compaction"]
+    assert compaction[0] > rows[0][1]  # written under the second worker's newer token

@@ -63,14 +63,27 @@ def open_store(home: Path, fleet: Any = None) -> ConversationStore:
     """The one place the server picks where agents, conversations and transcripts live: the
     files under `home`, or with `--store postgresql://…` (a `FleetLeases`, `fleet`) the rows of
     the store, on the worker's own session, each transcript append fenced by the lease this
-    worker holds on the conversation (none held: refused). The runtime and the backend only
-    ever call the interface (`backends/store_api.py`)."""
+    worker holds on the conversation. A write outside a turn (a compaction asked for by a
+    client) on the event loop takes the lease when it is free, as a first input would; held by
+    another live worker, or asked from a worker thread without it, the write is refused. The
+    runtime and the backend only ever call the interface (`backends/store_api.py`)."""
     if fleet is None:
         return LocalStore(home)
+    import asyncio
+
     from tether.backends.postgres.agents import PgConversationStore
 
-    held = fleet.held
-    return PgConversationStore(fleet.leases.session, home, held.get)
+    def lease_of(conversation: str) -> Any:
+        lease = fleet.held.get(conversation)
+        if lease is not None:
+            return lease
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return None  # a worker thread cannot take a lease (its keeper needs the loop)
+        return fleet.held.get(conversation) if fleet.holds(conversation) else None
+
+    return PgConversationStore(fleet.leases.session, home, lease_of)
 
 
 @dataclass(frozen=True, slots=True)
