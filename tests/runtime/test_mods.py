@@ -18,7 +18,7 @@ from tether.core.permissions import Decision
 from tether.core.tools import Effect, ToolContext, ToolRegistry, ToolResult
 from tether.protocol.messages import ImagePart, TextPart, UserMessage
 from tether.protocol.tool_calls import ToolCall, ToolReturn
-from tether.runtime.hooks import EventOutcome, HookConfig, HookRunner, merge_hooks, parse_hooks
+from tether.runtime.hooks import HookConfig, HookRunner, merge_hooks, parse_hooks
 from tether.runtime.mods import ModSession, combine_decision
 from tether.runtime.mods.api import ModApi, ModHost, capabilities_for
 from tether.runtime.mods.engine import (
@@ -28,6 +28,7 @@ from tether.runtime.mods.engine import (
     read_disabled,
     write_disabled,
 )
+from tether.runtime.turn_hooks import TurnHooks
 
 
 def _judged(cid: str, name: str, tool: Any, args: dict[str, Any]) -> JudgedCall:
@@ -529,8 +530,9 @@ def test_user_prompt_submit_blocks_or_adds_context(tmp_path: Path) -> None:
     hooks = {"UserPromptSubmit": [{"hooks": [{"type": "command", "command":
              "cat > ups.json; grep -q secret ups.json && { echo 'no secrets' >&2; exit 2; }; echo 'ctx line'"}]}]}
     runner = runner_for(tmp_path, hooks)
-    ok = asyncio.run(runner.user_prompt_submit("hello"))
-    assert ok.blocked is None and ok.context == "ctx line"
+    ok = asyncio.run(TurnHooks(runner).prompt_submit("hello"))
+    assert ok.blocked is None and [c.text for c in ok.context] == [
+        "<system-reminder>\nUserPromptSubmit hook says:\nctx line\n</system-reminder>"]
     import json
 
     payload = json.loads((tmp_path / "ups.json").read_text())
@@ -538,15 +540,14 @@ def test_user_prompt_submit_blocks_or_adds_context(tmp_path: Path) -> None:
                        "session_id": "agent-x", "prompt": "hello", "is_command": False,
                        "hook_event_name": "UserPromptSubmit", "cwd": str(tmp_path)}  # Claude Code's names
     blocked = asyncio.run(runner.user_prompt_submit("my secret", is_command=True))
-    assert blocked.blocked is not None and blocked.blocked.endswith("no secrets")
+    assert blocked[0].decision == "block" and blocked[0].feedback.endswith("no secrets")
 
 
-def test_stop_session_and_notification_events(tmp_path: Path) -> None:
+def test_stop_session_compact_and_subagent_events(tmp_path: Path) -> None:
     hooks = {
         "Stop": [{"hooks": [{"type": "command", "command": "cat > stop.json; exit 2"}]}],
         "SessionStart": [{"hooks": [{"type": "command", "command": "cat > start.json; echo welcome"}]}],
         "SessionEnd": [{"hooks": [{"type": "command", "command": "cat > end.json"}]}],
-        "Notification": [{"hooks": [{"type": "command", "command": "cat > note.json; exit 1"}]}],
         "PreCompact": [{"hooks": [{"type": "command", "command": "cat > compact.json"}]}],
         "SubagentStop": [{"hooks": [{"type": "command", "command": "cat > sub.json"}]}],
     }
@@ -554,14 +555,13 @@ def test_stop_session_and_notification_events(tmp_path: Path) -> None:
     import json
 
     stop = asyncio.run(runner.stop("end_turn", message_count=3, assistant_message="done"))
-    assert stop.blocked is not None
+    assert [r.decision for r in stop] == ["block"]
     assert json.loads((tmp_path / "stop.json").read_text())["message_count"] == 3
-    start = asyncio.run(runner.session_start(is_new_session=True, agent_name="bob"))
-    assert start.context == "welcome" and json.loads((tmp_path / "start.json").read_text())["agent_name"] == "bob"
+    start = asyncio.run(TurnHooks(runner).session_start(is_new=True, agent_name="bob"))
+    assert "welcome" in start.context[0].text and start.blocked is None
+    assert json.loads((tmp_path / "start.json").read_text())["agent_name"] == "bob"
     asyncio.run(runner.session_end(reason="exit"))
     assert json.loads((tmp_path / "end.json").read_text())["reason"] == "exit"
-    note = asyncio.run(runner.notification("needs you", title="tether"))
-    assert note.errors and json.loads((tmp_path / "note.json").read_text())["title"] == "tether"
     asyncio.run(runner.pre_compact(trigger="manual", context_length=900, max_context_length=1000))
     assert json.loads((tmp_path / "compact.json").read_text())["max_context_length"] == 1000
     asyncio.run(runner.subagent_stop(subagent_type="general-purpose", subagent_id="task_1", success=False, error="x"))
@@ -585,16 +585,16 @@ def test_prompt_hooks_parse_and_judge(tmp_path: Path) -> None:
         return '{"ok": false, "reason": "stop now"}' if "bad" in text else '{"ok": true}'
 
     hooks = {"UserPromptSubmit": [{"hooks": [{"type": "prompt", "prompt": "check: $ARGUMENTS", "timeout": 0.2}]}]}
-    runner = runner_for(tmp_path, hooks, model)
-    assert asyncio.run(runner.user_prompt_submit("fine")).blocked is None
+    turn_hooks = TurnHooks(runner_for(tmp_path, hooks, model))
+    assert asyncio.run(turn_hooks.prompt_submit("fine")).blocked is None
     assert '"prompt":"fine"' in asked[0][0] and asked[0][0].startswith("check: {")
-    assert asyncio.run(runner.user_prompt_submit("bad")).blocked == "[prompt hook]: stop now"
-    slow = asyncio.run(runner.user_prompt_submit("slow"))
-    assert slow.blocked is None and "timed out" in slow.errors[0]
-    no_model = asyncio.run(runner_for(tmp_path, hooks).user_prompt_submit("x"))
-    assert "no model" in no_model.errors[0]
+    assert asyncio.run(turn_hooks.prompt_submit("bad")).blocked == "[prompt hook]: stop now"
+    slow = asyncio.run(turn_hooks.prompt_submit("slow"))
+    assert slow.blocked is None and "timed out" in slow.notices[0][0]
+    no_model = asyncio.run(TurnHooks(runner_for(tmp_path, hooks)).prompt_submit("x"))
+    assert "no model" in no_model.notices[0][0]
 
 
-def test_event_outcome_of_nothing() -> None:
-    assert EventOutcome.of([]) == EventOutcome()
+def test_no_hooks_configured_is_no_outcome() -> None:
+    assert asyncio.run(TurnHooks(None).prompt_submit("x")).blocked is None
     assert HookConfig().commands("Stop") == []

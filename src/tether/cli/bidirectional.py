@@ -10,10 +10,11 @@ away: the turn is aborted at once (its tools stopped, nothing more runs) and wha
 is dropped. An interrupt names its cause (the client's request, stdin closing, a signal). Wire
 shapes follow the reference §2.6 and §3.4 field for field.
 
-As in Claude Code's SDK sessions, a user line goes through the UserPromptSubmit hooks first (a
-block is that turn's `error` result; their context goes with the prompt), and a turn that ends
-is put to the Stop hooks: a block's feedback runs next as part of the same turn, whose one
-`result` line comes after it (`runtime/turn_hooks.py`).
+As in Claude Code's SDK sessions, SessionStart hooks run before stdin is read (their context
+goes with the first user line) and SessionEnd hooks when the session ends; a user line goes
+through the UserPromptSubmit hooks first (a block is that turn's `error` result; their context
+goes with the prompt), and a turn that ends is put to the Stop hooks: a block's feedback runs
+next as part of the same turn, whose one `result` line comes after it (`runtime/turn_hooks.py`).
 """
 
 from __future__ import annotations
@@ -154,6 +155,7 @@ class StreamJsonTurns:
         self.from_hook = False  # this turn is a Stop hook's continuation
         self.continuations = 0
         self.tool_calls = 0
+        self.session_context: list[TextPart] = []  # SessionStart's, sent with the first prompt
 
     def on_signal(self, signum: int) -> None:
         if self.turn_stop is not None:
@@ -191,7 +193,8 @@ class StreamJsonTurns:
             if submitted.blocked is not None:
                 self.refuse(f"Prompt blocked by a UserPromptSubmit hook: {submitted.blocked}")
                 return None
-            parts += tuple(submitted.context)
+            parts += (*self.session_context, *submitted.context)
+            self.session_context = []
         self.turn_stop = turn_stop = RunStop(abort)
         if session.signum is not None:
             turn_stop.on_signal(session.signum)
@@ -311,6 +314,7 @@ async def serve(prepared: Prepared) -> int:
     try:
         await prepared.start_tool_sources(stop)  # MCP servers: connected or failed, each bounded
         renderer.emit_init(**init_fields(prepared))
+        session.turns.session_context = tell(await TurnHooks(prepared.hooks).open_session(prepared)).context
         reader = asyncio.ensure_future(session.read_stdin())
         stopped = asyncio.ensure_future(stop.wait())
         await asyncio.wait({reader, stopped, inbox.worker}, return_when=asyncio.FIRST_COMPLETED)
@@ -323,7 +327,8 @@ async def serve(prepared: Prepared) -> int:
             reader.cancel()
         # A signal: the running turn is stopped, queued lines never run; a started reflection
         # pass gets its time to finish.
-        await inbox.close("the session ended", reflection_timeout=600)
+        await inbox.close("the session ended", reflection_timeout=600,
+                          before_shutdown=TurnHooks(prepared.hooks).session_end)
 
 
 def run_bidirectional(prepared: Prepared) -> int:

@@ -60,9 +60,11 @@ class OneShotTurn:
     """The one turn of `tether -p` as the inbox runs it: events to the renderer, approvals
     denied, the exit code kept; the memory review awaited (the run ends after it).
 
-    The prompt goes through the UserPromptSubmit hooks first (a block is the run's error; their
-    context goes with the prompt), and a turn that ends is put to the Stop hooks: a block's
-    feedback is the next turn of the same run (`continuation`), as in Claude Code."""
+    SessionStart hooks run before the prompt (their context goes with it) and SessionEnd hooks
+    as the run ends. The prompt goes through the UserPromptSubmit hooks first (a block is the
+    run's error; their context goes with the prompt), and a turn that ends is put to the Stop
+    hooks: a block's feedback is the next turn of the same run (`continuation`), as in Claude
+    Code."""
 
     def __init__(self, flags: RunFlags, renderer: Renderer, stop: RunStop, started: float) -> None:
         self.flags = flags
@@ -77,6 +79,7 @@ class OneShotTurn:
         self.tool_calls = 0
         self.prompt = ""
         self.from_hook = False
+        self.session_context: list[TextPart] = []  # SessionStart's, sent with the first prompt
         self.approver = HeadlessApprover(flags.permission_mode)
 
     def emit(self, event: Event) -> None:
@@ -88,8 +91,8 @@ class OneShotTurn:
 
     @property
     def hooks(self) -> TurnHooks:
-        """The session's prompt and Stop hooks; none in a subagent (its prompt is the parent's
-        task, not a user's, and its end is the parent's SubagentStop)."""
+        """The session's SessionStart/End, prompt and Stop hooks; none in a subagent (its prompt
+        is the parent's task, not a user's, and its end is the parent's SubagentStop)."""
         assert self.inbox is not None
         prepared = self.inbox.prepared
         subagent = prepared.env.get("TETHER_AGENT_ROLE") == "subagent"
@@ -107,7 +110,8 @@ class OneShotTurn:
                 self.emit(blocked)
                 self.code = self._finish(TurnOutcome(stop_reason="error", error=blocked))
                 return None
-            parts += submitted.context
+            parts += self.session_context + submitted.context
+            self.session_context = []
         return TurnPlan(
             user=user_message(parts), emit=self.emit,
             approver=self.approver, max_turns=self.flags.max_turns,
@@ -238,6 +242,7 @@ def run_headless(flags: RunFlags) -> int:
             if flags.output_format != "stream-json":  # no init event to read it from
                 report_failed_servers(servers)
             renderer.emit_init(**init_fields(prepared))
+            turn.session_context = tell(await turn.hooks.open_session(prepared)).context
             submitted = inbox.submit((TextPart(prompt),), abort=abort)  # a signal aborts it
             assert submitted.done is not None
             await submitted.done  # an error the turn could not report (stdout gone) is raised
@@ -248,7 +253,7 @@ def run_headless(flags: RunFlags) -> int:
             return stop.exit_code(turn.code)
         finally:
             try:
-                await inbox.close("the run ended")
+                await inbox.close("the run ended", before_shutdown=turn.hooks.session_end)
             except (TetherError, OSError) as exc:  # the run's answer stands; say what was left
                 say(f"tether: while shutting down: {exc}")
 

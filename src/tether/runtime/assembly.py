@@ -383,9 +383,8 @@ def _add_subagents(prepared: Prepared) -> None:
 
     async def subagent_stop(task: Any) -> None:
         if hooks is not None:
-            payload = hooks.payload("SubagentStop", subagent_type=task.type, subagent_id=task.id,
-                                    success=task.error is None, **({"error": task.error} if task.error else {}))
-            await hooks.run_parallel("SubagentStop", payload)
+            await hooks.subagent_stop(subagent_type=task.type, subagent_id=task.id,
+                                      success=task.error is None, error=task.error)
 
     session = prepared.session  # the task log: interrupted tasks and pending notifications
     task_log = prepared.store.conversation_dir(session.agent.id, session.conversation_id) / "tasks.jsonl"

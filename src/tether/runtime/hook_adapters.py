@@ -94,7 +94,7 @@ class SessionPermissionHooks:
             return None
         payload = self.runner.payload(
             "PermissionRequest", tool_name=call.name, tool_input=item.args,
-            tool_call_id=call.tool_call_id, tool_use_id=call.tool_call_id,
+            tool_call_id=item.tool_call_id, tool_use_id=item.tool_call_id,
             permission={"type": "tool", "scope": call.name},
         )
         results = await self.runner.run_sequential("PermissionRequest", payload, call.name)

@@ -12,9 +12,11 @@ A prompt hook asks the session's model (or the hook's `model`) to judge the even
 must be JSON `{"ok": true}` (allow) or `{"ok": false, "reason": "…"}` (block); anything else,
 a provider failure or the timeout (30 s) is an error.
 
-Headless runs the tool and permission hooks, PreCompact and SubagentStop. UserPromptSubmit,
-Stop, SessionStart, SessionEnd and Notification have `HookRunner` methods for the interactive
-frontends, which are the only ones the reference runs them in.
+Every frontend runs the tool and permission hooks (`hook_adapters.py`), PreCompact and
+SubagentStop; SessionStart, UserPromptSubmit, Stop and SessionEnd run in the TUI, headless `-p`
+and the SDK's stream-json session alike, each read by `runtime/turn_hooks.py` (the reference
+runs those in its TUI only). Notification hooks are accepted in settings; no frontend raises
+that event yet.
 """
 
 from __future__ import annotations
@@ -324,12 +326,12 @@ class HookRunner:
             return HookResult(PROMPT_LABEL, "allow", "", reason, 0)
         return HookResult(PROMPT_LABEL, "block", "", reason or "blocked by a prompt hook", 2)
 
-    # --- simple events: the frontends that run them call these -----------------------------
+    # --- simple events: each returns its hooks' results, read by `runtime/turn_hooks.py` -------
 
-    async def user_prompt_submit(self, prompt: str, *, is_command: bool = False) -> EventOutcome:
+    async def user_prompt_submit(self, prompt: str, *, is_command: bool = False) -> list[HookResult]:
         """Before a prompt is sent: a block keeps it from the model; exit-0 stdout is context."""
         payload = self.payload("UserPromptSubmit", prompt=prompt, is_command=is_command)
-        return EventOutcome.of(await self.run_sequential("UserPromptSubmit", payload), context=True)
+        return await self.run_sequential("UserPromptSubmit", payload)
 
     async def stop(
         self,
@@ -340,59 +342,38 @@ class HookRunner:
         assistant_message: str | None = None,
         user_message: str | None = None,
         stop_hook_active: bool | None = None,
-    ) -> EventOutcome:
+    ) -> list[HookResult]:
         """When the agent finishes answering: a block sends its feedback back as a user message
         (`stop_hook_active`: this answer followed such a continuation, Claude Code's loop guard)."""
         optional = {"message_count": message_count, "tool_call_count": tool_call_count,
                     "assistant_message": assistant_message, "user_message": user_message,
                     "stop_hook_active": stop_hook_active}
         payload = self.payload("Stop", stop_reason=stop_reason, **{k: v for k, v in optional.items() if v is not None})
-        return EventOutcome.of(await self.run_sequential("Stop", payload))
+        return await self.run_sequential("Stop", payload)
 
-    async def session_start(self, *, is_new_session: bool, agent_name: str | None = None) -> EventOutcome:
+    async def session_start(self, *, is_new_session: bool, agent_name: str | None = None) -> list[HookResult]:
         extra = {"agent_name": agent_name} if agent_name else {}
         payload = self.payload("SessionStart", is_new_session=is_new_session, **extra)
-        return EventOutcome.of(await self.run_sequential("SessionStart", payload), context=True)
+        return await self.run_sequential("SessionStart", payload)
 
-    async def session_end(self, *, reason: str | None = None) -> EventOutcome:
+    async def session_end(self, *, reason: str | None = None) -> list[HookResult]:
         payload = self.payload("SessionEnd", **({"reason": reason} if reason else {}))
-        return EventOutcome.of(await self.run_parallel("SessionEnd", payload))
-
-    async def notification(self, message: str, *, title: str | None = None) -> EventOutcome:
-        payload = self.payload("Notification", message=message, **({"title": title} if title else {}))
-        return EventOutcome.of(await self.run_parallel("Notification", payload))
+        return await self.run_parallel("SessionEnd", payload)
 
     async def pre_compact(
         self, *, trigger: str, context_length: int | None = None, max_context_length: int | None = None
-    ) -> EventOutcome:
+    ) -> list[HookResult]:
         """Before a compaction (headless too); informational: it cannot stop the compaction."""
         optional = {"context_length": context_length, "max_context_length": max_context_length}
         payload = self.payload("PreCompact", trigger=trigger, **{k: v for k, v in optional.items() if v is not None})
-        return EventOutcome.of(await self.run_parallel("PreCompact", payload))
+        return await self.run_parallel("PreCompact", payload)
 
-    async def subagent_stop(self, *, subagent_type: str, subagent_id: str, success: bool, error: str | None = None) -> EventOutcome:
+    async def subagent_stop(self, *, subagent_type: str, subagent_id: str, success: bool,
+                            error: str | None = None) -> list[HookResult]:
+        """A subagent ended (fire-and-forget: nothing it says changes the parent's turn)."""
         payload = self.payload("SubagentStop", subagent_type=subagent_type, subagent_id=subagent_id,
                                success=success, **({"error": error} if error else {}))
-        return EventOutcome.of(await self.run_parallel("SubagentStop", payload))
-
-
-@dataclass(frozen=True, slots=True)
-class EventOutcome:
-    """What a simple event's hooks said: a block (with feedback), extra context, errors."""
-
-    blocked: str | None = None
-    context: str = ""
-    errors: tuple[str, ...] = ()
-    results: tuple[HookResult, ...] = ()
-    stopped: str | None = None  # a hook's `continue: false` (its stopReason): end the session
-
-    @classmethod
-    def of(cls, results: Sequence[HookResult], *, context: bool = False) -> EventOutcome:
-        blocked = next((r.feedback for r in results if r.decision == "block"), None)
-        notes = [r.context for r in results if context and r.decision == "allow" and r.context]
-        errors = tuple(r.feedback for r in results if r.decision == "error")
-        stopped = next((r.output.stop_reason for r in results if r.output.stop_reason), None)
-        return cls(blocked, "\n".join(notes), errors, tuple(results), stopped)
+        return await self.run_parallel("SubagentStop", payload)
 
 
 def _prompt_verdict(reply: str) -> tuple[bool, str] | None:
@@ -483,6 +464,6 @@ async def _kill_group(proc: asyncio.subprocess.Process) -> None:
 # The turn engine's adapters live beside this module; imported here so callers keep one name.
 from tether.runtime.hook_adapters import SessionPermissionHooks, SessionToolHooks  # noqa: E402
 
-__all__ = ["EVENTS", "EventOutcome", "HookConfig", "HookResult", "HookRunner",
+__all__ = ["EVENTS", "HookConfig", "HookResult", "HookRunner",
            "SessionPermissionHooks", "SessionToolHooks", "command_result", "merge_hooks",
            "parse_hooks", "provider_model_call"]

@@ -1,6 +1,7 @@
 """The session hooks around turns — SessionStart, UserPromptSubmit, Stop, SessionEnd — read the
 same way for every frontend (the TUI, headless `-p`, the SDK's stream-json session), each run
-through the session's one `HookRunner` (`runtime/hooks.py`).
+through the session's one `HookRunner` (`runtime/hooks.py`). A session starts before its first
+prompt (SessionStart's context goes with that prompt) and ends before the run shuts down.
 
 What a frontend does with the answer: allowing hooks' context goes to the model (a
 `<system-reminder>` part of the user message); a UserPromptSubmit block keeps the prompt from the
@@ -21,6 +22,7 @@ from tether.protocol.messages import TextPart
 
 if TYPE_CHECKING:
     from tether.runtime.hooks import HookResult, HookRunner
+    from tether.runtime.prepared import Prepared
 
 MAX_STOP_CONTINUATIONS = 3  # a Stop hook that keeps blocking cannot loop forever
 STOP_HOOK = "stop_hook"  # the inbox source of a Stop hook's continuation
@@ -49,17 +51,25 @@ class TurnHooks:
     async def session_start(self, *, is_new: bool, agent_name: str) -> HookOutcome:
         if self.runner is None or not self.has("SessionStart"):
             return HookOutcome()
-        started = await self.runner.session_start(is_new_session=is_new, agent_name=agent_name)
-        out = _read("SessionStart", started.results)
+        out = _read("SessionStart", await self.runner.session_start(is_new_session=is_new, agent_name=agent_name))
         if out.blocked:  # SessionStart cannot block: its feedback is only shown
             out.notices.append((out.blocked, "error"))
             out.blocked = None
         return out
 
+    async def open_session(self, prepared: Prepared) -> HookOutcome:
+        """SessionStart for a headless or SDK session on `prepared`'s conversation: a new
+        session when its transcript holds no message yet (read only when such hooks exist)."""
+        if not self.has("SessionStart"):
+            return HookOutcome()
+        session = prepared.session
+        transcript = prepared.store.transcript(session.agent.id, session.conversation_id)
+        return await self.session_start(is_new=not transcript.tail(1), agent_name=session.agent.name)
+
     async def prompt_submit(self, prompt: str) -> HookOutcome:
         if self.runner is None or not self.has("UserPromptSubmit"):
             return HookOutcome()
-        out = _read("UserPromptSubmit", (await self.runner.user_prompt_submit(prompt)).results)
+        out = _read("UserPromptSubmit", await self.runner.user_prompt_submit(prompt))
         out.notices = [n for n in out.notices if n[1] == "error"]  # the context goes to the model
         return out
 
@@ -71,7 +81,7 @@ class TurnHooks:
             stop_reason, tool_call_count=tool_call_count, assistant_message=assistant_message,
             user_message=user_message, stop_hook_active=active,
         )
-        out = _read("Stop", stopped.results)
+        out = _read("Stop", stopped)
         out.context, out.notices = [], [n for n in out.notices if n[1] == "error"]
         return out
 
