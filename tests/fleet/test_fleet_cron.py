@@ -60,7 +60,7 @@ def _holder_pid(url: str, sql: str) -> int:
     return int(str(rows[0][0]).split(":")[1])
 
 
-def _add_hourly_task(worker: ServerProcess, cwd: Path) -> dict[str, Any]:
+def _add_hourly_task(worker: Worker, cwd: Path) -> dict[str, Any]:
     """An agent and conversation made through `worker` (so in the store), and an hourly task
     "tick" into that conversation added through its `cron_add`."""
 
@@ -92,7 +92,36 @@ def _many_more_passes(clock: Clock) -> None:
         time.sleep(0.3)
 
 
-def _stop_all(workers: list[ServerProcess]) -> None:
+class Worker(ServerProcess):
+    """A `tether server --store … --log-format json` whose stderr (one JSON object per line) is
+    kept when it ends, however it ends."""
+
+    def __init__(self, env: dict[str, str], cwd: Path, url: str) -> None:
+        super().__init__(env, cwd, "--store", url, "--log-format", "json")
+        self.log = ""
+
+    def stop(self, sig: int | None = None) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig or signal.SIGTERM)
+        self.proc.wait(timeout=40)  # a held scheduler takes its 20 s to give up
+        if self.proc.stderr is not None and not self.proc.stderr.closed:
+            self.log = self.proc.stderr.read()
+        return super().stop(sig)
+
+
+def _events(workers: list[Worker], *names: str) -> list[dict[str, Any]]:
+    """The fleet events named, from every worker's JSON-line log, in no particular order."""
+    out = []
+    for w in workers:
+        for line in w.log.splitlines():
+            if line.startswith("{"):
+                event = json.loads(line)  # every line of a json log is one JSON object
+                if event.get("logger") == "tether.fleet" and event.get("event") in names:
+                    out.append({**event, "pid": w.proc.pid})
+    return out
+
+
+def _stop_all(workers: list[Worker]) -> None:
     for w in workers:
         if w.proc.poll() is None:
             os.kill(w.proc.pid, signal.SIGTERM)
@@ -107,7 +136,7 @@ def test_a_schedule_fires_once_per_due_time_while_the_owner_dies(
     clock = Clock(tmp_path / "clock")
     with FakeProvider([{"text": "ticked"}] * 4) as fake:
         env = scheduled_env(fake.url, home, tmp_path, clock)
-        workers = [ServerProcess(env, project, "--store", pg_url) for _ in range(3)]
+        workers = [Worker(env, project, pg_url) for _ in range(3)]
         try:
             task = _add_hourly_task(workers[0], project)
             first = _due(task, T0)
@@ -148,21 +177,18 @@ def test_the_worker_that_claimed_a_fire_dies_and_another_finishes_it_once(
     held = tmp_path / "held"
     with FakeProvider([{"text": "ticked"}] * 4) as fake:
         env = scheduled_env(fake.url, home, tmp_path, clock)
-        claimer = ServerProcess({**env, "TETHER_CRON_HOLD": f"claimed:{held}"}, project,
-                                "--store", pg_url)
+        claimer = Worker({**env, "TETHER_CRON_HOLD": f"claimed:{held}"}, project, pg_url)
         workers = [claimer]
         try:
-            wait_until(lambda: _rows(pg_url, "SELECT owner FROM cron_leases WHERE name ="
-                                     " 'scheduler'"), 60, "the first worker to run the schedules")
-            workers += [ServerProcess(env, project, "--store", pg_url) for _ in range(2)]
-            task = _add_hourly_task(workers[1], project)
+            task = _add_hourly_task(claimer, project)  # alone: the schedules are its to run
             first = _due(task, T0)
             clock.set(first)
             wait_until(held.exists, 60, "the first worker to claim the fire")
+            workers += [Worker(env, project, pg_url) for _ in range(2)]
             assert [s for _, s in _fires(pg_url)] == ["claimed"]
             assert _holder_pid(pg_url, "SELECT owner FROM cron_fires") == claimer.proc.pid
             claimer.kill_9()
-            workers.append(ServerProcess(env, project, "--store", pg_url))  # a worker starts
+            workers.append(Worker(env, project, pg_url))  # a worker starts
             wait_until(lambda: [s for _, s in _fires(pg_url)] == ["done"], 60,
                        "another worker to finish the dead one's fire")
             assert len(_fired_prompts(pg_url)) == 1
@@ -171,7 +197,7 @@ def test_the_worker_that_claimed_a_fire_dies_and_another_finishes_it_once(
             for w in workers[1:]:
                 if w.proc.pid == lease:
                     w.kill_9()  # the new schedule runner dies too, idle
-            workers.append(ServerProcess(env, project, "--store", pg_url))
+            workers.append(Worker(env, project, pg_url))
             clock.set(_due(task, first))
             wait_until(lambda: [s for _, s in _fires(pg_url)] == ["done", "done"], 60,
                        "the second due time to run")
@@ -181,4 +207,15 @@ def test_the_worker_that_claimed_a_fire_dies_and_another_finishes_it_once(
             _stop_all(workers)
     assert len(prompts) == 2 and "(fire #1)" in prompts[0] and "(fire #2)" in prompts[1]
     assert len(fake.requests) == 2 and fake.violations == []
-    assert len(_fires(pg_url)) == 2
+    keys = [k for k, _ in _fires(pg_url)]
+    assert len(keys) == 2
+    # Each step of it is one JSON line of the worker that took it.
+    claimed = _events(workers, "fire_claimed")
+    assert sorted(e["key"] for e in claimed) == keys  # each due time claimed once, fleet-wide
+    first_claim = next(e for e in claimed if e["key"] == keys[0])
+    assert first_claim["level"] == "info" and first_claim["pid"] == claimer.proc.pid
+    taken = _events(workers, "fire_taken_over")
+    assert [(e["key"], e["previous"].split(":")[1]) for e in taken] == [
+        (keys[0], str(claimer.proc.pid))]
+    runners = _events(workers, "scheduler_lease_taken")
+    assert len(runners) >= 3 and all(e["worker"].split(":")[1] == str(e["pid"]) for e in runners)
