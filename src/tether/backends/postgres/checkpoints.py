@@ -9,12 +9,14 @@ on it unchanged."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
 
+from tether.backends.postgres import logs
 from tether.backends.postgres.connection import LeaseLost, PgSession
 from tether.errors import StoreError
 from tether.protocol.tool_calls import ToolCall, ToolReturn
@@ -136,4 +138,7 @@ def _fence_owner(cur: Any, conversation: str, owner: str) -> None:
         (conversation,),
     ).fetchone()
     if row is not None and row[0] != owner:
-        raise LeaseLost(conversation, None, int(row[1]), str(row[0]), worker=owner)
+        refused = LeaseLost(conversation, None, int(row[1]), str(row[0]), worker=owner)
+        logs.event("write_refused", str(refused), logging.WARNING, conversation=conversation,
+                   worker=owner, token=None, current_token=refused.current, what="checkpoint")
+        raise refused
