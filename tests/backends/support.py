@@ -14,12 +14,12 @@ from tether.protocol.messages import (
     Message,
     TextPart,
     ThinkingPart,
-    ToolCallPart,
     ToolResultMessage,
     Usage,
     UserMessage,
     message_to_dict,
 )
+from tether.protocol.tool_calls import ToolCall
 
 
 def user(mid: str, text: str = "hello") -> UserMessage:
@@ -30,7 +30,7 @@ def assistant(
     mid: str, *calls: tuple[str, str], text: str = "ok", stop: str | None = "endTurn"
 ) -> AssistantMessage:
     parts: tuple[Any, ...] = (TextPart(text),) + tuple(
-        ToolCallPart(cid, name, {"command": "ls"}) for cid, name in calls
+        ToolCall(cid, name, {"command": "ls"}) for cid, name in calls
     )
     return AssistantMessage(mid, parts, 1_700_000_000_001, stop_reason=stop)
 
@@ -77,7 +77,7 @@ _opt_text = st.none() | _text
 text_parts = st.builds(TextPart, _text)
 image_parts = st.builds(ImagePart, _text, _text)
 thinking_parts = st.builds(ThinkingPart, _text, _opt_text)
-call_parts = st.builds(ToolCallPart, _text, _text, st.dictionaries(_text, _json, max_size=3))
+call_parts = st.builds(ToolCall, _text, _text, st.dictionaries(_text, _json, max_size=3))
 usages = st.none() | st.builds(Usage, *([st.integers(0, 2**40)] * 5))
 
 

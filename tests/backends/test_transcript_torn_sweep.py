@@ -18,9 +18,9 @@ from tether.protocol.messages import (
     ImagePart,
     TextPart,
     ThinkingPart,
-    ToolCallPart,
     UserMessage,
 )
+from tether.protocol.tool_calls import ToolCall
 
 Write = Callable[[Transcript], None]
 
@@ -41,7 +41,7 @@ SHAPES: dict[str, Write] = {
         [
             AssistantMessage(
                 "last",
-                (ToolCallPart("c9", "Write", {"a": {"b": [1, {"type": "x"}]}, "s": "}\n{"}),),
+                (ToolCall("c9", "Write", {"a": {"b": [1, {"type": "x"}]}, "s": "}\n{"}),),
                 1,
                 stop_reason="toolUse",
             )

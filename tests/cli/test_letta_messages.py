@@ -8,17 +8,17 @@ from tether.protocol.messages import (
     ImagePart,
     TextPart,
     ThinkingPart,
-    ToolCallPart,
     ToolResultMessage,
     UserMessage,
 )
+from tether.protocol.tool_calls import ToolCall
 
 
 def test_a_tool_turn_in_letta_shape() -> None:
     messages = [
         UserMessage("ui-msg-1", (TextPart("list files"),), 1_700_000_000_000, otid="o-1"),
         AssistantMessage("letta-msg-2", (ThinkingPart("ls will do"), TextPart("Listing."),
-                                         ToolCallPart("call-1", "Bash", {"command": "ls"})), 1_700_000_001_000),
+                                         ToolCall("call-1", "Bash", {"command": "ls"})), 1_700_000_001_000),
         ToolResultMessage("letta-msg-3", "call-1", "Bash", (TextPart("a.txt"),), False, 1_700_000_002_000),
         ToolResultMessage("letta-msg-4", "call-2", "Read", (TextPart("no such file"),), True, 1_700_000_003_000),
     ]

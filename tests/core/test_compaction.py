@@ -10,11 +10,11 @@ from tether.protocol.messages import (
     AssistantMessage,
     Message,
     TextPart,
-    ToolCallPart,
     ToolResultMessage,
     Usage,
     UserMessage,
 )
+from tether.protocol.tool_calls import ToolCall
 
 
 def user(i: int, text: str = "hello") -> UserMessage:
@@ -22,7 +22,7 @@ def user(i: int, text: str = "hello") -> UserMessage:
 
 
 def assistant(i: int, text: str = "ok", calls: int = 0, usage: Usage | None = None) -> AssistantMessage:
-    parts = (TextPart(text), *(ToolCallPart(f"c{i}-{k}", "Bash", {"command": "ls"}) for k in range(calls)))
+    parts = (TextPart(text), *(ToolCall(f"c{i}-{k}", "Bash", {"command": "ls"}) for k in range(calls)))
     return AssistantMessage(f"a{i}", parts, i, usage=usage, stop_reason="end_turn")
 
 

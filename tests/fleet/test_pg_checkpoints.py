@@ -16,7 +16,7 @@ import pytest
 from tether.core.approvals import JudgedCall
 from tether.core.permissions import Decision
 from tether.core.tools import Effect
-from tether.protocol.messages import AssistantMessage, TextPart, ToolCallPart, UserMessage
+from tether.protocol.messages import AssistantMessage, TextPart, UserMessage
 from tether.protocol.tool_calls import ToolCall, ToolReturn
 from tether.runtime.checkpoints import (
     UNKNOWN_OUTCOME,
@@ -89,7 +89,7 @@ def test_the_runtimes_recovery_runs_on_either_store(store: Any) -> None:
     store.record_before(CONV, ToolCall("a", "Bash", {}), "dead-owner")
     exact = store.record_before(CONV, ToolCall("b", "Bash", {}), "dead-owner")
     store.record_after(exact, result("b", "exact output"))
-    calls = tuple(ToolCallPart(c, "Bash", {"command": c}) for c in ("a", "b"))
+    calls = tuple(ToolCall(c, "Bash", {"command": c}) for c in ("a", "b"))
     history = [UserMessage("u1", (TextPart("go"),), 1),
                AssistantMessage("a1", calls, 2, stop_reason="requires_approval")]
     recovered, results = recover_open_calls(store, CONV, "new-owner", history)

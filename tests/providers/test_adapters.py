@@ -12,7 +12,8 @@ from tether.protocol.chunks import (
     StopReason,
     UsageStatistics,
 )
-from tether.protocol.messages import AssistantMessage, TextPart, ToolCallPart, ToolResultMessage
+from tether.protocol.messages import AssistantMessage, TextPart, ToolResultMessage
+from tether.protocol.tool_calls import ToolCall
 from tether.providers.retry import RetryPolicy
 from tether.testing.fake_provider import FakeProvider
 
@@ -113,7 +114,7 @@ def test_two_parallel_tool_calls_keep_order_ids_and_arguments(dialect: str) -> N
 
 def _history(call_id: str, result_id: str) -> tuple:
     assistant = AssistantMessage(
-        "a1", (TextPart("Let me look."), ToolCallPart(call_id, "Bash", {"command": "ls"})), 0
+        "a1", (TextPart("Let me look."), ToolCall(call_id, "Bash", {"command": "ls"})), 0
     )
     result = ToolResultMessage("r1", result_id, "Bash", (TextPart("README.md\nsrc"),), False, 0)
     return (user("what is here?"), assistant, result)

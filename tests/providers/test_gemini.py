@@ -21,13 +21,8 @@ from tests.providers.support import (
 from tether.errors import ProviderError, StreamCut, UsageError
 from tether.protocol.chunks import Reasoning, StopReason, UsageStatistics
 from tether.protocol.llm import ToolSpec
-from tether.protocol.messages import (
-    AssistantMessage,
-    TextPart,
-    ThinkingPart,
-    ToolCallPart,
-    ToolResultMessage,
-)
+from tether.protocol.messages import AssistantMessage, TextPart, ThinkingPart, ToolResultMessage
+from tether.protocol.tool_calls import ToolCall
 from tether.providers.base import Endpoint
 from tether.providers.catalog import parse_handle, resolve_provider
 from tether.providers.gemini import GeminiProvider
@@ -101,8 +96,8 @@ def test_parallel_function_calls_then_results_replayed() -> None:
         history = (
             user("go"),
             AssistantMessage("a1", (ThinkingPart("two things", signature),
-                                    ToolCallPart(made[0].tool_call_id, "Bash", {"command": "ls"}),
-                                    ToolCallPart("gem-call-2", "Read", {"file_path": "/tmp/x"})), 0),
+                                    ToolCall(made[0].tool_call_id, "Bash", {"command": "ls"}),
+                                    ToolCall("gem-call-2", "Read", {"file_path": "/tmp/x"})), 0),
             ToolResultMessage("r1", made[0].tool_call_id, "Bash", (TextPart("a.txt"),), False, 0),
             ToolResultMessage("r2", "gem-call-2", "Read", (TextPart("no such file"),), True, 0),
         )  # fmt: skip

@@ -19,9 +19,9 @@ from tether.protocol.messages import (
     Message,
     TextPart,
     ThinkingPart,
-    ToolCallPart,
     ToolResultMessage,
 )
+from tether.protocol.tool_calls import ToolCall
 from tether.providers.anthropic import build_body
 from tether.testing.fake_provider import FakeProvider
 
@@ -34,7 +34,7 @@ def tool_step(n: int, calls: int = 1) -> tuple[Message, ...]:
         (
             ThinkingPart(f"step {n}", signature=f"sig-{n}"),
             TextPart(f"looking ({n})"),
-            *(ToolCallPart(i, "Bash", {"command": f"ls {i}"}) for i in ids),
+            *(ToolCall(i, "Bash", {"command": f"ls {i}"}) for i in ids),
         ),
         0,
     )

@@ -11,10 +11,10 @@ from tether.protocol.messages import (
     ImagePart,
     TextPart,
     ThinkingPart,
-    ToolCallPart,
     ToolResultMessage,
     UserMessage,
 )
+from tether.protocol.tool_calls import ToolCall
 from tether.testing.fake_provider import FakeProvider
 
 from .support import collect, make_provider, request, user
@@ -26,8 +26,8 @@ PARALLEL_HISTORY = (
         (
             ThinkingPart("unsigned musing"),
             ThinkingPart("signed musing", signature="sig-abc"),
-            ToolCallPart("t1", "Bash", {"command": "ls"}),
-            ToolCallPart("t2", "Read", {"file_path": "a.txt"}),
+            ToolCall("t1", "Bash", {"command": "ls"}),
+            ToolCall("t2", "Read", {"file_path": "a.txt"}),
         ),
         0,
     ),
@@ -172,7 +172,7 @@ def test_chat_uses_parts_only_when_images_are_present() -> None:
 def test_chat_tool_result_images_follow_the_tool_messages() -> None:
     history = (
         user("shoot"),
-        AssistantMessage("a1", (ToolCallPart("t1", "Shot", {}), ToolCallPart("t2", "Shot", {})), 0),
+        AssistantMessage("a1", (ToolCall("t1", "Shot", {}), ToolCall("t2", "Shot", {})), 0),
         ToolResultMessage(
             "r1", "t1", "Shot", (TextPart("one"), ImagePart("AA==", "image/png")), False, 0
         ),

@@ -17,13 +17,8 @@ import pytest
 from tether.cli.flags import parse_run_flags
 from tether.errors import StoreError, UsageError
 from tether.memory.memfs import MemFS, memory_dir
-from tether.protocol.messages import (
-    AssistantMessage,
-    TextPart,
-    ToolCallPart,
-    ToolResultMessage,
-    UserMessage,
-)
+from tether.protocol.messages import AssistantMessage, TextPart, ToolResultMessage, UserMessage
+from tether.protocol.tool_calls import ToolCall
 from tether.runtime import reflection as r
 from tether.runtime import reflection_pass as rp
 
@@ -264,7 +259,7 @@ def test_last_compaction_id_and_excerpt() -> None:
         UserMessage("u1", (TextPart("old " * 50),), 1),
         UserMessage("u2", (TextPart("please run ls"),), 2),
         AssistantMessage(
-            "a1", (TextPart("running"), ToolCallPart("t1", "Bash", {"command": "ls"})), 3
+            "a1", (TextPart("running"), ToolCall("t1", "Bash", {"command": "ls"})), 3
         ),
         ToolResultMessage("r1", "t1", "Bash", (TextPart("a.txt"),), True, 4),
     ]

@@ -14,13 +14,7 @@ from tether.core.approvals import JudgedCall
 from tether.core.execution import PreToolVerdict
 from tether.core.permissions import Decision
 from tether.core.tools import Effect, ToolResult, ToolRunContext
-from tether.protocol.messages import (
-    AssistantMessage,
-    TextPart,
-    ToolCallPart,
-    ToolResultMessage,
-    UserMessage,
-)
+from tether.protocol.messages import AssistantMessage, TextPart, ToolResultMessage, UserMessage
 from tether.protocol.tool_calls import ToolCall, ToolReturn
 from tether.runtime.checkpoints import (
     NOT_STARTED,
@@ -109,7 +103,7 @@ def test_before_record_survives_reopening(tmp_path: Path) -> None:
 
 
 def _history(*call_ids: str, answered: tuple[str, ...] = ()) -> list[Any]:
-    calls = tuple(ToolCallPart(cid, "Bash", {"command": cid}) for cid in call_ids)
+    calls = tuple(ToolCall(cid, "Bash", {"command": cid}) for cid in call_ids)
     out: list[Any] = [
         UserMessage("u1", (TextPart("go"),), 1),
         AssistantMessage("a1", calls, 2, stop_reason="requires_approval"),

@@ -21,11 +21,11 @@ from tether.protocol.messages import (
     Message,
     TextPart,
     ThinkingPart,
-    ToolCallPart,
     ToolResultMessage,
     UserMessage,
     message_to_dict,
 )
+from tether.protocol.tool_calls import ToolCall
 
 Trigger = Literal["manual", "context_window_limit", "context_window_overflow"]
 Mode = Literal["sliding_window", "all"]
@@ -54,7 +54,7 @@ def message_tokens(message: Message) -> int:
             chars += len(part.text)
         elif isinstance(part, ThinkingPart):
             chars += len(part.thinking)
-        elif isinstance(part, ToolCallPart):
+        elif isinstance(part, ToolCall):
             chars += len(part.name) + len(orjson.dumps(part.arguments))
     return math.ceil(chars / 4) + images * IMAGE_TOKENS
 
@@ -195,7 +195,7 @@ def render_transcript(messages: Sequence[Message]) -> str:
             for part in message.content:
                 if isinstance(part, TextPart) and part.text:
                     lines.append(f"[assistant]\n{part.text}")
-                elif isinstance(part, ToolCallPart):
+                elif isinstance(part, ToolCall):
                     args = orjson.dumps(part.arguments).decode()
                     lines.append(f"[tool call {part.name}]\n{args}")
         elif isinstance(message, ToolResultMessage):

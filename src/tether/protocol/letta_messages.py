@@ -20,9 +20,9 @@ from tether.protocol.messages import (
     Message,
     TextPart,
     ThinkingPart,
-    ToolCallPart,
     UserMessage,
 )
+from tether.protocol.tool_calls import ToolCall
 
 
 def letta_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -44,7 +44,7 @@ def letta_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
                 elif isinstance(part, ThinkingPart):
                     out.append({"message_type": "reasoning_message", "id": ident, "date": date,
                                 "reasoning": part.thinking})
-                elif isinstance(part, ToolCallPart):
+                elif isinstance(part, ToolCall):
                     out.append({"message_type": "tool_call_message", "id": ident, "date": date,
                                 "tool_call": {"name": part.name, "tool_call_id": part.id,
                                               "arguments": orjson.dumps(part.arguments).decode()}})

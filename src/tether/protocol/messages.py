@@ -35,11 +35,9 @@ class ImagePart:
     kind: Literal["image"] = "image"
 
 
-ToolCallPart = ToolCall  # the assistant message's part is the model's ToolCall itself
-
 
 UserPart = TextPart | ImagePart
-AssistantPart = TextPart | ThinkingPart | ToolCallPart
+AssistantPart = TextPart | ThinkingPart | ToolCall
 ResultPart = TextPart | ImagePart
 
 
@@ -93,8 +91,8 @@ class AssistantMessage:
     role: Literal["assistant"] = "assistant"
 
     @property
-    def tool_calls(self) -> tuple[ToolCallPart, ...]:
-        return tuple(p for p in self.content if isinstance(p, ToolCallPart))
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        return tuple(p for p in self.content if isinstance(p, ToolCall))
 
     @property
     def text(self) -> str:
@@ -259,7 +257,7 @@ def message_from_dict(d: Any, where: str = "message") -> Message:
             stop = d.get("stopReason")
             return AssistantMessage(
                 mid,
-                _only(parts, (TextPart, ThinkingPart, ToolCallPart), where),
+                _only(parts, (TextPart, ThinkingPart, ToolCall), where),
                 ts,
                 api=str(d.get("api", "")),
                 provider=str(d.get("provider", "")),

@@ -15,11 +15,11 @@ from tether.protocol.messages import (
     Message,
     TextPart,
     ThinkingPart,
-    ToolCallPart,
     ToolResultMessage,
     Usage,
     UserMessage,
 )
+from tether.protocol.tool_calls import ToolCall
 from tether.providers.adapter import SSEAdapter
 from tether.providers.http import TurnAssembler, as_int, event_json
 from tether.providers.sse import SSEEvent
@@ -170,7 +170,7 @@ def _assistant_blocks(message: AssistantMessage) -> list[dict[str, Any]]:
                 blocks.append(
                     {"type": "thinking", "thinking": part.thinking, "signature": part.signature}
                 )
-        elif isinstance(part, ToolCallPart):
+        elif isinstance(part, ToolCall):
             blocks.append(
                 {"type": "tool_use", "id": part.id, "name": part.name, "input": part.arguments}
             )

@@ -27,10 +27,10 @@ from tether.protocol.messages import (
     Message,
     TextPart,
     ThinkingPart,
-    ToolCallPart,
     ToolResultMessage,
     Usage,
 )
+from tether.protocol.tool_calls import ToolCall
 from tether.providers.adapter import EventMapper, SSEAdapter
 from tether.providers.gemini_schema import tool_parameters
 from tether.providers.http import TurnAssembler, as_int, cut, event_json, post_sse
@@ -185,7 +185,7 @@ def _model_parts(message: AssistantMessage) -> list[dict[str, Any]]:
             if not part.text:
                 continue
             out: dict[str, Any] = {"text": part.text}
-        elif isinstance(part, ToolCallPart):
+        elif isinstance(part, ToolCall):
             call = {"name": part.name, "args": part.arguments, **_gemini_id(part.id)}
             out = {"functionCall": call}
         else:

@@ -19,11 +19,11 @@ from tether.protocol.messages import (
     ImagePart,
     Message,
     TextPart,
-    ToolCallPart,
     ToolResultMessage,
     Usage,
     UserMessage,
 )
+from tether.protocol.tool_calls import ToolCall
 from tether.providers.adapter import EventMapper, SSEAdapter
 from tether.providers.http import TurnAssembler, as_int, cut, event_json, new_call_id
 from tether.providers.sse import SSEEvent
@@ -100,7 +100,7 @@ def to_chat_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
             out.append({"role": "user", "content": _content(message.content)})
         elif isinstance(message, AssistantMessage):
             entry: dict[str, Any] = {"role": "assistant", "content": message.text}
-            calls = [_tool_call(p) for p in message.content if isinstance(p, ToolCallPart)]
+            calls = [_tool_call(p) for p in message.content if isinstance(p, ToolCall)]
             if calls:
                 entry["tool_calls"] = calls
             out.append(entry)
@@ -130,7 +130,7 @@ def _content(parts: tuple[TextPart | ImagePart, ...]) -> str | list[dict[str, An
     return out
 
 
-def _tool_call(part: ToolCallPart) -> dict[str, Any]:
+def _tool_call(part: ToolCall) -> dict[str, Any]:
     return {
         "id": part.id,
         "type": "function",

@@ -13,10 +13,10 @@ from tether.protocol.messages import (
     ImagePart,
     Message,
     TextPart,
-    ToolCallPart,
     Usage,
     UserMessage,
 )
+from tether.protocol.tool_calls import ToolCall
 from tether.providers.adapter import SSEAdapter
 from tether.providers.http import TurnAssembler, as_int, event_json
 from tether.providers.sse import SSEEvent
@@ -107,7 +107,7 @@ def _assistant_items(message: AssistantMessage) -> list[dict[str, Any]]:
                     "content": [{"type": "output_text", "text": part.text, "annotations": []}],
                 }
             )
-        elif isinstance(part, ToolCallPart):
+        elif isinstance(part, ToolCall):
             items.append(
                 {
                     "type": "function_call",

@@ -24,7 +24,8 @@ from tether.runtime.reflection import CHILD_TIMEOUT_S, EXCERPT_CHARS, SUCCESSFUL
 
 def transcript_excerpt(messages: Sequence[Any], limit: int = EXCERPT_CHARS) -> str:
     """The conversation's active view as plain text, newest kept when it is too long."""
-    from tether.protocol.messages import AssistantMessage, TextPart, ToolCallPart, ToolResultMessage
+    from tether.protocol.messages import AssistantMessage, TextPart, ToolResultMessage
+    from tether.protocol.tool_calls import ToolCall
 
     def text_of(parts: Sequence[Any], cap: int) -> str:
         text = "\n".join(p.text for p in parts if isinstance(p, TextPart)).strip()
@@ -35,7 +36,7 @@ def transcript_excerpt(messages: Sequence[Any], limit: int = EXCERPT_CHARS) -> s
         if isinstance(message, AssistantMessage):
             lines = [f"assistant: {t}"] if (t := text_of(message.content, 4000)) else []
             for part in message.content:
-                if isinstance(part, ToolCallPart):
+                if isinstance(part, ToolCall):
                     args = orjson.dumps(part.arguments).decode()
                     lines.append(f"assistant called {part.name}({args[:600]})")
             if lines:

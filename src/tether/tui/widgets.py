@@ -33,7 +33,6 @@ from tether.protocol.messages import (
     Message,
     TextPart,
     ThinkingPart,
-    ToolCallPart,
     ToolResultMessage,
     UserMessage,
 )
@@ -446,7 +445,7 @@ class Transcript(VerticalScroll):
                         blocks.append(AssistantBlock(None, part.text))
                     elif isinstance(part, ThinkingPart) and part.thinking.strip():
                         blocks.append(ReasoningBlock(None, part.thinking))
-                    elif isinstance(part, ToolCallPart):
+                    elif isinstance(part, ToolCall):
                         block = ToolBlock(part.id, part.name, dict(part.arguments))
                         self._tools[part.id] = block
                         blocks.append(block)

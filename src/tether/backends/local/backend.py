@@ -52,10 +52,10 @@ from tether.protocol.messages import (
     Message,
     TextPart,
     ThinkingPart,
-    ToolCallPart,
     ToolResultMessage,
     Usage,
 )
+from tether.protocol.tool_calls import ToolCall
 from tether.protocol.turns import ConversationRef, TurnInput
 from tether.providers.base import Provider
 
@@ -342,7 +342,7 @@ class _CallIds:
                 for m in history
                 if isinstance(m, AssistantMessage)
                 for part in m.content
-                if isinstance(part, ToolCallPart)
+                if isinstance(part, ToolCall)
             }
             self._used.update(m.tool_call_id for m in history if isinstance(m, ToolResultMessage))
         return self._used
