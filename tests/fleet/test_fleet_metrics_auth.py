@@ -79,3 +79,15 @@ def test_a_tokenless_loopback_server_answers_metrics(project: Path) -> None:
             assert status == 200 and "tether_runtimes 0" in body
 
     asyncio.run(scenario())
+
+
+def test_schedule_takeovers_count_as_lease_moves() -> None:
+    import logging
+
+    record = logging.LogRecord("tether.fleet", logging.INFO, __file__, 1, "moved", None, None)
+    before = ops.METRICS.moves.get("fire_taken_over", 0)
+    record.fleet = {"event": "fire_taken_over"}
+    ops._FleetCounter().emit(record)
+    text = ops.METRICS.text(0, 0)
+    assert f'tether_lease_moves_total{{event="fire_taken_over"}} {before + 1}' in text
+    assert 'tether_lease_moves_total{event="scheduler_lease_taken"}' in text

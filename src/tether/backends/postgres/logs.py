@@ -1,7 +1,12 @@
-"""The fleet's structured logs (issue 31 item 4): what changes hands in the store — a lease
-taken or lost, a dead worker's inputs claimed, a schedule fired — logged on the
+"""The fleet's structured logs (issue 31 item 4): what changes hands in the store, logged on the
 `tether.fleet` logger with its fields as `fleet` on the record, and `JsonLogFormatter`, which
-renders any record as one JSON line (time, level, logger, message, and those fields)."""
+renders any record as one JSON line (time, level, logger, message, and those fields).
+
+The events: `lease_taken` (a conversation's lease from an expired or dead holder, `leases.py`),
+`write_refused` (a fenced write of a worker whose lease moved: lease, transcript, checkpoint;
+a gateway's write to a message another gateway handles), `inputs_claimed` (a dead worker's
+inputs, `input_queue.py`), `scheduler_lease_taken`, `fire_claimed`, `fire_taken_over` and
+`fire_moved` (a schedule's fire, `fires.py` `CronFires`), `schedule_fired` (`ScheduleFires`)."""
 
 from __future__ import annotations
 
