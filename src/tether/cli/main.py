@@ -69,8 +69,6 @@ REFERENCE_ONLY = (
 NEAR_MISS_REFERENCE = tuple(n for n in REFERENCE_ONLY if n not in ("remote", "envs"))
 NOT_AVAILABLE = 2  # exit code: unknown command, or one this build does not ship
 NO_TERMINAL = 2  # exit code: the interactive app was asked for with no terminal to draw on
-# Kept for callers that imported the old constant.
-SUBCOMMANDS = ("version", "agents", "messages", "connect", "models", "sandbox")
 
 
 def entry() -> None:

@@ -13,11 +13,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 
-class RunningTask(Protocol):
-    @property
-    def running(self) -> bool: ...
-
-
 class TaskPool(Protocol):
     """Background shell tasks (`tools/background.py`) or subagents (`runtime/subagents.py`)."""
 

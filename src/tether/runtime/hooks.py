@@ -136,14 +136,6 @@ class HookResult:
         """What this hook adds for the model: additionalContext, else its plain stdout."""
         return self.output.context or self.plain_text
 
-    def specific_output(self) -> dict[str, Any]:
-        try:
-            doc = orjson.loads(self.stdout) if self.stdout.strip() else {}
-        except orjson.JSONDecodeError:
-            return {}
-        out = doc.get("hookSpecificOutput") if isinstance(doc, dict) else None
-        return out if isinstance(out, dict) else {}
-
 
 # --- settings ------------------------------------------------------------------------------
 
