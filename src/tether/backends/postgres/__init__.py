@@ -10,8 +10,8 @@ fleet; `notify.py` LISTEN/NOTIFY, an enqueued input waking its conversation's ow
 `PgConversationStore`, agents and conversations as rows (`backends/store_api.py`'s interface);
 `transcripts.py` `PgTranscript`, a transcript as ordered rows, appends fenced by the lease
 (`transcript_resume.py`: a first read resumes from the last compaction);
-`logs.py` structured
-fleet events (`tether.fleet`) and a JSON-lines formatter; `migrate.py` a home's
+`channel_journal.py` the channel gateway's journal shared by gateways (`--store`);
+`logs.py` structured fleet events (`tether.fleet`) and a JSON-lines formatter; `migrate.py` a home's
 `inputs.db` and `checkpoints.db` copied to the store and back, verified; `migrate_home.py` the
 rest of a home (records, transcripts, memory repositories, files). psycopg (the `postgres`
 extra) is imported only inside this package, so nothing here is on the start path of a local run.
