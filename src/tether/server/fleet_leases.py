@@ -8,7 +8,11 @@ runtime here: its queue marks are refused (`NotOwner`), its checkpoint writes fe
 
 The sweep (at start, then every second) takes the leases of conversations with unfinished inputs
 and no live holder; taking one settles the dead holder's inputs (started → interrupted, queued →
-this worker's), which `durable_inputs.resume_stored` then resumes as a restart would."""
+this worker's), which `durable_inputs.resume_stored` then resumes as a restart would, the
+interrupted ones reported to every worker's clients as a `turn_finished` with the error.
+What a turn broadcasts reaches other workers' clients through `fleet_events.py`. Store calls run
+on the listener thread or in worker threads, never on the event loop, except taking a lease for
+a cron fire (`holds`)."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ if TYPE_CHECKING:
     from tether.server.runtime import ConversationRuntime
 
 SWEEP_EVERY_S = 1.0
+LISTEN_WAIT_S = 0.2  # also how soon a new follower is primed (fleet_events.FleetEvents.tick)
 # Item ids remembered per conversation: far more than any inbox holds, and an older one's state
 # left `queued` long ago (marks commit in order), so a wake-up never finds it again.
 SEEN_MAX = 4096
@@ -48,6 +53,9 @@ class FleetLeases:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
         self._listener: threading.Thread | None = None
+        from tether.server.fleet_events import FleetEvents
+
+        self.events = FleetEvents(self, url, session.worker)
 
     # --- the lease of one conversation ----------------------------------------------------------
 
@@ -64,6 +72,24 @@ class FleetLeases:
             return False
         self._keep(lease)
         if self.server is not None:  # what others recorded before (or a dead holder left)
+            asyncio.get_running_loop().call_soon(self._adopt, conversation, lease)
+        return True
+
+    async def holds_async(self, conversation: str) -> bool:
+        """`holds`, with the lease taken in a worker thread, off the event loop."""
+        if conversation in self.held:
+            return True
+        try:
+            lease = await asyncio.to_thread(self.leases.acquire, conversation)
+        except TetherError as exc:
+            sys.stderr.write(f"tether: {conversation}: cannot take its lease: {exc}\n")
+            return False
+        if lease is None:
+            return False
+        if conversation in self.held:  # taken meanwhile by another input's await
+            return True
+        self._keep(lease)
+        if self.server is not None:
             asyncio.get_running_loop().call_soon(self._adopt, conversation, lease)
         return True
 
@@ -118,16 +144,34 @@ class FleetLeases:
         return None
 
     def pull(self, conversation: str) -> None:
-        """Run what other workers recorded for a conversation this worker holds."""
+        """Run what other workers recorded for a conversation this worker holds (reading them
+        here: tests and callers off the loop)."""
         lease = self.held.get(conversation)
         if lease is None or self.server is None:
             return
-        from tether.server.durable_inputs import item_of, resume_stored
-
         try:
             stored = self.leases.queued(lease, self.queue.codec)
         except TetherError as exc:
             sys.stderr.write(f"tether: {conversation}: cannot take its inputs: {exc}\n")
+            return
+        self._run_pulled(conversation, lease, stored)
+
+    def _pulled(self, conversation: str) -> tuple[Any, list[Any]] | None:
+        """On the listener's thread: the inputs waiting for a conversation this worker holds."""
+        lease = self.held.get(conversation)
+        if lease is None:
+            return None
+        try:
+            return lease, self.leases.queued(lease, self.queue.codec)
+        except TetherError as exc:
+            sys.stderr.write(f"tether: {conversation}: cannot take its inputs: {exc}\n")
+            return None
+
+    def _run_pulled(self, conversation: str, lease: Any, stored: list[Any]) -> None:
+        """On the loop: put what `_pulled` read into the conversation's inbox (once each)."""
+        from tether.server.durable_inputs import item_of, resume_stored
+
+        if self.server is None or self.held.get(conversation) is not lease:
             return
         seen = self.seen.get(conversation, {})
         new = [s for s in stored if s.item_id not in seen]
@@ -141,30 +185,57 @@ class FleetLeases:
                 rt.inbox.put(item_of(s))
         self._saw(conversation, [s.item_id for s in new])
 
-    def _adopt(self, conversation: str, lease: Any) -> None:
-        """Resume what the conversation's previous holder left (queued, or started: reported)."""
+    def _adopt(self, conversation: str, lease: Any, left: list[Any] | None = None) -> None:
+        """Resume what the conversation's previous holder left (queued, or started: reported
+        to every worker's clients); `left` as read off the loop, or read here."""
         from tether.server.durable_inputs import resume_stored
 
         if self.server is None:
             return
-        try:
-            left = self.queue.of_conversation(conversation, ("queued", "interrupted"))
-        except TetherError as exc:
-            sys.stderr.write(f"tether: {conversation}: cannot read its inputs: {exc}\n")
-            return
+        if left is None:
+            left = self._left(conversation)
+            if left is None:
+                return
         seen = self.seen.get(conversation, {})
         left = [s for s in left if s.item_id not in seen
                 and (s.state == "queued" or s.item_id in lease.interrupted)]
         if left:
             resume_stored(self.server, left)
             self._saw(conversation, [s.item_id for s in left])
+            self._report_interrupted(conversation, lease)
+
+    def _left(self, conversation: str) -> list[Any] | None:
+        try:
+            return list(self.queue.of_conversation(conversation, ("queued", "interrupted")))
+        except TetherError as exc:
+            sys.stderr.write(f"tether: {conversation}: cannot read its inputs: {exc}\n")
+            return None
+
+    def _report_interrupted(self, conversation: str, lease: Any) -> None:
+        """The turns a dead holder began end here, for every client: interrupted, not re-run."""
+        from tether.server.v2_frames import TurnFinished
+
+        rt = self._runtime(conversation)
+        if rt is None:
+            return
+        for gone in rt.interrupted:
+            if gone.queue_item_id in lease.interrupted:
+                rt.broadcast(rt.stream.turn_finished(TurnFinished(
+                    f"turn-interrupted-{gone.queue_item_id}", "error", (), gone.request_id,
+                    gone.reason,
+                )))
 
     def sweep_once(self) -> None:
+        self._took(self._take_orphaned())
+
+    def _take_orphaned(self) -> list[tuple[Any, list[Any] | None]]:
+        """The store's side of a sweep (on any thread): leases taken, with what each left."""
         try:
             orphaned = self.leases.orphaned()
         except TetherError as exc:
             sys.stderr.write(f"tether: fleet sweep: {exc}\n")
-            return
+            return []
+        taken = []
         for conversation in orphaned:
             if conversation in self.held:
                 continue
@@ -174,8 +245,17 @@ class FleetLeases:
                 sys.stderr.write(f"tether: fleet sweep: {exc}\n")
                 continue
             if lease is not None:
-                self._keep(lease)
-                self._adopt(conversation, lease)
+                taken.append((lease, self._left(conversation)))
+        return taken
+
+    def _took(self, taken: list[tuple[Any, list[Any] | None]]) -> None:
+        """The loop's side of a sweep: keep each lease taken, resume what it brought."""
+        for lease, left in taken:
+            if lease.conversation in self.held:
+                continue
+            self._keep(lease)
+            if left is not None:
+                self._adopt(lease.conversation, lease, left)
 
     # --- the worker's life ------------------------------------------------------------------------
 
@@ -184,6 +264,7 @@ class FleetLeases:
         self.server = server
         self._loop = asyncio.get_running_loop()
         self.sweep_once()
+        self.events.start()
         self._listener = threading.Thread(target=self._listen, name="fleet-listener", daemon=True)
         self._listener.start()
         server._hold(asyncio.ensure_future(self._sweeping()))
@@ -191,28 +272,46 @@ class FleetLeases:
     async def _sweeping(self) -> None:
         while True:
             await asyncio.sleep(SWEEP_EVERY_S)
-            self.sweep_once()
+            self._took(await asyncio.to_thread(self._take_orphaned))
 
     def _listen(self) -> None:
-        from tether.backends.postgres.notify import InputListener
+        from tether.backends.postgres.events import COMMANDS_CHANNEL, EVENTS_CHANNEL
+        from tether.backends.postgres.input_queue import INPUTS_CHANNEL
+        from tether.backends.postgres.notify import FleetListener
 
-        listener = InputListener(self.url)
+        listener = FleetListener(self.url, (INPUTS_CHANNEL, EVENTS_CHANNEL, COMMANDS_CHANNEL))
         loop = self._loop
         assert loop is not None
         while not self._stop.is_set():
             try:
-                heard = listener.wait(0.5)
-            except TetherError:
-                self._stop.wait(0.5)  # the database is away; the sweep catches up after
-                continue
-            for conversation in heard:
-                with contextlib.suppress(RuntimeError):  # the loop closed: stopping
-                    loop.call_soon_threadsafe(self.pull, conversation)
+                heard = listener.heard(LISTEN_WAIT_S)
+                conn = listener.conn
+                for channel, payload in dict.fromkeys(heard):  # each once, in order
+                    if channel == INPUTS_CHANNEL:
+                        pulled = self._pulled(payload)
+                        if pulled is not None:
+                            with contextlib.suppress(RuntimeError):  # the loop closed: stopping
+                                loop.call_soon_threadsafe(self._run_pulled, payload, *pulled)
+                    elif channel == EVENTS_CHANNEL:
+                        conversation, _, worker = payload.partition("\t")
+                        self.events.heard_events(conn, loop, conversation, worker)
+                    elif channel == COMMANDS_CHANNEL:
+                        self.events.heard_commands(conn, loop, payload)
+                self.events.tick(conn, loop)
+            except Exception as exc:  # the database is away: the sweep and catch-up follow
+                if not isinstance(exc, TetherError):
+                    import psycopg
+
+                    if not isinstance(exc, psycopg.Error):
+                        raise
+                listener.close()
+                self._stop.wait(0.5)
         listener.close()
 
     def stop(self) -> None:
         """Stop listening and renewing; give the leases up, so another worker takes them now."""
         self._stop.set()
+        self.events.stop()
         for conversation, keeper in list(self.keepers.items()):
             keeper.stop()
             with contextlib.suppress(TetherError):

@@ -14,10 +14,15 @@ from typing import Any
 
 from tether.errors import UsageError
 
+# Connections of a worker's session for the queue, leases, checkpoints and transcripts, so their
+# round trips (from the loop's worker threads, the keepers and the listener) do not queue on one.
+POOL_SIZE = 4
+
 
 @dataclass
 class PgStore:
-    """One worker's PostgreSQL pieces, all on one session named after the worker."""
+    """One worker's PostgreSQL pieces, all on one session named after the worker (its presence
+    connection plus a pool of `POOL_SIZE`)."""
 
     url: str
     session: Any  # PgSession
@@ -47,7 +52,7 @@ def open_pg_store(url: str, worker: str) -> PgStore:
     from tether.runtime import checkpoints as cps
     from tether.runtime import input_queue as iq
 
-    session = PgSession(url, worker)
+    session = PgSession(url, worker, pool_size=POOL_SIZE)
     session.open()
     codec: RowCodec[iq.StoredInput] = RowCodec(iq.encode_body, iq.decode_row, iq.FINISHED_BODY)
     shape: CheckpointShape[cps.Checkpoint] = CheckpointShape(

@@ -7,6 +7,9 @@ queued in arrival order and run one turn each; approvals go out as `control_requ
 {can_use_tool}` to every subscriber and the first `approval_response` settles them; an abort
 cancels the running turn (its tool process groups are killed by the tools themselves). Before
 each turn, tool calls a crashed run left open are answered from their effect checkpoints.
+In a fleet (`--store`), the worker holding the conversation's lease publishes every frame it
+broadcasts and clients of other workers get them relayed, with the same `event_seq`; their
+approval answers and aborts go to the holder (`fleet_events.py`).
 """
 
 from __future__ import annotations
@@ -112,6 +115,18 @@ class ConversationRuntime:
         self.inbox = Inbox(prepared, self, max_queue=ctx.max_queue, keep_going=True,
                            on_idle=self._inbox_idle)
         self._built_trusted = folder_trusted(ctx, prepared.cwd)
+        self._fleet_key = (
+            durable_inputs.conversation_key(self.scope) if ctx.fleet is not None else None
+        )
+        self._continue_fleet_seq()
+
+    def _continue_fleet_seq(self) -> None:
+        """In a fleet, this worker's frames go on after the last one any holder published."""
+        if self._fleet_key is None:
+            return
+        lease = self.ctx.fleet.held.get(self._fleet_key)
+        if lease is not None and lease.event_seq > self.stream.last_seq:
+            self.stream.resume_after(lease.event_seq)
 
     # --- the inbox's state, under the names the server's modules use -------------------------
 
@@ -144,6 +159,8 @@ class ConversationRuntime:
     # --- subscribers and state ---------------------------------------------------------------
 
     def subscribe(self, sub: Subscriber) -> None:
+        if self._fleet_key is not None and not self.subscribers:
+            self.ctx.fleet.events.follow(self._fleet_key, self)
         self.subscribers[sub.id] = sub
         if isinstance(sub, EventSubscriber):
             self._event_subscribers[sub.id] = sub
@@ -154,6 +171,8 @@ class ConversationRuntime:
     def unsubscribe(self, sub: Subscriber) -> None:
         self.subscribers.pop(sub.id, None)
         self._event_subscribers.pop(sub.id, None)
+        if self._fleet_key is not None and not self.subscribers:
+            self.ctx.fleet.events.unfollow(self._fleet_key, self)
         self.release_when_idle()
 
     # --- release when idle (issue 22 item 5) ------------------------------------------------
@@ -182,6 +201,8 @@ class ConversationRuntime:
     def broadcast(self, frame: dict[str, Any]) -> None:
         for sub in list(self.subscribers.values()):
             sub.send_frame(frame)
+        if self._fleet_key is not None:
+            self.ctx.fleet.events.publish(self._fleet_key, frame)
 
     @property
     def sandboxed(self) -> bool:
@@ -265,7 +286,7 @@ class ConversationRuntime:
         item = self._new_input(command, source)
         if isinstance(item, InputAnswer):
             return item
-        held = self._claim(item)
+        held = await self._claim_async(item)
         refusal = await durable_inputs.record_grouped(self, item, self._disposition())
         return self._queued(item, refusal, held)
 
@@ -302,6 +323,17 @@ class ConversationRuntime:
             return True
         conversation = durable_inputs.conversation_key(self.scope)
         if not fleet.holds(conversation):
+            return False
+        fleet.note(conversation, item.id)
+        return True
+
+    async def _claim_async(self, item: QueuedInput) -> bool:
+        """`_claim` with the lease taken off the event loop."""
+        fleet = self.ctx.fleet
+        if fleet is None:
+            return True
+        conversation = durable_inputs.conversation_key(self.scope)
+        if not await fleet.holds_async(conversation):
             return False
         fleet.note(conversation, item.id)
         return True
@@ -354,13 +386,20 @@ class ConversationRuntime:
     def answer_approval(self, response: ApprovalResponse) -> str | None:
         """Settle a pending can_use_tool; an error message when there is none by that id."""
         pending = self.approvals.get(response.approval_request_id)
+        if pending is None and self._fleet_key is not None:  # asked by another worker's turn
+            return self.ctx.fleet.events.forward_approval(self._fleet_key, response)
         if pending is None or pending.future.done():
             return f"no pending approval request {response.approval_request_id!r} in this runtime"
         pending.future.set_result(response)
         return None
 
     def abort(self, run_id: str | None) -> bool:
-        """Abort the running turn (with `run_id`: only if it is that run); the queue stays."""
+        """Abort the running turn (with `run_id`: only if it is that run); the queue stays. In
+        a fleet, a turn another worker runs is asked to abort there."""
+        if self._fleet_key is not None and self.ctx.fleet.events.forward_abort(
+            self._fleet_key, run_id
+        ):
+            return True
         return self.inbox.abort(run_id)
 
     def change_device_state(self, mode: str | None, cwd: str | None, grant: Grant = FULL_GRANT) -> None:
@@ -448,6 +487,7 @@ class ConversationRuntime:
 
     async def begin(self, batch: Sequence[Submission], abort: asyncio.Event) -> TurnPlan:
         """The inbox starts `batch` (one input: the server does not coalesce)."""
+        self._continue_fleet_seq()  # the lease may have come here since this runtime was built
         item = batch[0]
         if isinstance(item, QueuedInput) and item.announced:
             self.broadcast(self.queue_frame(removed=[item.id]))

@@ -102,35 +102,44 @@ def store_errors(url: str, doing: str) -> Iterator[None]:
 
 
 class PgSession:
-    """One worker's connection to the store: its name (`worker`), one connection used under
-    a lock (psycopg connections are not for concurrent use), opened on first use with the
-    schema migrated. The connection is also the worker's presence (`presence.py`)."""
+    """One worker's connections to the store: its name (`worker`) and its presence connection
+    (`presence.py`), opened on first use with the schema migrated and used under a lock (psycopg
+    connections are not for concurrent use). With `pool_size` > 1, `transaction` runs on up to
+    that many further connections, one thread each, so the input queue, leases and checkpoints
+    of one worker do not wait behind each other's round trips; a thread already inside a
+    transaction nests on its own connection (a savepoint)."""
 
-    def __init__(self, url: str, worker: str, *, idle_in_transaction_ms: int = IDLE_IN_TX_MS) -> None:
+    def __init__(
+        self, url: str, worker: str, *, idle_in_transaction_ms: int = IDLE_IN_TX_MS,
+        pool_size: int = 1,
+    ) -> None:
+        if pool_size < 1:
+            raise ValueError(f"pool_size must be at least 1, got {pool_size}")
         self.url = check_url(url)
         self.worker = worker
         self.idle_in_transaction_ms = int(idle_in_transaction_ms)
+        self.pool_size = pool_size
         self.lock = threading.RLock()
         self._conn: psycopg.Connection[Any] | None = None
         self._closed = False
+        self._pool = threading.Condition()
+        self._idle: list[psycopg.Connection[Any]] = []
+        self._pooled = 0  # pool connections open or being opened
+        self._mine = threading.local()  # the pool connection this thread is inside
 
     @property
     def conn(self) -> psycopg.Connection[Any]:
-        """The open connection; call under `lock`."""
+        """The presence connection; call under `lock`."""
         if self._conn is None or self._conn.closed:
             if self._closed:
                 raise PgStoreUnavailable(f"the store session of {self.worker} is closed")
-            from tether.backends.postgres import presence, schema
+            from tether.backends.postgres import events, presence, schema
 
-            conn = connect(self.url)
+            conn = self._connect()
             try:
                 with store_errors(self.url, "prepare its schema"):
-                    # A worker stopped inside a transaction would hold its row locks (a lease
-                    # row share-locked by a fenced write) forever; the server ends its session.
-                    conn.execute(
-                        f"SET idle_in_transaction_session_timeout = {self.idle_in_transaction_ms}"
-                    )
                     schema.migrate(conn)
+                    events.ensure_tables(conn)
                     presence.register(conn, self.worker)
             except BaseException:
                 conn.close()
@@ -138,13 +147,72 @@ class PgSession:
             self._conn = conn
         return self._conn
 
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = connect(self.url)
+        try:
+            with store_errors(self.url, "set up its session"):
+                # A worker stopped inside a transaction would hold its row locks (a lease
+                # row share-locked by a fenced write) forever; the server ends its session.
+                conn.execute(
+                    f"SET idle_in_transaction_session_timeout = {self.idle_in_transaction_ms}"
+                )
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
     @contextlib.contextmanager
     def transaction(self, doing: str) -> Iterator[psycopg.Cursor[Any]]:
-        """A cursor inside one transaction on this session's connection."""
-        with self.lock, store_errors(self.url, doing):
-            conn = self.conn
-            with conn.transaction(), conn.cursor() as cur:
+        """A cursor inside one transaction (on the presence connection, or a pool one)."""
+        if self.pool_size == 1:
+            with self.lock, store_errors(self.url, doing):
+                conn = self.conn
+                with conn.transaction(), conn.cursor() as cur:
+                    yield cur
+            return
+        mine = getattr(self._mine, "conn", None)
+        if mine is not None:  # nested in this thread's transaction
+            with store_errors(self.url, doing), mine.transaction(), mine.cursor() as cur:
                 yield cur
+            return
+        conn = self._checkout(doing)
+        self._mine.conn = conn
+        try:
+            with store_errors(self.url, doing), conn.transaction(), conn.cursor() as cur:
+                yield cur
+        finally:
+            self._mine.conn = None
+            self._checkin(conn)
+
+    def _checkout(self, doing: str) -> psycopg.Connection[Any]:
+        self.open()  # the schema migrated and the worker present before any pooled work
+        with self._pool:
+            while True:
+                if self._closed:
+                    raise PgStoreUnavailable(f"the store session of {self.worker} is closed")
+                if self._idle:
+                    return self._idle.pop()
+                if self._pooled < self.pool_size:
+                    self._pooled += 1
+                    break
+                self._pool.wait()
+        try:
+            with store_errors(self.url, doing):
+                return self._connect()
+        except BaseException:
+            with self._pool:
+                self._pooled -= 1
+                self._pool.notify()
+            raise
+
+    def _checkin(self, conn: psycopg.Connection[Any]) -> None:
+        with self._pool:
+            if conn.closed or conn.broken or self._closed:
+                self._pooled -= 1
+                conn.close()
+            else:
+                self._idle.append(conn)
+            self._pool.notify()
 
     def open(self) -> None:
         with self.lock, store_errors(self.url, "open"):
@@ -156,3 +224,9 @@ class PgSession:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+        with self._pool:
+            for conn in self._idle:
+                conn.close()
+            self._pooled -= len(self._idle)
+            self._idle.clear()
+            self._pool.notify_all()

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tether.backends.postgres import logs
+from tether.backends.postgres import events, logs
 from tether.backends.postgres.connection import LeaseLost, PgSession
 from tether.backends.postgres.input_queue import COLUMNS, PENDING, TERMINAL, RowCodec, T
 from tether.backends.postgres.presence import ALIVE
@@ -31,12 +31,14 @@ DEFAULT_TTL_S = 15.0
 @dataclass(frozen=True, slots=True)
 class Lease:
     """This worker's hold on a conversation: valid while `token` is the conversation's current
-    one. `interrupted` names the inputs its taking found started by an earlier holder."""
+    one. `interrupted` names the inputs its taking found started by an earlier holder;
+    `event_seq` is the last turn event any holder published (`events.py`), where this one's go on."""
 
     conversation: str
     holder: str
     token: int
     interrupted: tuple[str, ...] = ()
+    event_seq: int = 0
 
 
 class ConversationLeases:
@@ -72,7 +74,7 @@ class ConversationLeases:
             holder, token, expired, holder_alive = row
             if holder == self.worker and not expired:
                 self._extend(cur, conversation, token)
-                return Lease(conversation, self.worker, token)
+                return Lease(conversation, self.worker, token, (), events.last_seq(cur, conversation))
             if not expired and holder_alive:
                 return None
             previous = (holder, token, "its lease expired" if expired else "its session ended")
@@ -107,7 +109,8 @@ class ConversationLeases:
             "UPDATE inputs SET owner = %s, updated_at = clock_timestamp()"
             " WHERE conversation = %s AND state = 'queued'", (lease.holder, lease.conversation),
         )
-        return Lease(lease.conversation, lease.holder, lease.token, interrupted)
+        return Lease(lease.conversation, lease.holder, lease.token, interrupted,
+                     events.last_seq(cur, lease.conversation))
 
     def _extend(self, cur: Any, conversation: str, token: int) -> None:
         cur.execute(

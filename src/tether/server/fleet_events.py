@@ -1,0 +1,272 @@
+"""One conversation's turn as every worker of a fleet sees it (`tether server --store`): the lease
+holder publishes each frame it broadcasts (`backends/postgres/events.py`, written by one
+publisher thread in batches, off the event loop); a worker whose clients follow a conversation
+it does not run relays the holder's frames to them, unchanged (the holder's `event_seq`), in
+order and once, across a move of the lease (the new holder's frames go on after the last one
+published); an approval answered or an abort asked on a non-holder goes to the holder as a
+command. The listener thread of `fleet_leases.py` calls the `heard_*` methods."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tether.errors import TetherError
+
+if TYPE_CHECKING:
+    from tether.server.fleet_leases import FleetLeases
+    from tether.server.protocol_v2 import ApprovalResponse
+    from tether.server.runtime import ConversationRuntime
+
+PUBLISH_BATCH = 256  # frames per transaction at most
+CATCH_UP_EVERY_S = 2.0  # followers read what they may have missed (a lost notification)
+PRUNE_EVERY_S = 60.0
+
+
+@dataclass(eq=False)
+class Follower:
+    """Clients of this worker following a conversation another worker may run: `last` is the
+    highest event_seq read (None until primed, on the listener thread), `since` when following
+    began (frames older than that are not relayed), `approvals` the open questions relayed."""
+
+    rt: ConversationRuntime
+    since: float = field(default_factory=time.time)
+    last: int | None = None
+    approvals: set[str] = field(default_factory=set)
+
+
+class EventPublisher:
+    """Writes published frames in order, batched, on its own thread and connection."""
+
+    def __init__(self, url: str, worker: str) -> None:
+        self.url = url
+        self.worker = worker
+        self._queue: queue.SimpleQueue[tuple[str, int, int, dict[str, Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._conn: Any = None
+        self._thread = threading.Thread(target=self._run, name="fleet-events", daemon=True)
+        self._thread.start()
+
+    def put(self, conversation: str, token: int, seq: int, frame: dict[str, Any]) -> None:
+        self._queue.put((conversation, token, seq, frame))
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                break
+            batch = [first]
+            stop = False
+            while len(batch) < PUBLISH_BATCH:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop = True
+                    break
+                batch.append(more)
+            self._write(batch)
+            if stop:
+                break
+        if self._conn is not None:
+            self._conn.close()
+
+    def _write(self, batch: list[tuple[str, int, int, dict[str, Any]]]) -> None:
+        from tether.backends.postgres import events
+        from tether.backends.postgres.connection import connect, store_errors
+
+        for attempt in (1, 2):  # once more on a new connection: the database may have restarted
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = connect(self.url)
+                with store_errors(self.url, "publish turn events"):
+                    events.publish(self._conn, self.worker, batch)
+                return
+            except TetherError as exc:
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+                if attempt == 2:
+                    sys.stderr.write(f"tether: {len(batch)} turn event(s) not published to other"
+                                     f" workers: {exc}\n")
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        self._thread.join(5)
+
+
+class FleetEvents:
+    """This worker's publishing, following and commands; the loop side is called on the event
+    loop, the `heard_*` side on the fleet listener's thread (with its connection)."""
+
+    def __init__(self, fleet: FleetLeases, url: str, worker: str) -> None:
+        self.fleet = fleet
+        self.url = url
+        self.worker = worker
+        self.publisher: EventPublisher | None = None
+        self.followers: dict[str, Follower] = {}
+        self._caught_up = time.monotonic()
+        self._pruned = time.monotonic()
+
+    # --- on the event loop ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.publisher = EventPublisher(self.url, self.worker)
+
+    def stop(self) -> None:
+        if self.publisher is not None:
+            self.publisher.stop()
+
+    def publish(self, conversation: str, frame: dict[str, Any]) -> None:
+        """A frame this worker broadcast, for the other workers' clients, if it runs the
+        conversation (a non-holder's own frames, e.g. its queue state, stay with its clients)."""
+        lease = self.fleet.held.get(conversation)
+        seq = frame.get("event_seq")
+        if lease is None or self.publisher is None or not isinstance(seq, int):
+            return
+        self.publisher.put(conversation, lease.token, seq, frame)
+
+    def follow(self, conversation: str, rt: ConversationRuntime) -> None:
+        current = self.followers.get(conversation)
+        if current is None or current.rt is not rt:
+            self.followers[conversation] = Follower(rt)
+
+    def unfollow(self, conversation: str, rt: ConversationRuntime) -> None:
+        current = self.followers.get(conversation)
+        if current is not None and current.rt is rt:
+            del self.followers[conversation]
+
+    def _relay(self, conversation: str, follower: Follower, frames: list[dict[str, Any]]) -> None:
+        if self.followers.get(conversation) is not follower:
+            return
+        for frame in frames:
+            kind = frame.get("type")
+            if kind == "control_request" and isinstance(frame.get("request_id"), str):
+                follower.approvals.add(frame["request_id"])
+            elif kind == "turn_finished":
+                follower.approvals.clear()
+            for sub in list(follower.rt.subscribers.values()):
+                sub.send_frame(frame)
+
+    def forward_approval(self, conversation: str, response: ApprovalResponse) -> str | None:
+        """An answer to a question another worker's turn asked; an error when none is open."""
+        follower = self.followers.get(conversation)
+        if follower is None or response.approval_request_id not in follower.approvals:
+            return f"no pending approval request {response.approval_request_id!r} in this runtime"
+        follower.approvals.discard(response.approval_request_id)
+        self._command(conversation, {
+            "kind": "approval", "approval_request_id": response.approval_request_id,
+            "allow": response.allow, "message": response.message,
+            "updated_input": response.updated_input,
+        })
+        return None
+
+    def forward_abort(self, conversation: str, run_id: str | None) -> bool:
+        """Ask the holder to abort its running turn (or `run_id`); True when sent."""
+        if conversation in self.fleet.held or conversation not in self.followers:
+            return False
+        self._command(conversation, {"kind": "abort", "run_id": run_id})
+        return True
+
+    def _command(self, conversation: str, command: dict[str, Any]) -> None:
+        from tether.backends.postgres import events
+
+        session = self.fleet.leases.session
+
+        def send() -> None:
+            try:
+                with session.transaction("send a command to a conversation's holder") as cur:
+                    events.send_command(cur, conversation, self.worker, command)
+            except TetherError as exc:
+                sys.stderr.write(f"tether: {conversation}: {command['kind']} not sent: {exc}\n")
+
+        server = self.fleet.server
+        task = asyncio.ensure_future(asyncio.to_thread(send))
+        if server is not None:
+            server._hold(task)
+
+    def _apply(self, conversation: str, commands: list[dict[str, Any]]) -> None:
+        from tether.server.protocol_v2 import ApprovalResponse
+
+        rt = self.fleet._runtime(conversation)
+        for command in commands:
+            if rt is None:
+                problem: str | None = "its runtime is not running here"
+            elif command.get("kind") == "approval":
+                problem = rt.answer_approval(ApprovalResponse(
+                    None, rt.scope, str(command["approval_request_id"]), bool(command["allow"]),
+                    str(command.get("message") or ""), command.get("updated_input"),
+                ))
+            elif command.get("kind") == "abort":
+                rt.abort(command.get("run_id"))
+                problem = None
+            else:
+                problem = f"unknown command {command.get('kind')!r}"
+            if problem is not None:
+                sys.stderr.write(f"tether: {conversation}: a forwarded {command.get('kind')}"
+                                 f" was not applied: {problem}\n")
+
+    # --- on the listener's thread ----------------------------------------------------------------
+
+    def heard_events(self, conn: Any, loop: asyncio.AbstractEventLoop, conversation: str,
+                     worker: str) -> None:
+        follower = self.followers.get(conversation)
+        if follower is None or worker == self.worker:
+            return
+        self._read(conn, loop, conversation, follower)
+
+    def heard_commands(self, conn: Any, loop: asyncio.AbstractEventLoop, conversation: str) -> None:
+        from tether.backends.postgres import events
+
+        if conversation not in self.fleet.held:
+            return  # its holder takes them; a moved lease's new holder finds them stale
+        commands = events.take_commands(conn, conversation)
+        if commands:
+            with contextlib.suppress(RuntimeError):  # the loop closed: stopping
+                loop.call_soon_threadsafe(self._apply, conversation, commands)
+
+    def tick(self, conn: Any, loop: asyncio.AbstractEventLoop) -> None:
+        """Between waits: prime new followers; now and then read what every follower may have
+        missed, and prune old rows."""
+        from tether.backends.postgres import events
+
+        now = time.monotonic()
+        catch_up = now - self._caught_up >= CATCH_UP_EVERY_S
+        if catch_up:
+            self._caught_up = now
+        for conversation, follower in list(self.followers.items()):
+            if follower.last is None:
+                row = conn.execute(
+                    "SELECT coalesce(max(seq), 0) FROM fleet_events WHERE conversation = %s"
+                    " AND written_at < to_timestamp(%s)", (conversation, follower.since),
+                ).fetchone()
+                follower.last = int(row[0]) if row else 0
+                self._read(conn, loop, conversation, follower)
+            elif catch_up and conversation not in self.fleet.held:
+                self._read(conn, loop, conversation, follower)
+        if now - self._pruned >= PRUNE_EVERY_S:
+            self._pruned = now
+            events.prune(conn)
+
+    def _read(self, conn: Any, loop: asyncio.AbstractEventLoop, conversation: str,
+              follower: Follower) -> None:
+        from tether.backends.postgres import events
+
+        if follower.last is None:
+            return  # primed by `tick` first
+        rows = events.read_after(conn, conversation, follower.last)
+        if not rows:
+            return
+        follower.last = rows[-1][0]
+        frames = [frame for _, worker, frame in rows if worker != self.worker]
+        if frames:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._relay, conversation, follower, frames)
