@@ -4,6 +4,17 @@ size), each running M text turns against the fake provider answering after `--de
 
 Run: .venv/bin/python bench/fleet.py [--conversations 1000] [--turns 1] [--delay 1000]
                                      [--workers 1,2,4] [--store postgresql://…]
+                                     [--rate N [--duration S] | --soak S --rate N]
+
+Closed loop (the default): every conversation's turns start together, so on a small machine
+the overhead mostly measures the CPU queue. Open loop (`--rate N`): the conversations are opened
+first, then turns arrive at N per second (round-robin over them, each conversation one turn at a
+time: an arrival finding its conversation busy is counted, not queued) for `--duration` seconds;
+a turn's overhead is from its scheduled arrival (so a slow client cannot hide a slow server) to
+its `turn_finished`, minus the provider's delay. At a rate below the fleet's capacity this is
+what the store and the server add to a turn. Every worker's RSS is sampled every
+`RSS_EVERY_S` seconds in open loop; `--soak S` is an open loop of S seconds that also says
+whether memory stayed flat (last sample within `FLAT_BOUND` of the first after warm-up).
 
 Without `--store` it starts a throwaway cluster (`scripts/start-postgres`) and stops it after.
 Per fleet size it prints turns/s over the turn phase and the overhead of each turn over the
@@ -15,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -73,6 +85,126 @@ async def turn_phase(urls: list[str], cwd: str, n: int, turns: int, spread_s: fl
     return latencies, time.perf_counter() - t0, tally
 
 
+RSS_EVERY_S = 5.0
+FLAT_BOUND = (1.10, 8.0)  # flat: the last RSS sample <= first (after warm-up) * 1.10 + 8 MB
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def open_loop(urls: list[str], cwd: str, n: int, rate: float, seconds: float,
+                    pids: list[int]) -> tuple[list[float], float, int, list[list[float]], int]:
+    """Turns arriving at `rate` per second for `seconds` over `n` open conversations: each
+    turn's time from its scheduled arrival to its turn_finished, the wall time, arrivals that
+    found their conversation busy, each worker's RSS samples, and failed turns."""
+    import json
+
+    starts: list[float] = []
+    agent = await single.conversation(urls[0], cwd, None, 0, [], starts)
+    opened = []
+    async with contextlib.AsyncExitStack() as stack:
+        for i in range(n):
+            ws = await stack.enter_async_context(await single.open_ws(urls[i % len(urls)]))
+            await ws.send(json.dumps({"type": "runtime_start", "request_id": "s", "cwd": cwd,
+                                      "create_conversation": {}, "agent_id": agent}))
+            started = await single.recv_until(ws, "runtime_start_response")
+            assert started["success"], started
+            opened.append((ws, started["runtime"], asyncio.Lock()))
+        latencies: list[float] = []
+        busy = failed = 0
+        samples: list[list[float]] = [[] for _ in pids]
+        stop = asyncio.Event()
+
+        async def sample() -> None:
+            while not stop.is_set():
+                for i, pid in enumerate(pids):
+                    samples[i].append(rss_mb(pid))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), RSS_EVERY_S)
+
+        async def turn(k: int, due: float) -> None:
+            nonlocal failed
+            ws, runtime, lock = opened[k % n]
+            async with lock:
+                rid = f"t{k}"
+                await ws.send(json.dumps({
+                    "type": "input", "request_id": rid, "runtime": runtime,
+                    "payload": {"kind": "create_message",
+                                "messages": [{"role": "user", "content": f"ping {k}"}]}}))
+                try:
+                    finished = await single.recv_until(ws, "turn_finished", request_id=rid)
+                except (TimeoutError, OSError):
+                    failed += 1
+                    return
+                if finished["stop_reason"] != "end_turn":
+                    failed += 1
+                    return
+                latencies.append(time.perf_counter() - due)
+
+        sampler = asyncio.ensure_future(sample())
+        tasks = []
+        t0 = time.perf_counter()
+        for k in range(int(rate * seconds)):
+            due = t0 + k / rate
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            if opened[k % n][2].locked():
+                busy += 1
+                continue
+            tasks.append(asyncio.ensure_future(turn(k, due)))
+        await asyncio.gather(*tasks)
+        wall = time.perf_counter() - t0
+        stop.set()
+        await sampler
+    return latencies, wall, busy, samples, failed
+
+
+def run_open(cluster: str, workers: int, n: int, rate: float, seconds: float, delay_ms: int,
+             soak: bool) -> None:
+    url = database(cluster)
+    fake, fake_url = single.start_fake(delay_ms, 0, int(rate * seconds) + n + 10)
+    procs: list[subprocess.Popen[str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("TETHER_", "ANTHROPIC_", "OPENAI_"))}
+        env.update(TETHER_HOME=str(Path(tmp) / "home"), ANTHROPIC_BASE_URL=fake_url,
+                   ANTHROPIC_API_KEY="bench", TETHER_CRON="0")
+        try:
+            for _ in range(workers):
+                procs.append(subprocess.Popen(
+                    [single.TETHER, "server", "--listen", "ws://127.0.0.1:0", "--store", url,
+                     "--max-connections-per-ip", str(2 * n + 16), "--max-queue", "64"],
+                    env=env, cwd=tmp, stdout=subprocess.PIPE, text=True))
+            urls = [p.stdout.readline().strip() for p in procs]  # type: ignore[union-attr]
+            latencies, wall, busy, samples, failed = asyncio.run(
+                open_loop(urls, tmp, n, rate, seconds, [p.pid for p in procs]))
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+                    p.wait(timeout=60)
+            fake.terminate()
+            fake.wait(timeout=10)
+    settled = states(url)
+    over = [x - delay_ms / 1000 for x in latencies]
+    print(f"{workers} worker(s) open loop {rate:g} turns/s for {seconds:g} s over {n}"
+          f" conversations: {len(latencies)} turns ({len(latencies) / wall:.1f}/s)"
+          f"   overhead p50 {single.pct(over, 0.5):7.1f} ms   p99 {single.pct(over, 0.99):7.1f} ms"
+          f"   max {max(over) * 1000:7.1f} ms   busy {busy} failed {failed}   inputs {settled}")
+    for i, rss in enumerate(samples):
+        if not rss:
+            continue
+        base = rss[min(1, len(rss) - 1)]  # after the first sample: the runtimes are built
+        flat = rss[-1] <= base * FLAT_BOUND[0] + FLAT_BOUND[1]
+        verdict = ("flat" if flat else "GREW") if soak else ""
+        print(f"  worker {i + 1} RSS MB: first {rss[0]:.1f} after warm-up {base:.1f}"
+              f" last {rss[-1]:.1f} max {max(rss):.1f} ({len(rss)} samples) {verdict}")
+
+
 def run_fleet(cluster: str, workers: int, n: int, turns: int, delay_ms: int) -> None:
     url = database(cluster)
     fake, fake_url = single.start_fake(delay_ms, 0, n * turns + 10)
@@ -113,7 +245,15 @@ def main() -> None:
     parser.add_argument("--delay", type=int, default=1000, help="ms per provider answer")
     parser.add_argument("--workers", default="1,2,4", help="fleet sizes, comma-separated")
     parser.add_argument("--store", help="a PostgreSQL cluster URL (default: a throwaway one)")
+    parser.add_argument("--rate", type=float, help="open loop: turns per second arriving")
+    parser.add_argument("--duration", type=float, default=30.0, help="open loop: seconds")
+    parser.add_argument("--soak", type=float, help="open loop of this many seconds at --rate, "
+                        "RSS of each worker checked flat")
     args = parser.parse_args()
+    if args.soak is not None and args.rate is None:
+        parser.error("--soak needs --rate (turns per second)")
+    if args.rate is not None and (args.rate <= 0 or (args.soak or args.duration) <= 0):
+        parser.error("--rate, --duration and --soak must be > 0")
     sizes = [int(w) for w in args.workers.split(",")]
     if min([args.conversations, args.turns, *sizes]) < 1:
         parser.error("--conversations, --turns and --workers must be >= 1")
@@ -126,7 +266,11 @@ def main() -> None:
     load = os.getloadavg()
     try:
         for workers in sizes:
-            run_fleet(cluster, workers, args.conversations, args.turns, args.delay)
+            if args.rate is None:
+                run_fleet(cluster, workers, args.conversations, args.turns, args.delay)
+            else:
+                run_open(cluster, workers, args.conversations, args.rate,
+                         args.soak or args.duration, args.delay, args.soak is not None)
     finally:
         if started is not None:
             folder = parse_qs(urlsplit(cluster).query)["host"][0]
