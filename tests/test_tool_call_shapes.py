@@ -29,7 +29,6 @@ ALLOWED_SHAPES = {
     ("providers/anthropic.py", "_ToolBlock"): "an Anthropic tool_use block being streamed",
     ("providers/openai_chat.py", "_Call"): "an OpenAI chat tool call being streamed",
     ("testing/fake_dialects.py", "PlannedCall"): "the fake provider's script (the server side)",
-    ("backends/api/events.py", "ServerToolCall"): "a Letta server's own tool call: shown only",
     ("tui/widgets.py", "ToolBlock"): "a Textual widget showing one call",
 }
 # The fake Gemini server decodes its script's argument text to speak Gemini's wire.

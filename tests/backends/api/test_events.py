@@ -67,7 +67,7 @@ def test_server_tools_are_shown_as_the_servers_and_echoes_of_client_answers_are_
     calls = [c for c in chunks if isinstance(c, ServerToolCall)]
     returns = [c for c in chunks if isinstance(c, ServerToolReturn)]
     assert [(c.tool_call_id, c.name) for c in calls] == [("call_mem1", "memory_insert")]
-    assert json.loads(calls[0].arguments)["label"] == "persona"
+    assert calls[0].call.arguments["label"] == "persona"
     assert [(r.tool_call_id, r.name, r.status) for r in returns] == [("call_mem1", "memory_insert", "error")]
     wire = calls[0].to_wire()
     assert wire["message_type"] == "tool_call_message" and wire["server_side"] is True

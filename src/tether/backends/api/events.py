@@ -43,15 +43,21 @@ _DROPPED = frozenset(
 class ServerToolCall:
     """A tool the Letta server runs itself (`tool_call_message`); tether only shows it."""
 
-    tool_call_id: str
-    name: str
-    arguments: str
+    call: ToolCall
     run_id: str | None = None
     date: str = field(default_factory=iso_now)
     message_type: Literal["tool_call_message"] = "tool_call_message"
 
+    @property
+    def tool_call_id(self) -> str:
+        return self.call.id
+
+    @property
+    def name(self) -> str:
+        return self.call.name
+
     def to_wire(self) -> dict[str, Any]:
-        call = {"name": self.name, "arguments": self.arguments, "tool_call_id": self.tool_call_id}
+        call = {"name": self.call.name, "arguments": self.call.text, "tool_call_id": self.call.id}
         out: dict[str, Any] = {"message_type": self.message_type, "date": self.date,
                                "id": f"server-call-{self.tool_call_id}", "tool_call": call,
                                "tool_calls": [call], "server_side": True,
@@ -171,7 +177,7 @@ class EventMapper:
         out: list[Chunk] = []
         for call_id, call in self._server_calls.items():
             self._server_names[call_id] = call.name
-            out.append(cast(Chunk, ServerToolCall(call_id, call.name, call.arguments or "{}", self.run_id)))
+            out.append(cast(Chunk, ServerToolCall(ToolCall.parse(call_id, call.name, call.arguments or "{}"), self.run_id)))
         self._server_calls.clear()
         return out
 
