@@ -95,7 +95,7 @@ def test_the_frame_types_are_read_from_both_serialisers() -> None:
             "control_response", "retry"} <= types["stream-json"]
     assert {"runtime_start_response", "stream_delta", "turn_finished", "update_device_status",
             "update_loop_status", "update_queue", "control_request", "input_accepted",
-            "external_tool_call_request", "cron_trigger_response", "crons_updated",
+            "external_tool_call_request", "crons_updated",
             "app_server_info_response", "error"} <= types["protocol v2"]
     assert {"can_use_tool", "execute_external_tool"} <= _request_subtypes()
 

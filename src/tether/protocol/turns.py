@@ -17,7 +17,6 @@ class ConversationRef:
     conversation_id: str  # "default" = the agent's primary history
 
 
-ApprovalResult = ToolReturn  # the old name, still imported by runtime/prepared.py
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from tether.protocol.messages import UserMessage
 from tether.protocol.turns import LocalToolReturn
 
 if TYPE_CHECKING:
-    from tether.protocol.turns import ApprovalResult
+    from tether.protocol.tool_calls import ToolReturn
     from tether.runtime.prepared import Prepared
 
 
@@ -56,7 +56,7 @@ class Conversation:
 
         p = self.p
         self.store_unavailable = None
-        results: dict[str, ApprovalResult] = {}
+        results: dict[str, ToolReturn] = {}
 
         def emit_and_note(event: Event) -> None:
             if isinstance(event, LocalToolReturn):

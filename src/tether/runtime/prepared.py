@@ -18,7 +18,8 @@ from tether.core.services import Services
 from tether.core.tools import ToolContext, ToolContextStore, ToolRegistry, ToolRunContext
 from tether.core.turn import Approver, Event, TurnDeps
 from tether.protocol.messages import TextPart, UserMessage
-from tether.protocol.turns import ApprovalResult, ConversationRef, LocalToolReturn
+from tether.protocol.tool_calls import ToolReturn
+from tether.protocol.turns import ConversationRef, LocalToolReturn
 from tether.runtime.permission_policy import PermissionPolicy, build_policy
 from tether.runtime.session import Session
 from tether.runtime.settings import Settings
@@ -142,7 +143,7 @@ class Prepared:
             transcript.append(results)
         if emit is not None:
             for r in recovered:
-                emit(LocalToolReturn(ApprovalResult(r.tool_call_id, r.tool_name, r.output, r.is_error)))
+                emit(LocalToolReturn(ToolReturn(r.tool_call_id, r.tool_name, r.output, r.is_error)))
         return recovered
 
     def begin_turn(self, user: UserMessage, emit: Callable[[Event], None] | None = None) -> UserMessage:

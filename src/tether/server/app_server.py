@@ -402,14 +402,6 @@ class AppServer:
 
             self._hold(answer(self, conn, frame))
             return
-        if isinstance(frame, protocol_v2.CronTrigger):
-            if self.cron is None:
-                raise FrameError(
-                    "this server runs no scheduler (started with TETHER_CRON=0)",
-                    request_id=frame.request_id, frame_type="cron_trigger",
-                )
-            self._hold(asyncio.ensure_future(self.cron.trigger(conn, frame)))
-            return
         if isinstance(frame, ExternalToolCallResponse):
             problem = self.external.answer(frame)
             if problem is not None:

@@ -17,18 +17,16 @@ import sys
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from tether.errors import NotFound, TetherError
+from tether.errors import TetherError
 from tether.protocol.messages import TextPart, UserMessage
 from tether.runtime.cron.delivery import FireFinished
 from tether.runtime.cron.scheduler import Scheduler, SubmitResult, clock_from_env, hold_from_env
 from tether.runtime.cron.store import CronStore
-from tether.server.auth import FULL_GRANT, Grant
-from tether.server.protocol_v2 import CreateMessage, CronTrigger, NewMessage, RuntimeStart
+from tether.server.auth import FULL_GRANT
+from tether.server.protocol_v2 import CreateMessage, NewMessage, RuntimeStart
 from tether.server.runtime_start import start_runtime
 from tether.server.v2_frames import (
     TurnFinished,
-    cron_trigger_failed,
-    cron_trigger_response,
     crons_updated,
 )
 
@@ -170,20 +168,6 @@ class CronService:
         for conn in list(self.server.connections):
             conn.send_frame(frame)
 
-    async def trigger(self, conn: Any, frame: CronTrigger) -> None:
-        """Answer a client's `cron_trigger`; a scoped token reaches only its own agents' tasks,
-        and learns nothing about any other task (the same answer as for an unknown id)."""
-        try:
-            record = None
-            if _may_trigger(self.store, conn.grant, frame.task_id):
-                record = await self.scheduler.trigger_now(frame.task_id)
-            if record is None:
-                raise NotFound(f"no active scheduled task {frame.task_id!r} on this server")
-        except TetherError as exc:
-            conn.send_frame(cron_trigger_failed(frame.request_id, frame.task_id, str(exc)))
-            return
-        conn.send_frame(cron_trigger_response(frame.request_id, frame.task_id, record))
-
 
 def _schedule_store(server: AppServer) -> tuple[CronStore, str | None]:
     """The local store's cron.db, or with `--store` the fleet's (`runtime/cron/fleet.py`: the
@@ -199,11 +183,3 @@ def _schedule_store(server: AppServer) -> tuple[CronStore, str | None]:
     return FleetCronStore(home, CronFires(session)), str(session.worker)
 
 
-def _may_trigger(store: CronStore, grant: Grant, task_id: str) -> bool:
-    try:
-        task = store.get(task_id)
-    except NotFound:
-        return False
-    conversation = task["conversation_id"]
-    named = None if conversation == "new" else conversation
-    return grant.refusal(task["agent_id"], named, create_conversation=conversation == "new") is None

@@ -126,15 +126,6 @@ class Sync:
     runtime: RuntimeScope
 
 
-@dataclass(frozen=True, slots=True)
-class CronTrigger:
-    """Run a scheduled task now: the shape `cron_bridge.CronService.trigger` takes. The wire's
-    `cron_trigger` is answered through the request table (`requests_cron.cron_trigger`)."""
-
-    request_id: str
-    task_id: str
-
-
 ClientFrame = (
     AppServerInfo
     | RuntimeStart
@@ -143,7 +134,6 @@ ClientFrame = (
     | ChangeDeviceState
     | AbortMessage
     | Sync
-    | CronTrigger
     | ExternalToolCallResponse
     | ExternalToolsUpdate
     | RequestFrame

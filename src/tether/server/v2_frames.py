@@ -316,35 +316,6 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def cron_trigger_failed(request_id: str, task_id: str, error: str) -> dict[str, Any]:
-    return {
-        "type": "cron_trigger_response",
-        "request_id": request_id,
-        "task_id": task_id,
-        "success": False,
-        "error": error,
-    }
-
-
-def cron_trigger_response(
-    request_id: str, task_id: str, record: Mapping[str, Any]
-) -> dict[str, Any]:
-    """The scheduler's record of the fire (`trigger_now`): queued, or why not."""
-    frame: dict[str, Any] = {
-        "type": "cron_trigger_response",
-        "request_id": request_id,
-        "task_id": task_id,
-        "success": record["outcome"] == "queued",
-        "outcome": record["outcome"],
-        "reason": record["reason"],
-        "conversation_id": record.get("conversationId"),
-        "queue_item_id": record.get("queueItemId"),
-    }
-    if record.get("error"):
-        frame["error"] = record["error"]
-    return frame
-
-
 # --- one runtime's frames ---------------------------------------------------------------------
 
 
