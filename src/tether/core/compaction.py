@@ -23,7 +23,6 @@ from tether.protocol.messages import (
     ThinkingPart,
     ToolResultMessage,
     UserMessage,
-    message_to_dict,
 )
 from tether.protocol.tool_calls import ToolCall
 
@@ -232,7 +231,3 @@ def summary_text(summary: str, stats: dict[str, object], time: str) -> str:
     return orjson.dumps(
         {"type": "system_alert", "message": note, "time": time, "compaction_stats": stats}
     ).decode()
-
-
-def messages_json(messages: Sequence[Message]) -> str:
-    return orjson.dumps([message_to_dict(m) for m in messages]).decode()

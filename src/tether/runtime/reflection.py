@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 TRIGGERS = ("off", "step-count", "compaction-event")
 DEFAULT_TRIGGER = "compaction-event"
 DEFAULT_STEP_COUNT = 25
-RESULTS = ("no_changes", "dirty_uncommitted", "failed", "parent_dirty", "merged", "merge_conflict")
 SUCCESSFUL = frozenset({"merged", "no_changes"})
 EXCERPT_CHARS = 24_000
 CHILD_TIMEOUT_S = 600.0
@@ -195,7 +194,6 @@ def last_compaction_id(entries: Sequence[Mapping[str, Any]]) -> str | None:
         if entry.get("type") == "compaction" and isinstance(entry.get("id"), str):
             return str(entry["id"])
     return None
-
 
 
 # --- the post-turn trigger ----------------------------------------------------------------------

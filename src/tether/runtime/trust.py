@@ -74,10 +74,6 @@ def manifest_digest(manifest: Manifest) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def folder_digest(folder: Path) -> str:
-    return manifest_digest(folder_manifest(folder))
-
-
 def _walk(root: str, name: str) -> Iterator[tuple[str, str]]:
     """(name, path) of the files under `root` as a loader sees them: symlinked directories
     followed (each real directory once, so a link loop ends), `__pycache__` skipped, in a

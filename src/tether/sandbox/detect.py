@@ -43,7 +43,6 @@ from tether.sandbox.seatbelt import SANDBOX_EXEC, render_seatbelt
 from tether.sandbox.seccomp import SUPPORTED_MACHINES, seccomp_fd, seccomp_program
 
 Backend = Literal["bwrap", "landlock", "seatbelt"]
-BackendChoice = Literal["auto", "bwrap", "landlock"]
 BACKEND_CHOICES: tuple[str, ...] = ("auto", "bwrap", "landlock")
 BACKEND_ENV = "TETHER_SANDBOX_BACKEND"
 

@@ -23,8 +23,6 @@ from tether.server.auth import Grant, Rejection
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # `tether.fleet` events that move work from one worker to another
 FLEET_MOVES = ("lease_taken", "inputs_claimed", "scheduler_lease_taken", "fire_taken_over")
-OPEN_PATHS = ("/healthz", "/readyz")  # answered without a credential
-METRICS_PATH = "/metrics"
 METRICS_SCOPED = "/metrics needs an unscoped token: it reports on the whole server"
 
 

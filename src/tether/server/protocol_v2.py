@@ -33,18 +33,6 @@ from tether.server.frame_reader import (
 )
 from tether.server.request_kit import RequestFrame
 
-LOOP_STATUSES = (
-    "SENDING_API_REQUEST",
-    "WAITING_FOR_API_RESPONSE",
-    "RETRYING_API_REQUEST",
-    "PROCESSING_API_RESPONSE",
-    "EXECUTING_CLIENT_SIDE_TOOL",
-    "EXECUTING_COMMAND",
-    "WAITING_ON_APPROVAL",
-    "WAITING_ON_INPUT",
-)
-
-
 # --- client → server ------------------------------------------------------------------------
 
 

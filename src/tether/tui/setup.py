@@ -10,7 +10,6 @@ to `tether connect bedrock`.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 
 from textual.app import App, ComposeResult
@@ -19,15 +18,6 @@ from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 SKIPPED = ("bedrock",)  # needs an access key, a secret and a region: `tether connect bedrock`
-
-
-def needs_setup(model: str | None, home: Path, env: Mapping[str, str]) -> bool:
-    """No --model and no provider configured: the headless run would exit 1 here."""
-    if model is not None:
-        return False
-    from tether.providers.catalog import default_handle
-
-    return default_handle(home, env) is None
 
 
 def providers() -> list[tuple[str, str, bool]]:

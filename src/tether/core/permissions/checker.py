@@ -96,10 +96,6 @@ class RuleSet:
                        (*self.session_allow, rule), self.allow, self.ask)
 
 
-def _no_hazard(_: Path) -> str | None:
-    return None
-
-
 @dataclass(frozen=True, slots=True)
 class Scope:
     """Where the session may work: resolved roots (cwd first), home, and how to read the disk."""

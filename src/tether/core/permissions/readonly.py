@@ -189,8 +189,6 @@ def _jq(parsed: Parsed, args: Sequence[str | None]) -> ReadOnly | None:
 _Entry = tuple[Grammar, _Judge]
 _G = Grammar
 
-_GIT_WRITES_OUTPUT = ("--output", "--ext-diff", "--exec", "--upload-pack", "--receive-pack",
-                      "-O", "--open-files-in-pager", "--paginate", "-p")
 COMMANDS: dict[str, _Entry] = {
     "cat": (_G("AbeEnstTuv", "show-all number-nonblank show-ends number squeeze-blank show-tabs "
                              "show-nonprinting help version"), _simple(_PLAIN)),

@@ -19,8 +19,6 @@ import orjson
 
 from tether.runtime.mods.engine import Diagnostic, ModSpec
 
-LOAD_PHASES = ("import", "activate", "event")  # "report" is the mod speaking, not failing
-
 
 def record_path(home: Path) -> Path:
     return home / "state" / "mod-loads.json"
