@@ -12,7 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.backends.local.store import LocalStore
+from tether.backends.store_api import ConversationStore
 from tether.core.permissions.rules import parse_rule
 from tether.core.services import Services
 from tether.core.tools import ToolContext, ToolContextStore, ToolRegistry, ToolRunContext
@@ -41,7 +41,7 @@ class Prepared:
     flags: RunFlags
     env: dict[str, str]
     cwd: Path
-    store: LocalStore
+    store: ConversationStore
     session: Session
     backend: LocalBackend | ApiBackend  # the Letta API server's for a cloud run (--backend cloud)
     registry: ToolRegistry

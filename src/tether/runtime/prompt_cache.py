@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
     from tether.backends.local.backend import LocalBackend
     from tether.backends.local.records import AgentRecord
-    from tether.backends.local.store import LocalStore
+    from tether.backends.store_api import ConversationStore
     from tether.core.services import Services
     from tether.core.tools import ToolRegistry
     from tether.memory.memfs import MemFS
@@ -356,7 +356,7 @@ def attach_memory(
     *,
     registry: ToolRegistry,
     backend: LocalBackend,
-    store: LocalStore,
+    store: ConversationStore,
     agent: AgentRecord,
     cwd: Path,
     trusted: bool,

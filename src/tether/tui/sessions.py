@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tether.backends.local.store import LocalStore
+from tether.backends.store_api import ConversationStore
 from tether.protocol.messages import Message, TextPart, UserMessage
 from tether.runtime.flags import RunFlags
 from tether.runtime.prepared import Prepared
@@ -25,11 +26,11 @@ class ConversationSummary:
     modified: float  # messages.jsonl mtime (0: never written)
 
 
-def _transcript_path(store: LocalStore, agent_id: str, conversation_id: str) -> Path:
+def _transcript_path(store: ConversationStore, agent_id: str, conversation_id: str) -> Path:
     return store.conversation_dir(agent_id, conversation_id) / "messages.jsonl"
 
 
-def summarize(store: LocalStore, agent_id: str) -> list[ConversationSummary]:
+def summarize(store: ConversationStore, agent_id: str) -> list[ConversationSummary]:
     """This agent's conversations, most recently written first; reading never creates files."""
     out: list[ConversationSummary] = []
     for record in store.list_conversations(agent_id):

@@ -26,8 +26,8 @@ from tether.backends.local.compaction import (
     Compactor,
     is_overflow,
 )
-from tether.backends.local.store import LocalStore
-from tether.backends.local.transcript import Transcript, settle_orphaned_tool_calls
+from tether.backends.local.transcript import settle_orphaned_tool_calls
+from tether.backends.store_api import ConversationStore, TranscriptLog
 from tether.core import compaction as plan
 from tether.core.prompt import compile_system_prompt
 from tether.core.tools import ToolContext
@@ -72,7 +72,7 @@ class CompactionEvents(Protocol):
 class LocalBackend:
     def __init__(
         self,
-        store: LocalStore,
+        store: ConversationStore,
         provider: Provider,
         *,
         provider_name: str,
@@ -114,7 +114,7 @@ class LocalBackend:
         )
 
     async def _run_compaction(
-        self, transcript: Transcript, history: list[Message], trigger: plan.Trigger,
+        self, transcript: TranscriptLog, history: list[Message], trigger: plan.Trigger,
         window: int, system: str, tools_json: str,
     ) -> Compacted:
         events = self.compaction_events
@@ -129,7 +129,7 @@ class LocalBackend:
         return done
 
     async def _compact(
-        self, transcript: Transcript, history: list[Message], trigger: plan.Trigger,
+        self, transcript: TranscriptLog, history: list[Message], trigger: plan.Trigger,
         system: str, tools_json: str, run_id: str,
     ) -> AsyncIterator[Chunk]:
         assert self.context_window is not None
@@ -140,7 +140,7 @@ class LocalBackend:
         yield SummaryMessage(done.summary, done.summary_message.id, run_id)
 
     def _settle(
-        self, conversation: ConversationRef, transcript: Transcript, history: list[Message]
+        self, conversation: ConversationRef, transcript: TranscriptLog, history: list[Message]
     ) -> list[Message]:
         """`settle` over only what was added since the history was last found settled: a
         settled prefix stays settled (results only ever follow their calls, and a compaction
@@ -159,7 +159,7 @@ class LocalBackend:
             self._settled[key] = (len(history), history[-1].id)
         return history
 
-    def _transcript(self, conversation: ConversationRef) -> Transcript:
+    def _transcript(self, conversation: ConversationRef) -> TranscriptLog:
         return self.store.transcript(conversation.agent_id, conversation.conversation_id)
 
     async def record(self, conversation: ConversationRef, turn_input: TurnInput) -> None:
@@ -278,7 +278,7 @@ class LocalBackend:
         await append_durably(transcript, [assistant])
 
 
-async def append_durably(transcript: Transcript, messages: Sequence[Message]) -> None:
+async def append_durably(transcript: TranscriptLog, messages: Sequence[Message]) -> None:
     """`transcript.append` (written and fsynced before this returns, as before) in a worker
     thread: an fsync blocks for 0.3-2 ms, and on the event loop it stalled every other
     conversation of an App Server with it (half the loop's time at 200 conversations). The
@@ -302,7 +302,7 @@ def _tools_json(tools: Sequence[ToolSpec]) -> str:
     return orjson.dumps([[t.name, t.description, t.parameters] for t in tools]).decode()
 
 
-def settle(transcript: Transcript, history: list[Message], start: int = 0) -> list[Message]:
+def settle(transcript: TranscriptLog, history: list[Message], start: int = 0) -> list[Message]:
     """§4.4 step 1: close what an earlier, interrupted turn left open, durably. Calls before
     `start` are known answered (`history[:start]` was settled), so only the rest is walked."""
     tail = history[start:] if start else history
