@@ -79,8 +79,12 @@ class FleetLeases:
         """`holds`, with the lease taken in a worker thread, off the event loop."""
         if conversation in self.held:
             return True
+        def take() -> tuple[Any, list[Any] | None]:
+            lease = self.leases.acquire(conversation)
+            return lease, (None if lease is None else self._left(conversation))
+
         try:
-            lease = await asyncio.to_thread(self.leases.acquire, conversation)
+            lease, left = await asyncio.to_thread(take)
         except TetherError as exc:
             sys.stderr.write(f"tether: {conversation}: cannot take its lease: {exc}\n")
             return False
@@ -89,8 +93,8 @@ class FleetLeases:
         if conversation in self.held:  # taken meanwhile by another input's await
             return True
         self._keep(lease)
-        if self.server is not None:
-            asyncio.get_running_loop().call_soon(self._adopt, conversation, lease)
+        if self.server is not None and left is not None:
+            asyncio.get_running_loop().call_soon(self._adopt, conversation, lease, left)
         return True
 
     def _keep(self, lease: Any) -> None:

@@ -282,18 +282,28 @@ class ConversationRuntime:
 
     async def enqueue(self, command: CreateMessage, source: str = "user") -> InputAnswer:
         """`submit` for clients (websocket, OpenAI bridge): the commit runs in the queue's
-        writer thread, one fsync for every input that arrived meanwhile."""
-        item = self._new_input(command, source)
+        writer thread, one fsync for every input that arrived meanwhile. In a fleet the
+        idempotency key is looked up in the store off the event loop."""
+        key = command.idempotency_key
+        if self.ctx.fleet is not None and key is not None:
+            known = await asyncio.to_thread(
+                durable_inputs.repeated, self, key, durable=command.key_given
+            )
+            if known is not None:
+                return known
+        item = self._new_input(command, source, key_checked=self.ctx.fleet is not None)
         if isinstance(item, InputAnswer):
             return item
         held = await self._claim_async(item)
         refusal = await durable_inputs.record_grouped(self, item, self._disposition())
         return self._queued(item, refusal, held)
 
-    def _new_input(self, command: CreateMessage, source: str) -> QueuedInput | InputAnswer:
+    def _new_input(
+        self, command: CreateMessage, source: str, key_checked: bool = False
+    ) -> QueuedInput | InputAnswer:
         """The queue item for `command`, or the answer without one (a repeat, no room)."""
         key = command.idempotency_key
-        if key is not None and (
+        if key is not None and not key_checked and (
             known := durable_inputs.repeated(self, key, durable=command.key_given)
         ) is not None:
             return known
