@@ -1,11 +1,12 @@
 """The PostgreSQL store for a fleet of App Servers (issue 31): one database shared by N
-processes. `connection.py` the conninfo, sessions and errors; `schema.py` versioned migrations;
+processes. `connection.py` the conninfo, sessions (a presence connection and a small pool) and errors; `schema.py` versioned migrations;
 `presence.py` which workers are alive (their database session, not a clock); `input_queue.py`
 `PgInputQueue`, the runtime's `InputQueue` on PostgreSQL; `leases.py` conversation leases with
 fencing tokens and the fenced writes (inputs taken, marked, transcript rows appended);
 `keeper.py` a lease renewed while a turn runs; `checkpoints.py` effect checkpoints with the
 runtime `CheckpointStore`'s methods; `fires.py` a schedule's due time fired once across the
-fleet; `notify.py` LISTEN/NOTIFY, an enqueued input waking its conversation's owner;
+fleet; `notify.py` LISTEN/NOTIFY, an enqueued input waking its conversation's owner (and turn events,
+commands); `events.py` turn frames and commands between workers (`fleet_events`, `fleet_commands`);
 `health.py` what /healthz, /readyz and /metrics say about the database; `agents.py`
 `PgConversationStore`, agents and conversations as rows (`backends/store_api.py`'s interface);
 `transcripts.py` `PgTranscript`, a transcript as ordered rows, appends fenced by the lease
