@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from tether.runtime.sandboxing import confinement_sandbox  # noqa: E402
+from tether.runtime.policy.sandboxing import confinement_sandbox  # noqa: E402
 
 TARGET_MS = 15.0
 

@@ -38,8 +38,8 @@ from tether.protocol.messages import (  # noqa: E402
     message_to_dict,
 )
 from tether.protocol.turns import ConversationRef  # noqa: E402
-from tether.runtime.prompt_cache import SystemPrompt  # noqa: E402
-from tether.runtime.skills import SOURCES, discover_skills  # noqa: E402
+from tether.runtime.extensions.skills import SOURCES, discover_skills  # noqa: E402
+from tether.runtime.session.prompt_cache import SystemPrompt  # noqa: E402
 from tether.tools.memory import apply_memory_command  # noqa: E402
 
 AGENT = "agent-local-bench"

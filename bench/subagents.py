@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from tether.runtime.subagents import ParentScope, Subagents, discover_types  # noqa: E402
+from tether.runtime.agents.subagents import ParentScope, Subagents, discover_types  # noqa: E402
 from tether.testing.fake_provider import FakeProvider  # noqa: E402
 
 MODEL = "anthropic/claude-test"

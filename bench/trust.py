@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from tether.runtime.trust import TrustStore  # noqa: E402
+from tether.runtime.policy.trust import TrustStore  # noqa: E402
 
 
 def main() -> None:

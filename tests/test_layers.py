@@ -177,7 +177,7 @@ def test_the_parser_sees_lazy_and_type_checking_imports(tmp_path: Path) -> None:
     found = edges()
     # cli/main.py imports its run paths inside functions; assembly names hooks under TYPE_CHECKING
     assert ("tether.cli.main", "tether.cli.headless") in found
-    assert ("tether.runtime.assembly", "tether.runtime.hooks") in found
+    assert ("tether.runtime.session.assembly", "tether.runtime.extensions.hooks") in found
 
 
 def test_no_import_goes_up_or_sideways_beyond_the_allowed_list() -> None:

@@ -27,9 +27,9 @@ from tether.channels.journal import Journal
 from tether.channels.plugins import InboundMessage
 from tether.errors import DiskFull
 from tether.protocol.tool_calls import ToolCall
-from tether.runtime.checkpoints import CheckpointStore
 from tether.runtime.cron.store import CronStore
-from tether.runtime.input_queue import SqliteInputQueue, StoredInput, StoredMessage, Workspace
+from tether.runtime.turns.checkpoints import CheckpointStore
+from tether.runtime.turns.input_queue import SqliteInputQueue, StoredInput, StoredMessage, Workspace
 from tether.testing.fake_provider import FakeProvider
 
 MODEL = "anthropic/claude-test"

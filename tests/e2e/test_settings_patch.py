@@ -408,7 +408,7 @@ def test_remote_agent_is_read_and_patched_by_base_url(api: str) -> None:
 
 
 def test_the_skill_is_discovered_as_bundled(tmp_path: Path) -> None:
-    from tether.runtime.skills import discover_skills
+    from tether.runtime.extensions.skills import discover_skills
 
     catalog = discover_skills(
         home=tmp_path, cwd=tmp_path, sources=frozenset({"bundled"}), project_trusted=False

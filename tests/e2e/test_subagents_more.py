@@ -20,7 +20,7 @@ import pytest
 from tests.e2e.support import TETHER, run_tether, tether_env
 from tests.e2e.test_headless import _alive
 from tests.requirements import need_bwrap
-from tether.runtime.subagents import MAX_RUNNING, ParentScope, Subagents, SubagentType
+from tether.runtime.agents.subagents import MAX_RUNNING, ParentScope, Subagents, SubagentType
 from tether.testing.fake_provider import FakeProvider
 
 MODEL = "anthropic/claude-test"

@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 
 from tether.backends.postgres.input_queue import RowCodec
-from tether.runtime import input_queue as iq
-from tether.runtime.input_queue import StoredInput, StoredMessage, Workspace
+from tether.runtime.turns import input_queue as iq
+from tether.runtime.turns.input_queue import StoredInput, StoredMessage, Workspace
 
 # The runtime's own body encoding, so a row either queue wrote decodes to the same StoredInput.
 CODEC: RowCodec[StoredInput] = RowCodec(

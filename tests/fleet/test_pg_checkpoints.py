@@ -18,7 +18,7 @@ from tether.core.permissions import Decision
 from tether.core.tools import Effect
 from tether.protocol.messages import AssistantMessage, TextPart, UserMessage
 from tether.protocol.tool_calls import ToolCall, ToolReturn
-from tether.runtime.checkpoints import (
+from tether.runtime.turns.checkpoints import (
     UNKNOWN_OUTCOME,
     AlreadyCheckpointed,
     Checkpoint,

@@ -14,7 +14,7 @@ import pytest
 
 from tests.fleet.support import CODEC, item
 from tether.backends.postgres.input_queue import PgInputQueue
-from tether.runtime.input_queue import InputQueue, SqliteInputQueue, StoredInput, Workspace
+from tether.runtime.turns.input_queue import InputQueue, SqliteInputQueue, StoredInput, Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 MakeQueue = Callable[[str], Any]

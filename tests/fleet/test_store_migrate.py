@@ -11,14 +11,14 @@ import pytest
 
 from tests.fleet.support import CODEC, item
 from tether.protocol.tool_calls import ToolCall, ToolReturn
-from tether.runtime.checkpoints import (
+from tether.runtime.turns.checkpoints import (
     UNKNOWN_OUTCOME,
     AlreadyCheckpointed,
     Checkpoint,
     CheckpointConflict,
     CheckpointStore,
 )
-from tether.runtime.input_queue import SqliteInputQueue
+from tether.runtime.turns.input_queue import SqliteInputQueue
 
 CONV = "agent-1/conv-1"
 

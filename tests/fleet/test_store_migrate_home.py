@@ -18,9 +18,9 @@ from tests.e2e.support import TETHER, Run, run_tether, tether_env
 from tests.fleet.support import item
 from tether.channels.journal import Journal
 from tether.protocol.tool_calls import ToolCall
-from tether.runtime.checkpoints import CheckpointStore
 from tether.runtime.cron.store import CronStore
-from tether.runtime.input_queue import SqliteInputQueue
+from tether.runtime.turns.checkpoints import CheckpointStore
+from tether.runtime.turns.input_queue import SqliteInputQueue
 from tether.testing.fake_provider import FakeProvider
 
 MODEL = "anthropic/claude-test"

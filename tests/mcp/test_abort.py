@@ -140,7 +140,7 @@ def test_a_server_timeout_is_read_in_milliseconds() -> None:
 
 
 def test_the_setting_is_validated_and_held_to_trust(tmp_path: Path) -> None:
-    from tether.runtime.settings import load_settings
+    from tether.runtime.session.settings import load_settings
 
     home, cwd = tmp_path / "tether-home", tmp_path / "project"
     (cwd / ".tether").mkdir(parents=True)

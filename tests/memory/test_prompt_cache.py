@@ -10,7 +10,8 @@ import pytest
 
 from tether.memory.memfs import MemFS
 from tether.protocol.turns import ConversationRef
-from tether.runtime.prompt_cache import (
+from tether.runtime.extensions.skills import SOURCES, SkillCatalog, discover_skills
+from tether.runtime.session.prompt_cache import (
     CACHE_FILE,
     RENDER_FILE,
     RENDER_VERSION,
@@ -18,7 +19,6 @@ from tether.runtime.prompt_cache import (
     project_trusted,
     read_project_instructions,
 )
-from tether.runtime.skills import SOURCES, SkillCatalog, discover_skills
 from tether.tools.memory import apply_memory_command
 
 from .support import AGENT, git, open_memfs
@@ -156,7 +156,7 @@ def test_project_instructions(tmp_path: Path) -> None:
 
 
 def test_project_trusted(tether_home: Path, tmp_path: Path) -> None:
-    from tether.runtime.trust import TrustStore
+    from tether.runtime.policy.trust import TrustStore
 
     assert project_trusted("trusted", False, tether_home, tmp_path)
     assert not project_trusted("changed", True, tether_home, tmp_path)

@@ -7,7 +7,12 @@ import pytest
 
 from tether.core.tools import Effect, ToolRunContext
 from tether.memory.memfs import MemFS
-from tether.runtime.skills import SOURCES, discover_skills, render_available, resolve_sources
+from tether.runtime.extensions.skills import (
+    SOURCES,
+    discover_skills,
+    render_available,
+    resolve_sources,
+)
 from tether.tools.skill import SkillTool
 
 from .support import git, open_memfs

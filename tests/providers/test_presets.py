@@ -18,7 +18,7 @@ from tether.providers.catalog import (
 from tether.providers.credentials import load_credentials, save_credential, save_custom_provider
 from tether.providers.discovery import DiscoveringChatProvider
 from tether.providers.openai_chat import OpenAIChatProvider
-from tether.runtime.mods.providers import is_mod_handle
+from tether.runtime.extensions.mods.providers import is_mod_handle
 from tether.testing.fake_provider import FakeProvider
 
 PRESET_TABLE = {

@@ -1,6 +1,6 @@
 """The same scripted turn through every frontend (one-shot headless, bidirectional stream-json,
 the TUI, the App Server) leaves the same transcript on disk and the same effect checkpoints:
-they all drive turns through `runtime/conversation.py` (issue 15).
+they all drive turns through `runtime/turns/conversation.py` (issue 15).
 
 The turn: one Write the user settings allow (runs, checkpointed) and one Write that needs
 approval, answered "no" (one-shot headless cannot ask, so every frontend denies; only the

@@ -1,5 +1,5 @@
-"""One way to run a turn (issue 15 item 2): only `runtime/conversation.py` calls the turn engine,
-only `runtime/inbox.py` calls `Conversation.turn` and makes a `Conversation`; every frontend
+"""One way to run a turn (issue 15 item 2): only `runtime/turns/conversation.py` calls the turn engine,
+only `runtime/turns/inbox.py` calls `Conversation.turn` and makes a `Conversation`; every frontend
 submits to an inbox. An AST scan of every module, so a new frontend cannot drift again."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import tether
 
 SRC = Path(tether.__file__).parent
-ENGINE = {"core/turn.py", "runtime/conversation.py"}  # where run_turn is defined and called
-DRIVER = "runtime/inbox.py"
+ENGINE = {"core/turn.py", "runtime/turns/conversation.py"}  # where run_turn is defined and called
+DRIVER = "runtime/turns/inbox.py"
 
 
 def calls(tree: ast.AST) -> list[tuple[str, int]]:
@@ -42,9 +42,9 @@ def test_only_the_inbox_drives_turns() -> None:
         for what, line in hits
         if not (what == "run_turn" and rel in ENGINE) and not (what != "run_turn" and rel == DRIVER)
     ]
-    assert not stray, "run a turn by submitting to runtime/inbox.py's Inbox:\n  " + "\n  ".join(stray)
+    assert not stray, "run a turn by submitting to runtime/turns/inbox.py's Inbox:\n  " + "\n  ".join(stray)
     # The scan sees what it must: the engine call and the inbox's.
-    assert "run_turn" in {w for w, _ in found["runtime/conversation.py"]}
+    assert "run_turn" in {w for w, _ in found["runtime/turns/conversation.py"]}
     assert {w for w, _ in found[DRIVER]} == {".turn", "Conversation"}
 
 

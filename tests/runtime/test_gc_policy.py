@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.server.support import Client, InProcess, point_at, released
-from tether.runtime import gc_policy
+from tether.runtime.session import gc_policy
 from tether.server.runtime import ConversationRuntime
 from tether.testing.fake_provider import FakeProvider
 

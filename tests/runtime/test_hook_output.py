@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tether.runtime.hook_output import HookOutputError, parse_hook_output
-from tether.runtime.hooks import command_result
+from tether.runtime.extensions.hook_output import HookOutputError, parse_hook_output
+from tether.runtime.extensions.hooks import command_result
 
 
 @pytest.mark.parametrize(

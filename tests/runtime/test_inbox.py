@@ -1,4 +1,4 @@
-"""The conversation inbox (`runtime/inbox.py`) over a real session against the fake provider:
+"""The conversation inbox (`runtime/turns/inbox.py`) over a real session against the fake provider:
 arrival order, one turn at a time, abort, the bound, close(), coalescing, and the turn lock
 that keeps a second process out."""
 
@@ -22,7 +22,7 @@ from tether.core.turn import ApprovalAnswer, Event, TurnOutcome
 from tether.errors import ConversationBusy, TetherError
 from tether.protocol.messages import TextPart
 from tether.protocol.turns import TurnError
-from tether.runtime.inbox import (
+from tether.runtime.turns.inbox import (
     Cancelled,
     Inbox,
     InboxClosed,
@@ -75,8 +75,8 @@ class Recorder:
 
 
 def session(root: Path, url: str) -> Any:
-    from tether.runtime.assembly import RunSpec, prepare
-    from tether.runtime.flags import RunFlags
+    from tether.runtime.session.assembly import RunSpec, prepare
+    from tether.runtime.session.flags import RunFlags
 
     work = root / "project"
     work.mkdir(exist_ok=True)

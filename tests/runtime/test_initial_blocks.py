@@ -9,8 +9,8 @@ import pytest
 
 from tether.errors import UsageError
 from tether.memory.memfs import MemFS
-from tether.runtime.initial_blocks import initial_blocks, write_initial_blocks
-from tether.runtime.prompt_cache import memory_render
+from tether.runtime.session.initial_blocks import initial_blocks, write_initial_blocks
+from tether.runtime.session.prompt_cache import memory_render
 
 
 def test_sdk_flags_become_committed_blocks_the_prompt_shows(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The durable input queue (`runtime/input_queue.py`): what is accepted is on disk with its key,
+"""The durable input queue (`runtime/turns/input_queue.py`): what is accepted is on disk with its key,
 states follow marks, and only a dead owner's unfinished inputs are claimed — once."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.runtime.input_queue import (
+from tether.runtime.turns.input_queue import (
     InputStoreUnavailable,
     SqliteInputQueue,
     StoredInput,
@@ -63,7 +63,7 @@ def test_a_killed_owners_unfinished_inputs_are_claimed_in_order(tmp_path: Path) 
     code = f"""
 import os
 from tests.runtime.test_input_queue import _item
-from tether.runtime.input_queue import SqliteInputQueue
+from tether.runtime.turns.input_queue import SqliteInputQueue
 q = SqliteInputQueue({str(db)!r}, "owner-dead")
 for n in range(1, 5):
     q.accept(_item(f"q-{{n}}"))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tether.runtime.instructions import instruction_files, read_project_instructions
-from tether.runtime.skills import frontmatter, parse_skill
+from tether.runtime.extensions.skills import frontmatter, parse_skill
+from tether.runtime.session.instructions import instruction_files, read_project_instructions
 
 
 def repo(tmp_path: Path) -> Path:
@@ -88,7 +88,7 @@ def test_skill_frontmatter_is_yaml(head: str, description: str) -> None:
 
 def test_flat_frontmatter_does_not_import_yaml() -> None:
     code = (
-        "import sys\nfrom tether.runtime.skills import frontmatter\n"
+        "import sys\nfrom tether.runtime.extensions.skills import frontmatter\n"
         "print(frontmatter('---\\nname: a\\ndescription: How: to do it\\n---\\nbody'))\n"
         "print('yaml' in sys.modules)\n"
     )
@@ -126,7 +126,7 @@ def test_the_real_script_sends_them_to_the_model(tmp_path: Path, tether_home: Pa
 
 
 def test_a_bundled_skill_with_files_is_loaded_with_its_folder(tmp_path: Path) -> None:
-    from tether.runtime.skills import discover_skills
+    from tether.runtime.extensions.skills import discover_skills
 
     catalog = discover_skills(home=tmp_path, cwd=tmp_path, sources=frozenset({"bundled"}),
                               project_trusted=False)

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tether.runtime.mods.installed import cache_path, installed_mod_entry_points
+from tether.runtime.extensions.mods.installed import cache_path, installed_mod_entry_points
 
 PROBE = textwrap.dedent("""
     import sys
@@ -22,7 +22,7 @@ PROBE = textwrap.dedent("""
 
     import orjson
 
-    from tether.runtime.mods.installed import installed_mod_entry_points
+    from tether.runtime.extensions.mods.installed import installed_mod_entry_points
 
     before = "importlib.metadata" in sys.modules
     found = installed_mod_entry_points(Path(sys.argv[1]))

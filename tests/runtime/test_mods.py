@@ -18,17 +18,17 @@ from tether.core.permissions import Decision
 from tether.core.tools import Effect, ToolContext, ToolRegistry, ToolResult
 from tether.protocol.messages import ImagePart, TextPart, UserMessage
 from tether.protocol.tool_calls import ToolCall, ToolReturn
-from tether.runtime.hooks import HookConfig, HookRunner, merge_hooks, parse_hooks
-from tether.runtime.mods import ModSession, combine_decision
-from tether.runtime.mods.api import ModApi, ModHost, capabilities_for
-from tether.runtime.mods.engine import (
+from tether.runtime.extensions.hooks import HookConfig, HookRunner, merge_hooks, parse_hooks
+from tether.runtime.extensions.mods import ModSession, combine_decision
+from tether.runtime.extensions.mods.api import ModApi, ModHost, capabilities_for
+from tether.runtime.extensions.mods.engine import (
     Diagnostic,
     ModEngine,
     discover,
     read_disabled,
     write_disabled,
 )
-from tether.runtime.turn_hooks import TurnHooks
+from tether.runtime.extensions.turn_hooks import TurnHooks
 
 
 def _judged(cid: str, name: str, tool: Any, args: dict[str, Any]) -> JudgedCall:
@@ -386,7 +386,7 @@ def test_tool_start_and_tool_end_around_the_settings_hooks(setup: Setup) -> None
             seen.append(result.output)
             return "hook note"
 
-    from tether.runtime.mods import ModToolHooks
+    from tether.runtime.extensions.mods import ModToolHooks
 
     hooks = ModToolHooks(setup.session, Inner())
     call = _judged("t1", "Read", setup.registry.get("Read"), {"x": "orig"})

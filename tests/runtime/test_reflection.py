@@ -1,4 +1,4 @@
-"""Reflection state, triggers and pass finalisation (runtime/reflection.py), against real git.
+"""Reflection state, triggers and pass finalisation (runtime/agents/reflection.py), against real git.
 
 The child here is a function (the e2e tests run a real `tether` child): it edits the worktree
 the pass created, the way a reflection subagent would.
@@ -19,8 +19,8 @@ from tether.errors import StoreError, UsageError
 from tether.memory.memfs import MemFS, memory_dir
 from tether.protocol.messages import AssistantMessage, TextPart, ToolResultMessage, UserMessage
 from tether.protocol.tool_calls import ToolCall
-from tether.runtime import reflection as r
-from tether.runtime import reflection_pass as rp
+from tether.runtime.agents import reflection as r
+from tether.runtime.agents import reflection_pass as rp
 
 AGENT = "agent-local-test"
 NOTES = "---\ndescription: notes\n---\nlearned X\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.runtime.trust import FORMAT, TrustStore, folder_manifest
+from tether.runtime.policy.trust import FORMAT, TrustStore, folder_manifest
 
 
 @pytest.fixture

@@ -34,4 +34,4 @@ def _builders() -> list[str]:
 
 def test_turn_deps_is_built_only_by_prepared_turn_deps() -> None:
     found = _builders()
-    assert len(found) == 1 and found[0].startswith("runtime/prepared.py:"), found
+    assert len(found) == 1 and found[0].startswith("runtime/session/prepared.py:"), found

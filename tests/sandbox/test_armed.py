@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.requirements import missing, need_bwrap
-from tether.runtime.sandboxing import ShellSandbox, shell_sandbox_from
+from tether.runtime.policy.sandboxing import ShellSandbox, shell_sandbox_from
 from tether.sandbox import armed
 from tether.sandbox.landlock import landlock_status
 

@@ -21,7 +21,7 @@ import pytest
 
 from tests.requirements import missing, need_bwrap
 from tests.sandbox.support import CountingServer
-from tether.runtime.sandboxing import ShellSandbox, confinement_sandbox, describe_confinement
+from tether.runtime.policy.sandboxing import ShellSandbox, confinement_sandbox, describe_confinement
 from tether.sandbox import SandboxStatus
 from tether.sandbox.landlock import landlock_status
 

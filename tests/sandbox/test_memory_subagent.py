@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.support import run_tether, tether_env
 from tests.requirements import need_bwrap
-from tether.runtime.subagents import (
+from tether.runtime.agents.subagents import (
     MEMORY_PROFILE,
     ParentScope,
     Subagents,

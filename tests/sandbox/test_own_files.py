@@ -12,7 +12,7 @@ import pytest
 
 from tests.requirements import missing, need_bwrap
 from tether.errors import ToolFailure
-from tether.runtime.sandboxing import shell_sandbox_from
+from tether.runtime.policy.sandboxing import shell_sandbox_from
 from tether.sandbox.landlock import landlock_status
 from tether.tools.background import BackgroundTasks
 from tether.tools.output import write_private_file

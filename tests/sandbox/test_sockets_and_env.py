@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.runtime.sandboxing import ShellSandbox, sandbox_switch
+from tether.runtime.policy.sandboxing import ShellSandbox, sandbox_switch
 from tether.sandbox import SandboxStatus
 
 from .support import PYTHON, CountingServer, run, ws_policy
@@ -144,7 +144,7 @@ def test_bad_settings_are_named(settings: dict[str, object], match: str) -> None
 def test_an_untrusted_project_cannot_loosen_the_sandbox(tmp_path: Path, box: dict[str, object]) -> None:
     import json
 
-    from tether.runtime.settings import load_settings
+    from tether.runtime.session.settings import load_settings
 
     project = tmp_path / "project"
     (project / ".tether").mkdir(parents=True)

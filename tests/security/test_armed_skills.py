@@ -15,7 +15,7 @@ import pytest
 
 from tests.requirements import need_bwrap
 from tests.security.support import MARKER, World, attempt, bash
-from tether.runtime.skills import discover_skills
+from tether.runtime.extensions.skills import discover_skills
 from tether.sandbox import armed
 
 SANDBOX = {"TETHER_FS_SANDBOX": "1"}

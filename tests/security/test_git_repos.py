@@ -347,8 +347,8 @@ CONFINED = [pytest.param(layout, command, id=f"{layout.name}:{command}")
 
 def _confined(tmp_path: Path, layout: Layout, command: str, *, safe_mode: bool) -> World:
     from tests.requirements import need_bwrap
-    from tether.runtime.confinement import Confinement
-    from tether.runtime.sandboxing import confinement_sandbox
+    from tether.runtime.policy.confinement import Confinement
+    from tether.runtime.policy.sandboxing import confinement_sandbox
 
     need_bwrap()
     world, run_in = build(tmp_path, layout)

@@ -14,7 +14,7 @@ import pytest
 
 from tests.requirements import need_bwrap
 from tests.security.support import MARKER, World, attempt, bash, tool
-from tether.runtime.hook_scripts import scripts_of
+from tether.runtime.extensions.hook_scripts import scripts_of
 
 SANDBOX = {"TETHER_FS_SANDBOX": "1"}
 FMT = "echo formatted\n"

@@ -16,7 +16,7 @@ from tether.core.permissions import Decision
 from tether.core.tools import Effect, ToolResult, ToolRunContext
 from tether.protocol.messages import AssistantMessage, TextPart, ToolResultMessage, UserMessage
 from tether.protocol.tool_calls import ToolCall, ToolReturn
-from tether.runtime.checkpoints import (
+from tether.runtime.turns.checkpoints import (
     NOT_STARTED,
     UNKNOWN_OUTCOME,
     AlreadyCheckpointed,

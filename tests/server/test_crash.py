@@ -16,7 +16,7 @@ from websockets.asyncio.client import connect
 
 from tests.e2e.support import transcript_lines
 from tests.server.support import Client, ServerProcess, bash, server_env
-from tether.runtime.checkpoints import UNKNOWN_OUTCOME
+from tether.runtime.turns.checkpoints import UNKNOWN_OUTCOME
 from tether.testing.fake_provider import FakeProvider
 
 

@@ -28,7 +28,7 @@ from tests.e2e.support import TETHER
 from tests.server.support import Client, bash, server_env
 from tether.backends.local.transcript import Transcript
 from tether.protocol.messages import AssistantMessage, TextPart, ToolResultMessage
-from tether.runtime.checkpoints import UNKNOWN_OUTCOME
+from tether.runtime.turns.checkpoints import UNKNOWN_OUTCOME
 from tether.testing.fake_provider import FakeProvider
 
 TAGS = [f"sweep-call-{n}" for n in range(1, 5)]

@@ -292,7 +292,12 @@ def test_a_resumed_input_calls_the_client_tool_once_its_client_is_back(tmp_path:
 def test_inputs_arriving_together_share_one_commit_in_order(tmp_path: Path) -> None:
     """The group commit: inputs that arrive while a commit runs go to disk in the next one,
     in arrival order, and each caller resumes only after its own input is on disk."""
-    from tether.runtime.input_queue import SqliteInputQueue, StoredInput, StoredMessage, Workspace
+    from tether.runtime.turns.input_queue import (
+        SqliteInputQueue,
+        StoredInput,
+        StoredMessage,
+        Workspace,
+    )
     from tether.server.durable_inputs import GroupCommit
 
     queue = SqliteInputQueue(tmp_path / "inputs.db", "owner")
@@ -372,7 +377,12 @@ def test_an_input_a_restart_cannot_run_is_reported_not_run(
     """A dead server's queued input whose conversation cannot be rebuilt (its folder is gone):
     the next server marks it not_run with the reason, and a retried key is told so."""
     from tests.server.support import InProcess, point_at
-    from tether.runtime.input_queue import SqliteInputQueue, StoredInput, StoredMessage, Workspace
+    from tether.runtime.turns.input_queue import (
+        SqliteInputQueue,
+        StoredInput,
+        StoredMessage,
+        Workspace,
+    )
 
     project = tmp_path / "project"
     project.mkdir()
@@ -411,7 +421,12 @@ def test_the_transcript_decides_what_a_restart_runs_again(
     started whose message never got there runs, in order."""
     from tests.server.support import InProcess, point_at, released
     from tether.protocol.messages import TextPart, UserMessage
-    from tether.runtime.input_queue import SqliteInputQueue, StoredInput, StoredMessage, Workspace
+    from tether.runtime.turns.input_queue import (
+        SqliteInputQueue,
+        StoredInput,
+        StoredMessage,
+        Workspace,
+    )
 
     project = tmp_path / "project"
     project.mkdir()

@@ -12,7 +12,7 @@ import pytest
 
 from tests.server.requests_client import POLICY, ask, same_answer, token
 from tests.server.support import MODEL, Client, InProcess, point_at
-from tether.runtime.reflection import load_state
+from tether.runtime.agents.reflection import load_state
 from tether.testing.fake_provider import FakeProvider
 
 

@@ -227,7 +227,7 @@ def test_a_scoped_clients_conversations_always_run_sandboxed(
 def test_project_settings_cannot_lend_a_scoped_client_a_looser_mode(
     project: Path, tether_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tether.runtime.trust import TrustStore
+    from tether.runtime.policy.trust import TrustStore
 
     (project / ".tether").mkdir()
     (project / ".tether" / "settings.json").write_text(
@@ -270,7 +270,7 @@ LOOSENING = {
 def test_a_scoped_client_gets_no_loosening_from_a_trusted_folder(
     project: Path, tether_home: Path, monkeypatch: pytest.MonkeyPatch, data: dict, named: str
 ) -> None:
-    from tether.runtime.trust import TrustStore
+    from tether.runtime.policy.trust import TrustStore
 
     (project / ".tether").mkdir()
     (project / ".tether" / "settings.json").write_text(json.dumps(data))
@@ -300,7 +300,7 @@ def test_a_scoped_client_gets_no_loosening_from_a_trusted_folder(
 def test_tightening_project_settings_do_not_stop_a_scoped_client(
     project: Path, tether_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tether.runtime.trust import TrustStore
+    from tether.runtime.policy.trust import TrustStore
 
     (project / ".tether").mkdir()
     (project / ".tether" / "settings.json").write_text(json.dumps(
@@ -438,7 +438,7 @@ def test_a_long_lived_runtime_drops_project_settings_when_its_folder_changes(
     """Trust binds to what runs across turns too: edit a skill of a trusted folder while its
     runtime lives, and the next turn no longer gets the project's allow rule."""
     from tests.server.support import bash
-    from tether.runtime.trust import TrustStore
+    from tether.runtime.policy.trust import TrustStore
 
     (project / ".tether" / "skills" / "s").mkdir(parents=True)
     (project / ".tether" / "skills" / "s" / "SKILL.md").write_text("---\nname: s\n---\nok\n")

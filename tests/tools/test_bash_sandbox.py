@@ -13,7 +13,7 @@ import pytest
 
 from tests.requirements import need_bwrap
 from tether.errors import UsageError
-from tether.runtime.sandboxing import ShellSandbox, sandbox_switch, shell_sandbox_from
+from tether.runtime.policy.sandboxing import ShellSandbox, sandbox_switch, shell_sandbox_from
 from tether.sandbox import SandboxStatus, workspace_policy
 from tether.tools.background import BackgroundTasks
 from tether.tools.bash import BashTool

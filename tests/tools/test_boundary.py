@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tether.core.tools import Tool, ToolRunContext
-from tether.runtime.sandboxing import shell_sandbox_from
+from tether.runtime.policy.sandboxing import shell_sandbox_from
 from tether.tools.background import BackgroundTasks
 from tether.tools.boundary import boundary_for
 from tether.tools.edit import EditTool

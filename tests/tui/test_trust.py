@@ -9,7 +9,7 @@ import pytest
 
 from tests.tui.support import MODEL, SIZE, point_at, run, screen_text, settle, submit, wait_for
 from tether.cli.flags import parse_run_flags
-from tether.runtime.trust import TrustStore
+from tether.runtime.policy.trust import TrustStore
 from tether.testing.fake_provider import FakeProvider
 from tether.tui.app import TetherApp
 

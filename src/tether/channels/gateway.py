@@ -439,7 +439,7 @@ def run_channel_gateway(argv: Sequence[str]) -> int:
                 token = Path(ns.token_file).read_text().strip()
             except OSError as exc:
                 raise UsageError(f"--token-file {ns.token_file}: {exc.strerror}") from None
-        from tether.runtime.session import tether_home
+        from tether.runtime.session.session import tether_home
 
         gateway = Gateway(tether_home(os.environ), ns.server, token, ns.cwd, store=ns.store)
         return asyncio.run(_serve(gateway))

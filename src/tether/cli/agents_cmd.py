@@ -70,7 +70,7 @@ def _run(argv: list[str]) -> int:
     config.add_argument("--remove-tag", action="append", default=[])
     config.add_argument("--model-settings")
     ns = p.parse_args(argv)
-    from tether.runtime.session import tether_home
+    from tether.runtime.session.session import tether_home
 
     home = tether_home(os.environ)
     if ns.action == "list":
@@ -121,7 +121,7 @@ def _list(home: Any, ns: argparse.Namespace) -> int:
     if ns.shared:
         raise UsageError("--shared lists agents shared through a Letta organisation; local agents "
                          "are never shared (use --backend cloud with a Letta server)")
-    from tether.runtime.backend_choice import choose_backend
+    from tether.runtime.session.backend_choice import choose_backend
 
     if choose_backend(ns.backend, home, os.environ) == "cloud":
         if ns.query or ns.tags or ns.include_blocks:

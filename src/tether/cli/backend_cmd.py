@@ -17,13 +17,13 @@ default. `api` is accepted as another name for `cloud`."""
 
 def run_backend(argv: Sequence[str]) -> int:
     from tether.errors import UsageError
-    from tether.runtime.backend_choice import (
+    from tether.runtime.session.backend_choice import (
         letta_server,
         parse_backend,
         save_backend,
         saved_backend,
     )
-    from tether.runtime.session import tether_home
+    from tether.runtime.session.session import tether_home
 
     args = list(argv)
     if args and args[0] in ("help", "--help", "-h"):

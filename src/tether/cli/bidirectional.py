@@ -3,7 +3,7 @@
 One reader task parses stdin lines and routes them: `control_response` lines settle the request
 waiting for them (`can_use_tool`, `execute_external_tool`), `control_request` lines are answered
 at once (`cli/sdk_control.py`; an `interrupt` aborts the running turn), `user` lines go into the
-conversation's inbox (`runtime/inbox.py`), which runs them one turn at a time, coalescing lines
+conversation's inbox (`runtime/turns/inbox.py`), which runs them one turn at a time, coalescing lines
 that wait together into one turn. Every turn ends with a `result` line; stdin EOF ends the
 session with exit 0 once what was queued has run. EOF while a turn runs means the client went
 away: the turn is aborted at once (its tools stopped, nothing more runs) and what it had queued
@@ -14,7 +14,7 @@ As in Claude Code's SDK sessions, SessionStart hooks run before stdin is read (t
 goes with the first user line) and SessionEnd hooks when the session ends; a user line goes
 through the UserPromptSubmit hooks first (a block is that turn's `error` result; their context
 goes with the prompt), and a turn that ends is put to the Stop hooks: a block's feedback runs
-next as part of the same turn, whose one `result` line comes after it (`runtime/turn_hooks.py`).
+next as part of the same turn, whose one `result` line comes after it (`runtime/extensions/turn_hooks.py`).
 """
 
 from __future__ import annotations
@@ -37,9 +37,14 @@ from tether.errors import TetherError
 from tether.protocol import wire
 from tether.protocol.messages import TextPart
 from tether.protocol.turns import LocalToolCall, TurnError
-from tether.runtime.inbox import Inbox, InboxClosed, Submission, TurnPlan, user_message
-from tether.runtime.prepared import Prepared
-from tether.runtime.turn_hooks import MAX_STOP_CONTINUATIONS, STOP_HOOK, HookOutcome, TurnHooks
+from tether.runtime.extensions.turn_hooks import (
+    MAX_STOP_CONTINUATIONS,
+    STOP_HOOK,
+    HookOutcome,
+    TurnHooks,
+)
+from tether.runtime.session.prepared import Prepared
+from tether.runtime.turns.inbox import Inbox, InboxClosed, Submission, TurnPlan, user_message
 
 STDIN_LIMIT = 64 * 1024 * 1024
 ENGINE_INTERRUPT = "Interrupted by SIGINT"  # what the turn engine says for any abort

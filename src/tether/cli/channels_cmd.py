@@ -98,7 +98,7 @@ def run_channels(argv: Sequence[str]) -> int:
 
 def _run(ns: argparse.Namespace) -> Any:
     from tether.channels import config, plugins
-    from tether.runtime.session import tether_home
+    from tether.runtime.session.session import tether_home
 
     home = tether_home(os.environ)
     accounts, routes = config.AccountStore(home), config.RouteTable(home)

@@ -42,7 +42,7 @@ def _print_json(obj: Any) -> None:
 
 def _store() -> LocalStore:
     from tether.backends.local.store import LocalStore
-    from tether.runtime.session import tether_home
+    from tether.runtime.session.session import tether_home
 
     return LocalStore(tether_home(os.environ))
 
@@ -62,7 +62,7 @@ def server_agents(home: Path, name: str | None, limit: int) -> list[dict[str, An
 
     from tether.backends.api.agents import agent_model, list_agents
     from tether.backends.api.client import LettaClient
-    from tether.runtime.backend_choice import LETTA_CLOUD_URL, agent_record, letta_server
+    from tether.runtime.session.backend_choice import LETTA_CLOUD_URL, agent_record, letta_server
 
     server = letta_server(os.environ, home)
     if server.base_url == LETTA_CLOUD_URL and server.api_key is None:
@@ -112,7 +112,7 @@ def _connect(argv: list[str]) -> int:
     adds a custom OpenAI-compatible provider reached as `NAME/<model>`."""
     from tether.providers.catalog import ALIASES, PRESETS, valid_prefixes
     from tether.providers.credentials import save_credential, save_custom_provider
-    from tether.runtime.session import tether_home
+    from tether.runtime.session.session import tether_home
 
     p = UsageParser(prog="tether connect")
     p.add_argument("provider")
@@ -197,7 +197,7 @@ def _models(argv: list[str]) -> int:
     p.add_argument("--provider", help="only this provider (e.g. ollama, google, a custom name)")
     ns = p.parse_args(argv)
     from tether.providers.model_list import list_all
-    from tether.runtime.session import tether_home
+    from tether.runtime.session.session import tether_home
 
     env = dict(os.environ)
     rows = list_all(tether_home(env), env, ns.provider)
@@ -218,9 +218,13 @@ def _sandbox(argv: list[str]) -> int:
     # Imported here: the probe and the settings loader stay off every other path.
     from pathlib import Path
 
-    from tether.runtime.sandboxing import describe_confinement, describe_switch, sandbox_switch
-    from tether.runtime.session import tether_home
-    from tether.runtime.settings import load_settings
+    from tether.runtime.policy.sandboxing import (
+        describe_confinement,
+        describe_switch,
+        sandbox_switch,
+    )
+    from tether.runtime.session.session import tether_home
+    from tether.runtime.session.settings import load_settings
     from tether.sandbox import format_status, probe
 
     status = probe()

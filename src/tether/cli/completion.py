@@ -62,7 +62,7 @@ def _store() -> LocalStore | None:
     import os
 
     from tether.backends.local.store import LocalStore
-    from tether.runtime.session import tether_home
+    from tether.runtime.session.session import tether_home
 
     home = tether_home(os.environ)
     return LocalStore(home) if home.is_dir() else None

@@ -73,7 +73,7 @@ def run_cron(argv: Sequence[str]) -> int:
 def _run(ns: argparse.Namespace) -> int:
     from tether.runtime.cron.scheduler import clock_from_env
     from tether.runtime.cron.store import CronStore
-    from tether.runtime.session import tether_home
+    from tether.runtime.session.session import tether_home
 
     home = tether_home(os.environ)
     store = CronStore(home)

@@ -52,8 +52,8 @@ def run_dream(argv: Sequence[str]) -> int:
 async def _dream(agent_id: str | None, conversation: str | None, model: str | None) -> int:
     from tether.backends.local.store import LocalStore
     from tether.providers.catalog import default_handle, resolve_provider
-    from tether.runtime import reflection, reflection_pass
-    from tether.runtime.session import NO_MODEL, _last_agent, tether_home
+    from tether.runtime.agents import reflection, reflection_pass
+    from tether.runtime.session.session import NO_MODEL, _last_agent, tether_home
 
     env = dict(os.environ)
     store = LocalStore(tether_home(env))

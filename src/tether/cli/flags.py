@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from tether.core.prompt import SYSTEM_PRESETS  # the presets and their texts live there
 from tether.errors import UsageError
-from tether.runtime.flags import RunFlags
+from tether.runtime.session.flags import RunFlags
 
 OUTPUT_FORMATS = ("text", "json", "stream-json")
 REFLECTION_TRIGGERS = ("off", "step-count", "compaction-event")
@@ -146,7 +146,7 @@ def parse_run_flags(argv: Sequence[str], *, stdin_is_tty: bool | None = None) ->
     flags.toolset = _choice("--toolset", ns.toolset, TOOLSET_CHOICES)
     flags.base_tools = parse_base_tools(ns.base_tools, flags.tools)
     _validate_compat(ns)
-    from tether.runtime.initial_blocks import initial_blocks
+    from tether.runtime.session.initial_blocks import initial_blocks
 
     initial_blocks(ns.init_blocks, ns.memory_blocks, ns.block_value)  # a bad one is an error now
     flags.init_blocks, flags.memory_blocks = ns.init_blocks, ns.memory_blocks
@@ -163,7 +163,7 @@ def parse_run_flags(argv: Sequence[str], *, stdin_is_tty: bool | None = None) ->
     if flags.strict_mcp_config and not flags.mcp_config:
         raise UsageError("--strict-mcp-config needs at least one --mcp-config")
     if ns.backend is not None:
-        from tether.runtime.backend_choice import parse_backend
+        from tether.runtime.session.backend_choice import parse_backend
 
         flags.backend = parse_backend(ns.backend)
     _check_conflicts(flags)

@@ -1,5 +1,5 @@
 """One-shot headless runs (`tether -p`): resolve the session, submit one user turn to the
-conversation's inbox (`runtime/inbox.py`), render it, exit.
+conversation's inbox (`runtime/turns/inbox.py`), render it, exit.
 
 Exit codes: 0 success, 1 error, 130 / 143 / 129 after SIGINT / SIGTERM / SIGHUP (the running
 tool's process group is killed and the transcript keeps an answer for every tool call; see
@@ -26,11 +26,16 @@ from tether.errors import TetherError
 from tether.protocol import wire
 from tether.protocol.messages import TextPart
 from tether.protocol.turns import LocalToolCall, TurnError
-from tether.runtime.inbox import Inbox, Submission, TurnPlan, user_message
-from tether.runtime.turn_hooks import MAX_STOP_CONTINUATIONS, STOP_HOOK, HookOutcome, TurnHooks
+from tether.runtime.extensions.turn_hooks import (
+    MAX_STOP_CONTINUATIONS,
+    STOP_HOOK,
+    HookOutcome,
+    TurnHooks,
+)
+from tether.runtime.turns.inbox import Inbox, Submission, TurnPlan, user_message
 
 if TYPE_CHECKING:
-    from tether.runtime.prepared import Prepared
+    from tether.runtime.session.prepared import Prepared
 
 
 PLAN_SHOWN = ("headless run: the plan is printed for the user, who runs tether again to carry "

@@ -72,7 +72,7 @@ NO_TERMINAL = 2  # exit code: the interactive app was asked for with no terminal
 
 
 def entry() -> None:
-    from tether.runtime import gc_policy
+    from tether.runtime.session import gc_policy
 
     gc_policy.starting()
     try:

@@ -54,7 +54,7 @@ def run_mcp(argv: Sequence[str]) -> int:
 
 
 def _home() -> Path:
-    from tether.runtime.session import tether_home
+    from tether.runtime.session.session import tether_home
 
     return tether_home(os.environ)
 
@@ -62,8 +62,8 @@ def _home() -> Path:
 def _configured() -> tuple[Any, list[str]]:
     """(McpConfig with every server a run here would start, names held back as untrusted)."""
     from tether.mcp.config import resolve_config
-    from tether.runtime.prompt_cache import project_trusted
-    from tether.runtime.settings import load_settings
+    from tether.runtime.session.prompt_cache import project_trusted
+    from tether.runtime.session.settings import load_settings
 
     home, cwd = _home(), Path.cwd()
     settings = load_settings(home, cwd)

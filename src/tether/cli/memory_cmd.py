@@ -69,7 +69,7 @@ def run_memory(argv: Sequence[str]) -> int:
 def _run(ns: argparse.Namespace) -> int:
     from tether.backends.local.store import LocalStore
     from tether.memory.memfs import MemFS, memory_dir
-    from tether.runtime.session import _last_agent, tether_home
+    from tether.runtime.session.session import _last_agent, tether_home
 
     store = LocalStore(tether_home(os.environ))
     if ns.agent:

@@ -41,7 +41,7 @@ def _run(argv: list[str]) -> int:
     transcript.add_argument("--agent")
     ns = p.parse_args(argv)
     from tether.runtime.manage import conversations
-    from tether.runtime.session import tether_home
+    from tether.runtime.session.session import tether_home
 
     home = tether_home(os.environ)
     if ns.action == "search":

@@ -65,7 +65,7 @@ def _mods(argv: Sequence[str]) -> int:
                 why = f" ({r['error']})" if r.get("error") else why
                 print(f"{r['name']}\t{r['source']}\t{r['status']}{why}\t{r['location']}")
         return 0
-    from tether.runtime.mods.engine import read_disabled, write_disabled
+    from tether.runtime.extensions.mods.engine import read_disabled, write_disabled
 
     name = ns.name
     known = [r for r in rows if r["name"] == name]
@@ -106,8 +106,8 @@ def _mods(argv: Sequence[str]) -> int:
 
 def mod_rows(home: Path, cwd: Path, env: Any, *, agent_id: str | None) -> list[dict[str, Any]]:
     """Every mod any source offers, with what a session here would do with it."""
-    from tether.runtime.mods.engine import candidates, mods_disabled, read_disabled
-    from tether.runtime.mods.load_record import failure_of, read_failures
+    from tether.runtime.extensions.mods.engine import candidates, mods_disabled, read_disabled
+    from tether.runtime.extensions.mods.load_record import failure_of, read_failures
 
     trusted = _folder_trusted(home, cwd)
     found, _ = candidates(home, cwd, env, agent_id=agent_id, project_trusted=True)
@@ -145,7 +145,7 @@ def mod_rows(home: Path, cwd: Path, env: Any, *, agent_id: str | None) -> list[d
 
 
 def _folder_trusted(home: Path, cwd: Path) -> bool:
-    from tether.runtime.trust import TrustStore
+    from tether.runtime.policy.trust import TrustStore
 
     return TrustStore(home).state(cwd) == "trusted"
 
@@ -172,8 +172,8 @@ def _hooks(argv: Sequence[str]) -> int:
 
 
 def hook_rows(home: Path, cwd: Path) -> list[dict[str, Any]]:
-    from tether.runtime.hooks import HookPrompt, merge_hooks, parse_hooks
-    from tether.runtime.settings import load_settings
+    from tether.runtime.extensions.hooks import HookPrompt, merge_hooks, parse_hooks
+    from tether.runtime.session.settings import load_settings
 
     settings = load_settings(home, cwd)
     trusted = settings.trust == "trusted"
@@ -205,6 +205,6 @@ def hook_rows(home: Path, cwd: Path) -> list[dict[str, Any]]:
 
 
 def _home() -> Path:
-    from tether.runtime.session import tether_home
+    from tether.runtime.session.session import tether_home
 
     return tether_home(os.environ)

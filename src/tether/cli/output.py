@@ -20,7 +20,7 @@ from tether.protocol.stream_json import NO_RESPONSE, StreamJsonEncoder
 from tether.protocol.turns import LocalToolReturn, TurnError
 
 if TYPE_CHECKING:
-    from tether.runtime.prepared import Prepared
+    from tether.runtime.session.prepared import Prepared
 
 
 class StdoutGone(Exception):
@@ -61,7 +61,7 @@ def abandon_stdout() -> None:
 def init_fields(prepared: Prepared) -> dict[str, Any]:
     """The `system/init` event's fields as this run really is: memory, skill sources, the
     reflection trigger the agent will use, MCP servers (not the wire's defaults)."""
-    from tether.runtime.skills import SOURCES
+    from tether.runtime.extensions.skills import SOURCES
 
     flags, services = prepared.flags, prepared.services
     skills = services.skills
@@ -70,7 +70,7 @@ def init_fields(prepared: Prepared) -> dict[str, Any]:
     if services.reflection is None:
         trigger = "off"
     elif trigger is None or steps is None:
-        from tether.runtime.reflection import load_state
+        from tether.runtime.agents.reflection import load_state
 
         try:
             saved = load_state(prepared.store.home, prepared.session.agent.id)

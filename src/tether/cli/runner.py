@@ -1,7 +1,7 @@
 """The CLI's side of assembling a run: the process's working directory, environment and home as
 the `RunSpec`, the assembly's warnings on stderr, the prompt from `-p` or stdin.
 
-The session itself is assembled in `runtime/assembly.py` (`Prepared` in `runtime/prepared.py`).
+The session itself is assembled in `runtime/session/assembly.py` (`Prepared` in `runtime/session/prepared.py`).
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ from typing import TYPE_CHECKING
 
 from tether.cli.flags import RunFlags
 from tether.errors import TetherError
-from tether.runtime.prepared import Prepared
+from tether.runtime.session.prepared import Prepared
 
 if TYPE_CHECKING:
-    from tether.runtime.assembly import RunSpec
+    from tether.runtime.session.assembly import RunSpec
 
 __all__ = ["apply_continue", "prepare", "process_spec", "read_prompt"]
 
 
 def process_spec() -> RunSpec:
     """This process's working directory, environment and home: what a command-line run is in."""
-    from tether.runtime.assembly import RunSpec
+    from tether.runtime.session.assembly import RunSpec
 
     env = dict(os.environ)
     return RunSpec(cwd=Path.cwd(), env=env, home=Path(env.get("HOME") or Path.home()))
@@ -32,8 +32,8 @@ def process_spec() -> RunSpec:
 def prepare(flags: RunFlags) -> Prepared:
     """Assemble the run in this process's folder and environment; the assembly's warnings go to
     stderr (also when it fails: they may say why)."""
-    from tether.runtime import gc_policy
-    from tether.runtime.assembly import prepare as assemble
+    from tether.runtime.session import gc_policy
+    from tether.runtime.session.assembly import prepare as assemble
 
     spec = process_spec()
     try:
@@ -41,7 +41,7 @@ def prepare(flags: RunFlags) -> Prepared:
     finally:
         print_warnings(spec.warnings)
     if prepared.flags.permission_mode == "plan":  # reads only, until ExitPlanMode is approved
-        from tether.runtime.plan_mode import enter_plan_mode
+        from tether.runtime.turns.plan_mode import enter_plan_mode
 
         enter_plan_mode(prepared)
     gc_policy.startup_done()
@@ -55,7 +55,7 @@ def apply_continue(flags: RunFlags) -> None:
     most recently written conversation."""
     from tether.backends.local.store import LocalStore
     from tether.errors import UsageError
-    from tether.runtime.session import _read_state, recent_conversations, tether_home
+    from tether.runtime.session.session import _read_state, recent_conversations, tether_home
 
     store = LocalStore(tether_home(os.environ))
     cwd = Path.cwd()

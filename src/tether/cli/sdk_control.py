@@ -17,8 +17,8 @@ from tether.protocol import wire
 from tether.protocol.messages import ImagePart, TextPart, UserPart, message_to_dict
 
 if TYPE_CHECKING:
-    from tether.runtime.inbox import Inbox
-    from tether.runtime.prepared import Prepared
+    from tether.runtime.session.prepared import Prepared
+    from tether.runtime.turns.inbox import Inbox
 
 CLIENT_INTERRUPT = "Interrupted by the client (interrupt request)"
 
@@ -80,7 +80,7 @@ class ControlRequests:
         ExitPlanMode, whose approval switches back)."""
         from tether.core.permissions import normalize_mode
         from tether.errors import UsageError
-        from tether.runtime.plan_mode import set_mode
+        from tether.runtime.turns.plan_mode import set_mode
 
         if not isinstance(mode, str):
             raise UsageError("set_permission_mode needs a string `mode`")
@@ -105,7 +105,7 @@ class ControlRequests:
         answer them now), so the conversation can go on; a turn in progress is left alone."""
         from tether.protocol.tool_calls import ToolReturn
         from tether.protocol.turns import TurnInput
-        from tether.runtime.checkpoints import open_tool_calls
+        from tether.runtime.turns.checkpoints import open_tool_calls
 
         none = {"recovered": False, "pending_approval": False, "approvals_processed": 0}
         if self.inbox.turn_running:
@@ -133,7 +133,7 @@ class ControlRequests:
         transcript.append(input_messages(turn_input))
 
     def _reflection_settings(self) -> dict[str, Any]:
-        from tether.runtime.reflection import load_state
+        from tether.runtime.agents.reflection import load_state
 
         try:
             state = load_state(self.p.store.home, self.p.session.agent.id)
@@ -216,7 +216,7 @@ class SdkApprover:
         self.add_session_rule = add_session_rule
 
     async def ask(self, item: JudgedCall, ctx: ToolContext) -> ApprovalAnswer:
-        from tether.runtime.diffs import can_use_tool_request
+        from tether.runtime.turns.diffs import can_use_tool_request
 
         call = item.call
         request = can_use_tool_request(item, ctx.cwd)

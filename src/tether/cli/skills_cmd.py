@@ -56,7 +56,7 @@ def _run(argv: list[str]) -> int:
     delete.add_argument("--global", dest="global_", action="store_true")
     ns = p.parse_args(argv)
     from tether.runtime.manage import skills_ops
-    from tether.runtime.session import tether_home
+    from tether.runtime.session.session import tether_home
 
     home = tether_home(os.environ)
     if ns.action == "list":
@@ -76,7 +76,7 @@ def _run(argv: list[str]) -> int:
 
 def _folder_agent(home: Path, *, required: bool) -> str | None:
     from tether.backends.local.store import LocalStore
-    from tether.runtime.session import _last_agent
+    from tether.runtime.session.session import _last_agent
 
     found = _last_agent(LocalStore(home), Path.cwd())
     if found is None and required:

@@ -85,7 +85,7 @@ def _run(argv: list[str]) -> int:
     if _is_url(ns.to):
         if source is not None and _is_url(source):
             raise UsageError("tether store migrate: --from and --to are both URLs: one must be a folder")
-        from tether.runtime.session import tether_home
+        from tether.runtime.session.session import tether_home
 
         home = Path(source).expanduser() if source is not None else tether_home(os.environ)
         session = _store("--to", ns.to)

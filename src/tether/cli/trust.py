@@ -25,9 +25,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def run_trust(argv: Sequence[str]) -> int:
-    from tether.runtime.session import tether_home
-    from tether.runtime.settings import load_settings
-    from tether.runtime.trust import TrustStore
+    from tether.runtime.policy.trust import TrustStore
+    from tether.runtime.session.session import tether_home
+    from tether.runtime.session.settings import load_settings
 
     parser = _Parser(prog="tether trust", description=__doc__.splitlines()[0])
     parser.add_argument("path", nargs="?", default=".")

@@ -1,6 +1,6 @@
 """The run's services a tool (or a frontend) may reach, typed: each member is a narrow Protocol
 of what its users call, or None where the run has no such service (a test, a hosted agent, a
-one-shot run nobody can ask). The runtime fills it (`runtime/assembly.py`); every member is
+one-shot run nobody can ask). The runtime fills it (`runtime/session/assembly.py`); every member is
 reached as an attribute, never looked up by a string.
 """
 
@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 
 class TaskPool(Protocol):
-    """Background shell tasks (`tools/background.py`) or subagents (`runtime/subagents.py`)."""
+    """Background shell tasks (`tools/background.py`) or subagents (`runtime/agents/subagents.py`)."""
 
     def tasks(self) -> list[Any]: ...
 
@@ -44,7 +44,7 @@ class ShellGroupService(Protocol):
 
 
 class SandboxService(Protocol):
-    """A shell sandbox (`runtime/sandboxing.py`): its policy and how it wraps a command."""
+    """A shell sandbox (`runtime/policy/sandboxing.py`): its policy and how it wraps a command."""
 
     @property
     def policy(self) -> Any: ...

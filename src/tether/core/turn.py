@@ -75,7 +75,7 @@ class PermissionHooks(Protocol):
 
 
 class TurnEvents(Protocol):
-    """Lifecycle points mods observe and steer (runtime/mods); tool points go through ToolHooks."""
+    """Lifecycle points mods observe and steer (runtime/extensions/mods); tool points go through ToolHooks."""
 
     async def turn_start(self, user: UserMessage) -> UserMessage | str:
         """The message to send (maybe rewritten), or a string: why the turn is cancelled."""

@@ -408,7 +408,7 @@ def _auto(env: Mapping[str, str]) -> int:
     """The detached child: check, install when newer, leave a notice for the next start."""
     import orjson
 
-    from tether.runtime.session import tether_home
+    from tether.runtime.session.session import tether_home
 
     home = tether_home(env)
     try:

@@ -43,7 +43,7 @@ State = dict  # {"dirs": {path: mtime_ns}, "armed": {path: inode}, "pending": {p
 _S_IFMT, _S_IFDIR = 0o170000, 0o040000
 
 ARMED_NAMES = frozenset({".git", ".envrc", ".tether", ".vscode", ".idea"})
-# The project skill folders whose SKILL.md files reach later prompts: `runtime/skills.py` scans
+# The project skill folders whose SKILL.md files reach later prompts: `runtime/extensions/skills.py` scans
 # exactly these, so a folder added there is armed here too. `.tether/…` is armed with `.tether`.
 PROJECT_SKILL_FOLDERS = (".agents/skills", ".tether/skills")
 ARMED_CHILDREN = frozenset(

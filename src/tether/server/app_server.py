@@ -34,7 +34,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from tether.errors import TetherError, UsageError
-from tether.runtime.checkpoints import CheckpointStore, new_owner
+from tether.runtime.turns.checkpoints import CheckpointStore, new_owner
 from tether.server import auth, protocol_v2, v2_frames
 from tether.server.external_tools import (
     ExternalToolBroker,
@@ -485,12 +485,12 @@ class AppServer:
 
 
 def make_context(options: ServerOptions, env: dict[str, str]) -> ServerContext:
-    from tether.runtime.session import tether_home
+    from tether.runtime.session.session import tether_home
 
     home = tether_home(env)
     if options.cwd is not None:  # `--cwd` inside TETHER_HOME: refuse now, not at each start
         check_workspace(str(options.cwd), options.cwd, home)
-    from tether.runtime.input_queue import SqliteInputQueue
+    from tether.runtime.turns.input_queue import SqliteInputQueue
 
     owner = new_owner()
     inputs: Any = None
@@ -543,7 +543,7 @@ async def serve_until_signalled(options: ServerOptions) -> int:
 def run_server(options: ServerOptions) -> int:
     """Run the server `options` describe (parsed by `cli/server_cmd.py`) until SIGINT/SIGTERM:
     a long-lived process, so collections walk only what is new; logs in `--log-format`."""
-    from tether.runtime import gc_policy
+    from tether.runtime.session import gc_policy
 
     gc_policy.serving()
     from tether.server.ops import configure_logging

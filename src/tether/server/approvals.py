@@ -35,7 +35,7 @@ class RuntimeApprover:
         self.rt = runtime
 
     async def ask(self, item: JudgedCall, ctx: ToolContext) -> ApprovalAnswer:
-        from tether.runtime.diffs import can_use_tool_request
+        from tether.runtime.turns.diffs import can_use_tool_request
 
         rt = self.rt
         call = item.call

@@ -1,4 +1,4 @@
-"""The App Server's side of the durable input queue (`runtime/input_queue.py`): an input is
+"""The App Server's side of the durable input queue (`runtime/turns/input_queue.py`): an input is
 recorded before `input_accepted` (or the OpenAI bridge's turn, or a cron fire's `queued`) says
 so, its state follows its turn, an idempotency key answers `duplicate` across restarts, and a
 starting server resumes what a dead one left, in order, exactly once.
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import TetherError
-from tether.runtime.input_queue import StoredInput, StoredMessage, Workspace
+from tether.runtime.turns.input_queue import StoredInput, StoredMessage, Workspace
 
 if TYPE_CHECKING:
-    from tether.runtime.input_queue import InputQueue
+    from tether.runtime.turns.input_queue import InputQueue
     from tether.server.app_server import AppServer
     from tether.server.protocol_v2 import RuntimeScope
     from tether.server.runtime import ConversationRuntime, QueuedInput

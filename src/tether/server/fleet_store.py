@@ -49,8 +49,8 @@ def open_pg_store(url: str, worker: str) -> PgStore:
     from tether.backends.postgres.checkpoints import CheckpointShape, PgCheckpointStore
     from tether.backends.postgres.connection import PgSession
     from tether.backends.postgres.input_queue import PgInputQueue, RowCodec
-    from tether.runtime import checkpoints as cps
-    from tether.runtime import input_queue as iq
+    from tether.runtime.turns import checkpoints as cps
+    from tether.runtime.turns import input_queue as iq
 
     session = PgSession(url, worker, pool_size=POOL_SIZE)
     session.open()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.runtime import gc_policy
+from tether.runtime.session import gc_policy
 
 if TYPE_CHECKING:
     from tether.server.protocol_v2 import RuntimeScope

@@ -190,7 +190,7 @@ async def _stop_idle_runtimes(call: Call, agent_id: str, conversation_id: str | 
 
 def check_model(call: Call, model: Any) -> None:
     from tether.providers.catalog import default_handle, resolve_provider
-    from tether.runtime.session import NO_MODEL
+    from tether.runtime.session.session import NO_MODEL
 
     if model is None:
         if default_handle(call.home, call.env) is None:

@@ -22,7 +22,7 @@ from tether.server.request_kit import Call, Request, RequestFailed, Scope, reque
 
 if TYPE_CHECKING:
     from tether.backends.local.records import ConversationRecord
-    from tether.runtime.prepared import Prepared
+    from tether.runtime.session.prepared import Prepared
 
 MESSAGES_QUERY = ("limit", "order", "before", "after")
 
@@ -140,7 +140,7 @@ async def conversation_compact(call: Call) -> dict[str, Any]:
 
 
 async def conversation_recompile(call: Call) -> dict[str, Any]:
-    from tether.runtime.prompt_cache import SystemPrompt
+    from tether.runtime.session.prompt_cache import SystemPrompt
 
     body = _body(call, ("agent_id", "dry_run"))
     record = call.conversation(call.text("conversation_id"), body.get("agent_id"))

@@ -1,5 +1,5 @@
 """The App Server's side of one conversation: protocol v2 frames, subscribers, approvals and
-device state over the conversation's inbox (`runtime/inbox.py`: one bounded queue, at most one
+device state over the conversation's inbox (`runtime/turns/inbox.py`: one bounded queue, at most one
 turn at a time, the store's turn lock holding that across processes too).
 
 Every client subscribed to a runtime sees the same frames with the same `event_seq`. Inputs are
@@ -29,9 +29,9 @@ from tether.core.turn import Event, TurnOutcome
 from tether.errors import TetherError, UsageError
 from tether.protocol.chunks import RetryNotice, now_ms
 from tether.protocol.messages import UserMessage
-from tether.runtime.checkpoints import RecoveredEffect
-from tether.runtime.inbox import Inbox, InboxClosed, QueueFull, Submission, TurnPlan
-from tether.runtime.prepared import Prepared
+from tether.runtime.session.prepared import Prepared
+from tether.runtime.turns.checkpoints import RecoveredEffect
+from tether.runtime.turns.inbox import Inbox, InboxClosed, QueueFull, Submission, TurnPlan
 from tether.server import durable_inputs
 from tether.server.approvals import PendingApproval, RuntimeApprover
 from tether.server.auth import FULL_GRANT, Grant
@@ -228,7 +228,7 @@ class ConversationRuntime:
         """The device status fields read from the agent: its toolset (as `auto` resolves it
         for the model), memory directory and reflection settings."""
         from tether.memory.memfs import memory_dir
-        from tether.runtime.reflection import load_state
+        from tether.runtime.agents.reflection import load_state
         from tether.tools.toolsets import resolve_toolset
 
         agent_id = self.p.session.agent.id

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any, cast
 from tether.backends.local.store import LocalStore
 from tether.backends.store_api import ConversationStore
 from tether.errors import UsageError
-from tether.runtime.assembly import system_text
-from tether.runtime.checkpoints import CheckpointStore
-from tether.runtime.prepared import Prepared
+from tether.runtime.session.assembly import system_text
+from tether.runtime.session.prepared import Prepared
+from tether.runtime.turns.checkpoints import CheckpointStore
 from tether.server.protocol_v2 import RuntimeScope, RuntimeStart
 
 if TYPE_CHECKING:
-    from tether.runtime.input_queue import InputQueue
+    from tether.runtime.turns.input_queue import InputQueue
     from tether.server.auth import Grant
     from tether.server.durable_inputs import GroupCommit
     from tether.server.idle_release import Kept
@@ -184,7 +184,7 @@ def start_runtime(
 def resolve_runtime(ctx: ServerContext, start: RuntimeStart) -> Resolved:
     """Which agent and conversation a runtime_start names, creating them when asked."""
     from tether.providers.catalog import default_handle
-    from tether.runtime.session import NO_MODEL
+    from tether.runtime.session.session import NO_MODEL
 
     store = ctx.store
     created_agent = created_conversation = False
@@ -233,9 +233,9 @@ def build_prepared(
     `TETHER_FS_SANDBOX=1` (and keeps it in its environment, so its subagents are sandboxed
     too). The assembly's warnings go to the server's stderr."""
     from tether.core.permissions import normalize_mode
-    from tether.runtime.assembly import RunSpec, prepare
     from tether.runtime.manage import toolset_ops
-    from tether.runtime.sandboxing import FS_SANDBOX_ENV
+    from tether.runtime.policy.sandboxing import FS_SANDBOX_ENV
+    from tether.runtime.session.assembly import RunSpec, prepare
 
     chosen = normalize_mode(mode) if mode is not None else None
     flags = _flags(chosen or "standard")
@@ -264,7 +264,7 @@ def build_prepared(
 
 
 def folder_trusted(ctx: ServerContext, cwd: Path) -> bool:
-    from tether.runtime.trust import TrustStore
+    from tether.runtime.policy.trust import TrustStore
 
     return TrustStore(ctx.store.home).state(cwd) == "trusted"
 
@@ -413,7 +413,7 @@ def check_scoped_folder(home: Path, cwd: Path) -> None:
     it picks the folder, so the folder's owner did not choose them for it. Hooks matter most:
     they run unsandboxed, and a script a hook runs may be one the sandboxed shell can edit.
     (A project `defaultMode` is judged by the token's modes, `effective_mode`.)"""
-    from tether.runtime.settings import load_settings
+    from tether.runtime.session.settings import load_settings
 
     as_untrusted = load_settings(home, cwd, "untrusted")
     if not as_untrusted.ignored or load_settings(home, cwd).trust != "trusted":
@@ -436,7 +436,7 @@ def effective_mode(home: Path, cwd: Path, mode: str | None) -> str:
     """The permission mode a runtime in `cwd` would run in: the one asked for, else the
     settings' `defaultMode` (a trusted project may set it), else `standard`."""
     from tether.core.permissions import normalize_mode
-    from tether.runtime.settings import load_settings
+    from tether.runtime.session.settings import load_settings
 
     if mode is not None:
         return normalize_mode(mode)
@@ -444,7 +444,7 @@ def effective_mode(home: Path, cwd: Path, mode: str | None) -> str:
 
 
 def _flags(mode: str) -> Any:
-    from tether.runtime.flags import RunFlags
+    from tether.runtime.session.flags import RunFlags
 
     return RunFlags(headless=True, prompt=None, permission_mode=mode, permission_mode_given=True)
 

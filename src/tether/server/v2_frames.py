@@ -21,7 +21,7 @@ from tether.protocol.chunks import ErrorChunk, RetryNotice, ToolCallRequest, iso
 from tether.protocol.turns import LocalToolCall, LocalToolReturn, TurnError, TurnEvent
 
 if TYPE_CHECKING:
-    from tether.runtime.checkpoints import RecoveredEffect
+    from tether.runtime.turns.checkpoints import RecoveredEffect
     from tether.server.protocol_v2 import RuntimeScope
 
 PROTOCOL_VERSION = 1

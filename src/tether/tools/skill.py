@@ -26,7 +26,7 @@ class LoadedSkill:
 
 
 class SkillLoader(Protocol):
-    """Where skills come from (`tether.runtime.skills.SkillCatalog`)."""
+    """Where skills come from (`tether.runtime.extensions.skills.SkillCatalog`)."""
 
     def load(self, name: str) -> LoadedSkill | None: ...
 

@@ -81,5 +81,5 @@ class AgentTool:
         for key in ("agent_id", "conversation_id"):
             if key in args and not isinstance(args[key], str):
                 return ToolResult(f"{key} must be a string (an existing id)", True)
-        launch = cast(SubagentService, service)  # the runtime's Subagents (runtime/subagents.py)
+        launch = cast(SubagentService, service)  # the runtime's Subagents (runtime/agents/subagents.py)
         return await launch.launch(args, ctx.abort, ctx.tool_call_id)

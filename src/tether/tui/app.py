@@ -2,7 +2,7 @@
 
 `run_tui(flags)` draws the first frame, then resolves the session with `prepare` in a thread (an
 error there closes the screen, prints `Error: …` and exits 1); `TetherApp` then submits each
-prompt to the conversation's inbox (`runtime/inbox.py`) and is its frontend: it renders the same
+prompt to the conversation's inbox (`runtime/turns/inbox.py`) and is its frontend: it renders the same
 events the headless renderer consumes and answers approvals with a `TuiApprover`. Prompts typed
 during a turn wait in the inbox and share the next turn; Esc interrupts (the engine kills the
 tool's process group and answers every call; waiting prompts go back into the input box);
@@ -32,8 +32,8 @@ from textual.widgets import Static
 
 from tether.errors import TetherError
 from tether.protocol.messages import TextPart
-from tether.runtime.flags import RunFlags
-from tether.runtime.turn_hooks import HookOutcome, TurnHooks
+from tether.runtime.extensions.turn_hooks import HookOutcome, TurnHooks
+from tether.runtime.session.flags import RunFlags
 from tether.tui.approvals import ApprovalRequest, ApprovalScreen, Choice, TuiApprover
 from tether.tui.commands import PickerScreen, parse_command, run_command
 from tether.tui.styles import STYLESHEET
@@ -41,8 +41,8 @@ from tether.tui.turns import PromptQueue, TuiTurns
 from tether.tui.widgets import PromptInput, StatusInfo, StatusLine, Transcript
 
 if TYPE_CHECKING:  # the runtime loads in a thread once the first frame is up
-    from tether.runtime.inbox import Inbox
-    from tether.runtime.prepared import Prepared
+    from tether.runtime.session.prepared import Prepared
+    from tether.runtime.turns.inbox import Inbox
 
 DOUBLE_PRESS_S = 2.0
 MODE_CYCLE = ("standard", "acceptEdits", "plan", "strict")
@@ -54,7 +54,7 @@ def run_tui(flags: RunFlags, *, setup_done: bool = False) -> int:
     provider configured at all, the first-run screen (`tui/setup.py`) asks for one first."""
     app = TetherApp(flags=flags, initial_prompt=flags.prompt)
     code = app.run()
-    from tether.runtime.session import NO_MODEL
+    from tether.runtime.session.session import NO_MODEL
 
     if app.startup_error == NO_MODEL and not setup_done:
         from tether.tui.setup import run_setup
@@ -133,7 +133,7 @@ class TetherApp(App[int]):
     def inbox(self) -> Inbox:
         """The conversation's inbox, this app its frontend; made once the session is ready."""
         if self._inbox is None:
-            from tether.runtime.inbox import Inbox
+            from tether.runtime.turns.inbox import Inbox
 
             self._inbox = Inbox(self.prepared, self.turns, coalesce=True)  # waiting prompts share a turn
         return self._inbox
@@ -235,7 +235,7 @@ class TetherApp(App[int]):
     def _session_ready(self) -> None:
         self._answer_questions_here()
         if self.prepared.flags.permission_mode == "plan":  # started (or cycled early) into plan mode
-            from tether.runtime.plan_mode import enter_plan_mode
+            from tether.runtime.turns.plan_mode import enter_plan_mode
 
             enter_plan_mode(self.prepared)
         self.prompt_box.prompt_history[:0] = self._read_history()
@@ -282,7 +282,7 @@ class TetherApp(App[int]):
         if choice != "trust":
             self.notice("Folder not trusted: its widening settings stay off (`tether trust` later).", "dim")
             return False
-        from tether.runtime.trust import TrustStore
+        from tether.runtime.policy.trust import TrustStore
 
         TrustStore(p.store.home).trust(p.cwd)
         self.flags.agent, self.flags.conversation = p.session.agent.id, p.session.conversation_id
@@ -383,7 +383,7 @@ class TetherApp(App[int]):
         if not self.ready:
             self.early_prompts.extend(prompts)
         else:
-            from tether.runtime.inbox import Submission
+            from tether.runtime.turns.inbox import Submission
 
             for text in prompts:
                 self.inbox.put(Submission(parts=(TextPart(text),), payload=text))
@@ -482,7 +482,7 @@ class TetherApp(App[int]):
         current = flags.permission_mode
         nxt = MODE_CYCLE[(MODE_CYCLE.index(current) + 1) % len(MODE_CYCLE)] if current in MODE_CYCLE else MODE_CYCLE[0]
         if self.ready:
-            from tether.runtime.plan_mode import set_mode
+            from tether.runtime.turns.plan_mode import set_mode
 
             set_mode(self.prepared, nxt)  # plan mode offers ExitPlanMode
         else:
@@ -567,8 +567,8 @@ class TetherApp(App[int]):
 def prepare_here(flags: RunFlags, notes: io.StringIO) -> Prepared:
     """The TUI's session: assembled in this process's folder and environment, what assembly
     warns about written to `notes` (shown as notices), the start-up heap frozen after."""
-    from tether.runtime import gc_policy
-    from tether.runtime.assembly import RunSpec, prepare
+    from tether.runtime.session import gc_policy
+    from tether.runtime.session.assembly import RunSpec, prepare
 
     env = dict(os.environ)
     spec = RunSpec(cwd=Path.cwd(), env=env, home=Path(env.get("HOME") or Path.home()))

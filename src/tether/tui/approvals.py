@@ -53,7 +53,7 @@ class ApprovalRequest:
 
     @classmethod
     def of(cls, item: JudgedCall, cwd: Path, home: Path | None = None) -> ApprovalRequest:
-        from tether.runtime.diffs import preview_diffs
+        from tether.runtime.turns.diffs import preview_diffs
 
         name, args = item.call.name, dict(item.args)
         rules, why = suggest_rules(name, args, cwd, home or Path.home())

@@ -220,7 +220,7 @@ async def _permissions(app: TetherApp, arg: str) -> None:
         words = words[1:]
     if words:
         mode = normalize_mode(words[0])
-        from tether.runtime.plan_mode import set_mode
+        from tether.runtime.turns.plan_mode import set_mode
 
         set_mode(p, mode)  # plan mode offers ExitPlanMode
         app.notice(f"Permission mode: {mode} (from the next tool call on)")

@@ -13,9 +13,9 @@ from pathlib import Path
 from tether.backends.local.store import LocalStore
 from tether.backends.store_api import ConversationStore
 from tether.protocol.messages import Message, TextPart, UserMessage
-from tether.runtime.flags import RunFlags
-from tether.runtime.prepared import Prepared
-from tether.runtime.session import tether_home
+from tether.runtime.session.flags import RunFlags
+from tether.runtime.session.prepared import Prepared
+from tether.runtime.session.session import tether_home
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +61,7 @@ def apply_resume(flags: RunFlags, env: dict[str, str] | None = None, cwd: Path |
     to resume the run simply starts a new conversation, as a plain `tether` would (returns False)."""
     if not flags.resume:
         return False
-    from tether.runtime.session import _last_agent  # the same LRU `prepare` consults
+    from tether.runtime.session.session import _last_agent  # the same LRU `prepare` consults
 
     env = dict(os.environ) if env is None else env
     store = LocalStore(tether_home(env))

@@ -124,7 +124,7 @@ class SetupApp(App[str | None]):
 def run_setup(home: Path | None = None) -> str | None:
     """Show the screen; the provider stored, or None."""
     if home is None:
-        from tether.runtime.session import tether_home
+        from tether.runtime.session.session import tether_home
 
         home = tether_home(os.environ)
     return SetupApp(home).run()

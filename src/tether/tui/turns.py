@@ -1,4 +1,4 @@
-"""The TUI as the conversation inbox's frontend (`runtime/inbox.py`): what happens around each
+"""The TUI as the conversation inbox's frontend (`runtime/turns/inbox.py`): what happens around each
 turn on screen — the prompts shown and put to the UserPromptSubmit hook, events rendered, waiting
 prompts back into the input box after an interrupt, the memory review and the Stop hook (whose
 feedback runs next, ahead of waiting prompts) — and the waiting prompts as the status line lists
@@ -14,11 +14,11 @@ from tether.errors import TetherError
 from tether.protocol.chunks import UsageStatistics
 from tether.protocol.messages import TextPart
 from tether.protocol.turns import LocalToolCall
-from tether.runtime.turn_hooks import MAX_STOP_CONTINUATIONS, STOP_HOOK, TurnHooks
+from tether.runtime.extensions.turn_hooks import MAX_STOP_CONTINUATIONS, STOP_HOOK, TurnHooks
 
 if TYPE_CHECKING:
     from tether.core.turn import Event, TurnOutcome
-    from tether.runtime.inbox import Submission, TurnPlan
+    from tether.runtime.turns.inbox import Submission, TurnPlan
     from tether.tui.app import TetherApp
 
 __all__ = ["MAX_STOP_CONTINUATIONS", "STOP_HOOK", "PromptQueue", "TuiTurns"]
@@ -44,7 +44,7 @@ class TuiTurns:
             return None
 
     async def _begin(self, batch: Sequence[Submission]) -> TurnPlan | None:
-        from tether.runtime.inbox import TurnPlan, user_message
+        from tether.runtime.turns.inbox import TurnPlan, user_message
 
         app = self.app
         if app.quitting:
@@ -93,7 +93,7 @@ class TuiTurns:
         return False  # the reflection is started in _end, where its errors are shown
 
     async def _end(self, outcome: TurnOutcome) -> None:
-        from tether.runtime.inbox import Submission
+        from tether.runtime.turns.inbox import Submission
 
         app = self.app
         if self._failed:

@@ -9,7 +9,7 @@ import pytest
 from tether.cli.flags import parse_run_flags
 from tether.errors import UsageError
 from tether.providers.credentials import letta_credential, load_credentials, save_letta_credential
-from tether.runtime.backend_choice import (
+from tether.runtime.session.backend_choice import (
     LETTA_CLOUD_URL,
     LettaServer,
     check_key,

@@ -87,7 +87,7 @@ class LocalBackend:
         self.provider_name = provider_name
         self.model_id = model_id
         self.system = compile_system_prompt(system, cwd=str(cwd), platform=platform, date=today)
-        # Set by the runtime to add memory, instructions and skills (runtime/prompt_cache.py):
+        # Set by the runtime to add memory, instructions and skills (runtime/session/prompt_cache.py):
         # resolved per send, so a memory commit between sends reaches the next request.
         self.system_prompt: Callable[[ConversationRef], Awaitable[str]] | None = None
         self.api_ms = 0

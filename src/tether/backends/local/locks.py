@@ -59,7 +59,7 @@ def state_failure(exc: BaseException) -> str | None:
     """The message for a failure of tether's own state on disk (a full disk, a read-only
     TETHER_HOME, an I/O error, the effect store), naming the path and the cause; None for any
     other error, which its caller reports as before."""
-    if isinstance(exc, StoreUnwritable):  # DiskFull, runtime/checkpoints.EffectStoreUnavailable
+    if isinstance(exc, StoreUnwritable):  # DiskFull, runtime/turns/checkpoints.EffectStoreUnavailable
         return str(exc)
     if isinstance(exc, OSError):
         converted = unwritable(exc.filename or "TETHER_HOME", exc)

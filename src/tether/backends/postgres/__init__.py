@@ -19,7 +19,7 @@ extra) is imported only inside this package, so nothing here is on the start pat
 
 Wired into `tether server --store postgresql://…` by `server/fleet_store.py` (one `PgSession`
 per worker; `PgInputQueue` and `PgCheckpointStore` as the server's `InputQueue` and checkpoint
-store, with `runtime/input_queue.py`'s public row codec) and `server/fleet_leases.py` (a
+store, with `runtime/turns/input_queue.py`'s public row codec) and `server/fleet_leases.py` (a
 conversation runs where its `ConversationLeases` lease is, kept by a `LeaseKeeper` whose loss
 closes the runtime; an `InputListener` wakes the holder for inputs other workers recorded; the
 sweep is `leases.orphaned()` + `acquire`); /healthz, /readyz and /metrics answer from

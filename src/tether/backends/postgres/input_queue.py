@@ -1,4 +1,4 @@
-"""`PgInputQueue`: the runtime's durable input queue (`runtime/input_queue.py`'s `InputQueue`)
+"""`PgInputQueue`: the runtime's durable input queue (`runtime/turns/input_queue.py`'s `InputQueue`)
 on PostgreSQL, with the same states, idempotency keys and marks; an input is acknowledged once
 its transaction commits, and the commit wakes the conversation's owner (`notify.py`).
 

@@ -66,7 +66,7 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (schedule_id, due_at)
     );
     """,
-    # 2: effect checkpoints (checkpoints.py), as runtime/checkpoints.py keeps them in SQLite
+    # 2: effect checkpoints (checkpoints.py), as runtime/turns/checkpoints.py keeps them in SQLite
     """
     CREATE TABLE effect_checkpoints (
         conversation TEXT NOT NULL,

@@ -36,7 +36,7 @@ builds a `Policy` per call from the tool-context snapshot's mode, the session's 
   configured server (`mcp__git` is not server `git__evil`; a deny of `mcp__evil` covers `Evil`).
 - Hook matchers see the tool's canonical family too (`Bash` guards `exec_command`); the hook
   input keeps the real name.
-- Workspace files the user's hooks run (`runtime/hook_scripts.py`) are armed: file writes to
+- Workspace files the user's hooks run (`runtime/extensions/hook_scripts.py`) are armed: file writes to
   them ask and the workspace sandbox mounts them read-only.
 - Builtin words bash evaluates as code are opaque unless plainly literal (`evaluated.py`):
   `test -v 'a[$(cmd)]'`, `printf -v`, `read`, `mapfile -C`, `let`, `declare -i`/`-n`, `compgen -W`.
@@ -46,7 +46,7 @@ builds a `Policy` per call from the tool-context snapshot's mode, the session's 
 - A hard link into tether's state is never read or written through (`aliases.py`): file tools
   refuse it by inode, and no sandboxed command runs while a state secret has another name.
 - The workspace sandbox's armed set (`sandbox/armed.py`) includes `.agents/skills` (the list
-  `runtime/skills.py` scans) and a git directory made of `HEAD` beside `commondir`.
+  `runtime/extensions/skills.py` scans) and a git directory made of `HEAD` beside `commondir`.
 """
 
 from tether.core.permissions.checker import Call, Guards, Policy, RuleSet, Scope, decide

@@ -112,7 +112,7 @@ class Scope:
     expand: Callable[[str, Path], list[str] | None] = expand_glob  # a shell glob, on disk
     # What else a write arms for later (beyond `.git`/`.tether`, which core knows): names the
     # runtime takes from `sandbox/armed.py` (`.envrc`, `.vscode` …), read on first use, and the
-    # workspace files the user's hooks run (`runtime/hooks.hook_scripts`).
+    # workspace files the user's hooks run (`runtime/extensions/hooks.hook_scripts`).
     armed_names: Callable[[], frozenset[str]] = frozenset
     armed_files: tuple[Path, ...] = ()
 

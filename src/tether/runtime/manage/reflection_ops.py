@@ -1,5 +1,5 @@
 """An agent's reflection settings from outside a run (the trigger and its step count), read and
-written through `runtime/reflection.py`'s per-agent state, as `--reflection-trigger` saves them."""
+written through `runtime/agents/reflection.py`'s per-agent state, as `--reflection-trigger` saves them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from tether.errors import UsageError
 
 
 def get_settings(home: Path, agent_id: str) -> dict[str, Any]:
-    from tether.runtime.reflection import load_state
+    from tether.runtime.agents.reflection import load_state
 
     agent = LocalStore(home).get_agent(agent_id)
     state = load_state(home, agent.id)
@@ -19,7 +19,7 @@ def get_settings(home: Path, agent_id: str) -> dict[str, Any]:
 
 
 def set_settings(home: Path, agent_id: str, trigger: Any, step_count: Any) -> dict[str, Any]:
-    from tether.runtime.reflection import TRIGGERS, updating_state
+    from tether.runtime.agents.reflection import TRIGGERS, updating_state
 
     if trigger not in TRIGGERS:
         raise UsageError(f"settings.trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")

@@ -13,8 +13,14 @@ from typing import Any
 
 from tether.backends.local.store import LocalStore
 from tether.errors import NotFound, UsageError
+from tether.runtime.extensions.skills import (
+    SKILL_FILE,
+    SOURCES,
+    Skill,
+    discover_skills,
+    parse_skill,
+)
 from tether.runtime.manage.memory_ops import open_memory
-from tether.runtime.skills import SKILL_FILE, SOURCES, Skill, discover_skills, parse_skill
 
 MAX_FILES = 500
 MAX_BYTES = 5_000_000
