@@ -57,7 +57,12 @@ from tether.backends.local.damage import (
     torn_tail_damage,
 )
 from tether.backends.local.durable import append_durably
-from tether.backends.local.entry_format import entry_bytes, entry_timestamp, session_header
+from tether.backends.local.entry_format import (
+    entry_bytes,
+    entry_timestamp,
+    message_entries,
+    session_header,
+)
 from tether.backends.local.locks import create_exclusive
 from tether.backends.local.settlement import settle_orphaned_tool_calls
 from tether.backends.local.tail import read_tail
@@ -347,31 +352,13 @@ class Transcript(ActiveView):
     def append(self, messages: Sequence[Message]) -> None:
         """One step boundary: an entry per message whose snapshot changed, one write, one fsync."""
         self._sync_for_write()
-        pending: list[tuple[str, Message]] = []
-        snapshot: dict[str, bytes] = {}
-        lines: list[bytes] = []
-        parent = self._last_entry_id
-        taken: set[str] = set()
-        for message in messages:
-            body = orjson.dumps(message_to_dict(message))
-            if message.id in snapshot:
-                before: bytes | None = snapshot[message.id]
-            elif message.id in self._view:
-                before = orjson.dumps(message_to_dict(self._view[message.id]))
-            else:
-                before = None
-            if body == before:
-                continue  # unchanged re-persist
-            snapshot[message.id] = body
-            eid = self._new_entry_id(taken)
-            lines.append(entry_bytes("message", eid, parent, b'"message":' + body))
-            pending.append((eid, message))
-            parent = eid
+        entries = message_entries(messages, self._view, self._last_entry_id, self._new_entry_id)
+        lines = [line for _, _, line in entries]
         if not lines:
             return
         offset = start = self._write(lines)
         known = len(self._replaced)
-        for (eid, message), line in zip(pending, lines, strict=True):
+        for eid, message, line in entries:
             self._add_message((eid, offset, len(line) - 1), message)
             offset += len(line)
         self._log_replacements(start, self._replaced[known:])

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
-from tether.backends.local.entry_format import entry_bytes, session_header
+from tether.backends.local.entry_format import entry_bytes, message_entries, session_header
 from tether.backends.local.view import ActiveView
 from tether.backends.postgres.connection import LeaseLost, PgSession
 from tether.errors import ProtocolError, StoreError, TranscriptCorrupt
@@ -228,24 +228,8 @@ class PgTranscript(ActiveView):
         """One step boundary: a row per message whose snapshot changed, in one fenced commit."""
         with self._lock:
             self._sync_for_write()
-            snapshot: dict[str, bytes] = {}
-            lines: list[bytes] = []
-            parent = self._last_entry_id
-            taken: set[str] = set()
-            for message in messages:
-                body = orjson.dumps(message_to_dict(message))
-                if message.id in snapshot:
-                    before: bytes | None = snapshot[message.id]
-                elif message.id in self._view:
-                    before = orjson.dumps(message_to_dict(self._view[message.id]))
-                else:
-                    before = None
-                if body == before:
-                    continue  # unchanged re-persist
-                snapshot[message.id] = body
-                eid = self._new_entry_id(taken)
-                lines.append(entry_bytes("message", eid, parent, b'"message":' + body))
-                parent = eid
+            lines = [line for _, _, line in message_entries(
+                messages, self._view, self._last_entry_id, self._new_entry_id)]
             if lines:
                 self._write(lines)
 
