@@ -22,7 +22,7 @@ from tether.backends.local.store import LocalStore
 from tether.testing.fake_provider import FakeProvider
 
 MODEL = "anthropic/claude-test"
-SKILL = Path(tether.__file__).parent / "runtime" / "bundled_skills" / "self-configuration"
+SKILL = Path(tether.__file__).parent / "runtime" / "extensions" / "bundled_skills" / "self-configuration"
 SCRIPT = SKILL / "scripts" / "update_agent_settings.py"
 
 
