@@ -1,7 +1,7 @@
 """Which worker of a fleet runs a conversation (`tether server --store`): the one holding its
 lease (`backends/postgres/leases.py`). A worker takes a conversation's lease at its first input
-(or when its holder died or stopped renewing) and keeps it, renewed by a `LeaseKeeper`, while it
-lives; an input accepted by any other worker is only recorded, and its commit's NOTIFY wakes the
+(or when its holder died or stopped renewing) and keeps it, renewed by the worker's one
+`LeaseKeeper` thread (every held lease in one statement), while it lives; an input accepted by any other worker is only recorded, and its commit's NOTIFY wakes the
 holder (an `InputListener` thread here), which takes it from the queue and runs it once. A lost
 lease (this worker was stopped past its ttl and another took over) aborts the conversation's
 runtime here: its queue marks are refused (`NotOwner`), its checkpoint writes fenced.
@@ -11,8 +11,9 @@ and no live holder; taking one settles the dead holder's inputs (started → int
 this worker's), which `durable_inputs.resume_stored` then resumes as a restart would, the
 interrupted ones reported to every worker's clients as a `turn_finished` with the error.
 What a turn broadcasts reaches other workers' clients through `fleet_events.py`. Store calls run
-on the listener thread or in worker threads, never on the event loop, except taking a lease for
-a cron fire (`holds`)."""
+on the listener and keeper threads or in worker threads, never on the event loop, except taking
+a lease in `holds` (its synchronous callers) and giving the leases up in `stop` (`stop_async`
+does that in a worker thread)."""
 
 from __future__ import annotations
 
@@ -46,7 +47,9 @@ class FleetLeases:
         self.queue = queue
         self.url = url
         self.held: dict[str, Any] = {}  # conversation -> Lease
-        self.keepers: dict[str, Any] = {}
+        from tether.backends.postgres.keeper import LeaseKeeper
+
+        self.keeper = LeaseKeeper(self.leases)  # started with the first lease kept
         # Item ids put into a runtime here, per conversation, oldest first (SEEN_MAX kept).
         self.seen: dict[str, dict[str, None]] = {}
         self.server: AppServer | None = None
@@ -98,8 +101,6 @@ class FleetLeases:
         return True
 
     def _keep(self, lease: Any) -> None:
-        from tether.backends.postgres.keeper import LeaseKeeper
-
         self.held[lease.conversation] = lease
         loop = self._loop
 
@@ -107,17 +108,17 @@ class FleetLeases:
             if loop is not None and not loop.is_closed():
                 loop.call_soon_threadsafe(self._lost, lease.conversation, lease.token, why)
 
-        self.keepers[lease.conversation] = LeaseKeeper(self.leases, lease, lost).start()
+        self.keeper.keep(lease, lost)
+        if not self.keeper.started and not self._stop.is_set():
+            self.keeper.start()
 
     def _lost(self, conversation: str, token: int, why: str) -> None:
-        """Another worker runs the conversation now: stop running it here."""
+        """Another worker runs the conversation now: stop running it here (on the loop, with no
+        store work: the keeper has stopped renewing it already)."""
         lease = self.held.get(conversation)
         if lease is None or lease.token != token:
             return
         del self.held[conversation]
-        keeper = self.keepers.pop(conversation, None)
-        if keeper is not None:
-            keeper.stop()
         self.seen.pop(conversation, None)
         sys.stderr.write(f"tether: {conversation}: lease lost, its runtime here stops: {why}\n")
         rt = self._runtime(conversation)
@@ -313,14 +314,33 @@ class FleetLeases:
         listener.close()
 
     def stop(self) -> None:
-        """Stop listening and renewing; give the leases up, so another worker takes them now."""
+        """Stop listening and renewing; give the leases up, so another worker takes them now
+        (one round trip, on the calling thread: `stop_async` on the event loop)."""
+        self._stop_listening()
+        self._give_up(self._forget_held())
+        self._join_listener()
+
+    async def stop_async(self) -> None:
+        """`stop`, its store work (the keeper's last round, the release) in a worker thread."""
+        self._stop_listening()
+        await asyncio.to_thread(self._give_up, self._forget_held())
+        await asyncio.to_thread(self._join_listener)
+
+    def _stop_listening(self) -> None:
         self._stop.set()
         self.events.stop()
-        for conversation, keeper in list(self.keepers.items()):
-            keeper.stop()
-            with contextlib.suppress(TetherError):
-                self.leases.release(self.held[conversation])
-        self.keepers.clear()
+
+    def _forget_held(self) -> list[Any]:
+        held = list(self.held.values())
         self.held.clear()
+        return held
+
+    def _give_up(self, held: list[Any]) -> None:
+        """The keeper stopped first (no renewal after the release), then every lease released."""
+        self.keeper.stop()
+        with contextlib.suppress(TetherError):
+            self.leases.release_all(held)
+
+    def _join_listener(self) -> None:
         if self._listener is not None:
             self._listener.join(2)

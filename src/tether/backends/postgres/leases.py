@@ -125,6 +125,50 @@ class ConversationLeases:
             fence(cur, lease)
             self._extend(cur, lease.conversation, lease.token)
 
+    def renew_all(self, leases: Sequence[Lease]) -> dict[str, LeaseLost]:
+        """Push every lease's expiry out by the ttl in one statement; the ones refused (moved:
+        another token or holder, or no lease row), each with why. The reason reads the row as
+        the statement began, so a takeover racing the renewal may still show this holder."""
+        if not leases:
+            return {}
+        with self.session.transaction("renew conversation leases") as cur:
+            rows = cur.execute(
+                "WITH kept (conversation, token) AS (SELECT * FROM unnest(%s::text[], %s::bigint[])),"
+                " renewed AS (UPDATE conversation_leases l SET expires_at = clock_timestamp()"
+                " + make_interval(secs => %s) FROM kept WHERE l.conversation = kept.conversation"
+                " AND l.token = kept.token AND l.holder = %s RETURNING l.conversation)"
+                " SELECT kept.conversation, kept.token, c.token, c.holder FROM kept"
+                " LEFT JOIN conversation_leases c ON c.conversation = kept.conversation"
+                " WHERE kept.conversation NOT IN (SELECT conversation FROM renewed)",
+                ([x.conversation for x in leases], [x.token for x in leases], self.ttl_s,
+                 self.worker),
+            ).fetchall()
+        refused = {}
+        for conversation, token, current, holder in rows:
+            lost = LeaseLost(conversation, int(token), None if current is None else int(current),
+                             None if holder is None else str(holder))
+            logs.event(
+                "write_refused", str(lost), logging.WARNING, conversation=conversation,
+                worker=self.worker, token=int(token), current_token=lost.current, what="renewal",
+            )
+            refused[str(conversation)] = lost
+        return refused
+
+    def release_all(self, leases: Sequence[Lease]) -> list[str]:
+        """Give the leases up now, in one statement (each only while its token is current);
+        the conversations released."""
+        if not leases:
+            return []
+        with self.session.transaction("release conversation leases") as cur:
+            rows = cur.execute(
+                "UPDATE conversation_leases l SET expires_at = clock_timestamp() - interval '1 ms'"
+                " FROM unnest(%s::text[], %s::bigint[]) AS kept (conversation, token)"
+                " WHERE l.conversation = kept.conversation AND l.token = kept.token"
+                " AND l.holder = %s RETURNING l.conversation",
+                ([x.conversation for x in leases], [x.token for x in leases], self.worker),
+            ).fetchall()
+        return [str(r[0]) for r in rows]
+
     def release(self, lease: Lease) -> None:
         """Give the lease up now (the token stays, so the next holder's is higher)."""
         with self.session.transaction("release a conversation's lease") as cur:
