@@ -55,9 +55,9 @@ class NotFound(StoreError):
 
 
 class ConversationBusy(StoreError):
-    def __init__(self, conversation_id: str) -> None:
+    def __init__(self, conversation_id: str, message: str | None = None) -> None:
         super().__init__(
-            f"Conversation {conversation_id} is busy with another active run "
+            message or f"Conversation {conversation_id} is busy with another active run "
             "(another tether process holds its turn lock); wait for it to finish or use --new"
         )
         self.conversation_id = conversation_id

@@ -231,3 +231,83 @@ def test_conversations_created_at_once_by_two_processes_get_distinct_ids(impl: I
         made = list(pool.map(lambda n: stores[n % 2].create_conversation(agent.id).id, range(16)))
     assert len(set(made)) == 16
     assert sorted(c.id for c in impl.reopen().list_conversations(agent.id)) == sorted(made)
+
+
+def test_a_conversation_made_with_history_reads_it_back_whole(impl: Impl) -> None:
+    agent = impl.store.create_agent(model=None, system="s")
+    history = [user("u1", "fix it"), assistant("a1", ("c1", "Bash")), result("r1", "c1")]
+    made = impl.store.create_conversation(agent.id, extra={"forked_from": "local-conv-0"},
+                                          history=history)
+    other = impl.reopen()
+    assert other.get_conversation(made.id, agent.id).extra["forked_from"] == "local-conv-0"
+    assert other.messages(agent.id, made.id) == history
+    follow = other.transcript(agent.id, made.id)  # an append continues after the copy
+    follow.append([assistant("a2", text="done")])
+    assert impl.reopen().messages(agent.id, made.id) == [*history, assistant("a2", text="done")]
+
+
+def test_reading_messages_creates_nothing(impl: Impl) -> None:
+    agent = impl.store.create_agent(model=None, system="s")
+    conv = impl.store.create_conversation(agent.id)
+    assert impl.store.messages(agent.id, conv.id) == []
+    assert impl.reopen().transcript(agent.id, conv.id).header() is not None  # made on first use
+    assert impl.store.messages(agent.id, conv.id) == []
+
+
+def test_deleted_conversations_and_agents_are_gone_and_their_ids_never_come_back(impl: Impl) -> None:
+    store = impl.store
+    agent = store.create_agent(model=None, system="s")
+    keep, gone = store.create_conversation(agent.id), store.create_conversation(agent.id)
+    store.transcript(agent.id, gone.id).append([user("u1")])
+    store.delete_conversation(agent.id, gone.id)
+    other = impl.reopen()
+    with pytest.raises(NotFound):
+        other.get_conversation(gone.id, agent.id)
+    assert other.messages(agent.id, gone.id) == []
+    assert [c.id for c in other.list_conversations(agent.id)] == [keep.id]
+    third = other.create_conversation(agent.id)
+    assert third.id not in (keep.id, gone.id)
+
+    store.default_conversation(agent.id)
+    removed = other.delete_agent(agent.id)
+    assert sorted(removed) == sorted([keep.id, third.id, "default"])
+    with pytest.raises(NotFound):
+        store.get_agent(agent.id)
+    assert store.list_conversations(agent.id) == []
+    assert [a.id for a in impl.reopen().list_agents()] == []
+
+
+def test_pg_delete_is_refused_while_input_is_unfinished_and_fences_the_holder(
+    pg_url: str, tmp_path: Path
+) -> None:
+    from tether.backends.postgres.agents import PgConversationStore
+    from tether.backends.postgres.connection import LeaseLost, PgSession
+    from tether.backends.postgres.leases import ConversationLeases
+    from tether.errors import ConversationBusy
+
+    owner, other = PgSession(pg_url, "w-owner"), PgSession(pg_url, "w-other")
+    held: dict[str, Any] = {}
+    store = PgConversationStore(owner, tmp_path / "a", held.get)
+    agent = store.create_agent(model=None, system="s")
+    conv = store.create_conversation(agent.id)
+    key = conversation_ref(agent.id, conv.id)
+    held[key] = lease = ConversationLeases(owner).acquire(key)
+    store.transcript(agent.id, conv.id).append([user("u1")])
+    with owner.transaction("test: a queued input") as cur:
+        cur.execute("INSERT INTO inputs (conversation, item_id, source, disposition, state, body,"
+                    " owner) VALUES (%s, 'i1', 'user', 'queued', 'queued', '\\x00', 'w-owner')",
+                    (key,))
+    elsewhere = PgConversationStore(other, tmp_path / "b", lambda _key: None)
+    with pytest.raises(ConversationBusy, match="has queued input on worker w-owner"):
+        elsewhere.delete_conversation(agent.id, conv.id)
+    assert elsewhere.messages(agent.id, conv.id) == [user("u1")]  # nothing went
+
+    with owner.transaction("test: the input ran") as cur:
+        cur.execute("UPDATE inputs SET state = 'done' WHERE conversation = %s", (key,))
+    elsewhere.delete_conversation(agent.id, conv.id)
+    with pytest.raises(LeaseLost):
+        ConversationLeases(owner).renew(lease)  # the owner is fenced out: it stops there
+    with pytest.raises(NotFound):
+        store.get_conversation(conv.id, agent.id)
+    owner.close()
+    other.close()

@@ -23,7 +23,7 @@ def test_deleting_an_agent_keeps_its_committed_memory_in_a_bundle(tmp_path: Path
         committed = memory.commit(["system/human.md"], "remember the user's taste")
     assert committed is not None
 
-    answer = delete_agent(home, agent.id)
+    answer = delete_agent(store, agent.id)
 
     assert answer["deleted"] is True
     assert not memory.root.exists()  # the repo itself is gone with the agent
@@ -41,6 +41,7 @@ def test_deleting_an_agent_keeps_its_committed_memory_in_a_bundle(tmp_path: Path
 
 def test_an_agent_without_a_memory_repo_is_deleted_without_a_backup(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    agent = LocalStore(home).create_agent(model="anthropic/claude-test", system="s")
-    answer = delete_agent(home, agent.id)
+    store = LocalStore(home)
+    agent = store.create_agent(model="anthropic/claude-test", system="s")
+    answer = delete_agent(store, agent.id)
     assert answer["deleted"] is True and answer["memory_backup"] is None

@@ -86,7 +86,17 @@ class ConversationStore(Protocol):
 
     def save_agent(self, record: AgentRecord) -> None: ...
 
-    def create_conversation(self, agent_id: str) -> ConversationRecord: ...
+    def create_conversation(
+        self,
+        agent_id: str,
+        *,
+        extra: Mapping[str, Any] | None = None,
+        history: Sequence[Message] = (),
+    ) -> ConversationRecord:
+        """A new conversation (`local-conv-<n>`, never an id used before) whose record carries
+        `extra` and whose transcript starts with `history` (a fork's copy), made as one step: a
+        reader sees it whole or not at all."""
+        ...
 
     def default_conversation(self, agent_id: str) -> ConversationRecord: ...
 
@@ -98,9 +108,25 @@ class ConversationStore(Protocol):
 
     def save_conversation(self, record: ConversationRecord) -> None: ...
 
+    def delete_conversation(self, agent_id: str, conversation_id: str) -> None:
+        """Remove the conversation's record and transcript (its folder here too). The caller
+        holds its turn lock; a store shared by workers also refuses (`ConversationBusy`) while
+        it has unfinished input anywhere, and fences out the worker holding it."""
+        ...
+
+    def delete_agent(self, agent_id: str) -> list[str]:
+        """Remove the agent's record and every conversation of it (as `delete_conversation`,
+        all or nothing); the ids of the conversations removed. The caller holds their locks."""
+        ...
+
     def transcript(
         self, agent_id: str, conversation_id: str, *, cwd: str | None = None
     ) -> TranscriptLog: ...
+
+    def messages(self, agent_id: str, conversation_id: str) -> list[Message]:
+        """The conversation's active view, read without creating anything (a conversation never
+        sent to has none)."""
+        ...
 
     def conversation_dir(self, agent_id: str, conversation_id: str) -> Path: ...
 

@@ -17,6 +17,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -75,8 +76,10 @@ def _run(argv: list[str]) -> int:
     home = tether_home(os.environ)
     if ns.action == "list":
         return _list(home, ns)
+    from tether.backends.local.store import LocalStore
     from tether.runtime.manage import agents
 
+    store = LocalStore(home)
     if ns.action == "create":
         if ns.memfs and ns.no_memfs:
             raise UsageError("give --memfs or --no-memfs, not both")
@@ -87,7 +90,7 @@ def _run(argv: list[str]) -> int:
                 raise UsageError(f"--block expects LABEL=TEXT, got {item!r}")
             blocks[label.strip()] = text
         print_json(agents.create_agent(
-            home, name=ns.name, model=ns.model, description=ns.description,
+            store, name=ns.name, model=ns.model, description=ns.description,
             system=ns.system, tags=split_tags(ns.tags), memfs=not ns.no_memfs, blocks=blocks,
         ))
         return 0
@@ -100,17 +103,17 @@ def _run(argv: list[str]) -> int:
             raise UsageError(f"--model-settings is not JSON: {exc}") from None
     if ns.tags is not None or ns.add_tag or ns.remove_tag:
         current = split_tags(ns.tags) if ns.tags is not None else list(
-            agents.get_agent(home, ns.agent_id)["tags"])
+            agents.get_agent(store, ns.agent_id)["tags"])
         current += [t for t in ns.add_tag if t not in current]
         changes["tags"] = [t for t in current if t not in ns.remove_tag]
     if not changes:
-        print_json(agents.get_agent(home, ns.agent_id, include_blocks=True))
+        print_json(agents.get_agent(store, ns.agent_id, include_blocks=True))
     else:
-        print_json(agents.update_agent(home, ns.agent_id, changes))
+        print_json(agents.update_agent(store, ns.agent_id, changes))
     return 0
 
 
-def _list(home: Any, ns: argparse.Namespace) -> int:
+def _list(home: Path, ns: argparse.Namespace) -> int:
     if ns.limit < 1:
         raise UsageError(f"tether agents list --limit must be at least 1, got {ns.limit}")
     chosen = sum(x is not None for x in (ns.name, ns.query, ns.tags))
@@ -131,9 +134,10 @@ def _list(home: Any, ns: argparse.Namespace) -> int:
 
         print_json(server_agents(home, ns.name, ns.limit))
         return 0
+    from tether.backends.local.store import LocalStore
     from tether.runtime.manage.agents import list_agents
 
-    print_json(list_agents(home, name=ns.name, query=ns.query, tags=split_tags(ns.tags),
+    print_json(list_agents(LocalStore(home), name=ns.name, query=ns.query, tags=split_tags(ns.tags),
                            match_all_tags=ns.match_all_tags, include_blocks=ns.include_blocks,
                            limit=ns.limit))
     return 0

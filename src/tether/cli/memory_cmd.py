@@ -135,20 +135,22 @@ def _status(memfs: MemFS) -> str:
 def _run_json(home: Path, agent_id: str, ns: argparse.Namespace) -> int:
     import orjson
 
+    from tether.backends.local.store import LocalStore
     from tether.runtime.manage import memory_ops
 
+    store = LocalStore(home)
     if ns.action == "backup":
-        result: object = memory_ops.backup(home, agent_id, ns.reason)
+        result: object = memory_ops.backup(store, agent_id, ns.reason)
     elif ns.action == "backups":
-        result = memory_ops.backups(home, agent_id)
+        result = memory_ops.backups(store, agent_id)
     elif ns.action == "restore":
-        result = memory_ops.restore(home, agent_id, ns.source, force=ns.force)
+        result = memory_ops.restore(store, agent_id, ns.source, force=ns.force)
     elif ns.action == "tokens":
-        result = memory_ops.tokens(home, agent_id)
+        result = memory_ops.tokens(store, agent_id)
     elif ns.resolutions is None:
-        result = memory_ops.pending(home, agent_id)
+        result = memory_ops.pending(store, agent_id)
     else:
-        result = memory_ops.resolve(home, agent_id, _resolutions(ns.resolutions), ns.branch)
+        result = memory_ops.resolve(store, agent_id, _resolutions(ns.resolutions), ns.branch)
     sys.stdout.buffer.write(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
     return 0
 

@@ -40,15 +40,16 @@ def _run(argv: list[str]) -> int:
     transcript.add_argument("--conversation", "--conv", required=True)
     transcript.add_argument("--agent")
     ns = p.parse_args(argv)
+    from tether.backends.local.store import LocalStore
     from tether.runtime.manage import conversations
     from tether.runtime.session.session import tether_home
 
-    home = tether_home(os.environ)
+    store = LocalStore(tether_home(os.environ))
     if ns.action == "search":
         print_json(conversations.search_messages(
-            home, ns.query, mode=ns.mode, agent_id=ns.agent, conversation_id=ns.conversation,
+            store, ns.query, mode=ns.mode, agent_id=ns.agent, conversation_id=ns.conversation,
             limit=ns.limit,
         ))
     else:
-        print_json(conversations.transcript(home, ns.conversation, ns.agent))
+        print_json(conversations.transcript(store, ns.conversation, ns.agent))
     return 0

@@ -16,10 +16,14 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tether.cli.agents_cmd import print_json
 from tether.cli.usage import UsageParser, reported
 from tether.errors import UsageError
+
+if TYPE_CHECKING:
+    from tether.backends.local.store import LocalStore
 
 
 def run_skills(argv: Sequence[str]) -> int:
@@ -55,30 +59,32 @@ def _run(argv: list[str]) -> int:
     delete.add_argument("--agent", "-a")
     delete.add_argument("--global", dest="global_", action="store_true")
     ns = p.parse_args(argv)
+    from tether.backends.local.store import LocalStore
     from tether.runtime.manage import skills_ops
     from tether.runtime.session.session import tether_home
 
     home = tether_home(os.environ)
+    store = LocalStore(home)
     if ns.action == "list":
-        agent = ns.agent or _folder_agent(home, required=False)
-        print_json(skills_ops.list_skills(home, Path.cwd(), agent))
+        agent = ns.agent or _folder_agent(store, required=False)
+        print_json(skills_ops.list_skills(store, Path.cwd(), agent))
         return 0
     if ns.global_ and ns.agent:
         raise UsageError("give --agent or --global, not both")
-    agent = None if ns.global_ else (ns.agent or _folder_agent(home, required=True))
+    agent = None if ns.global_ else (ns.agent or _folder_agent(store, required=True))
     if ns.action == "install":
-        print_json(skills_ops.install_skill(home, ns.source, agent_id=agent, subdir=ns.subdir,
+        print_json(skills_ops.install_skill(store, ns.source, agent_id=agent, subdir=ns.subdir,
                                             force=ns.force))
     else:
-        print_json(skills_ops.delete_skill(home, ns.name, agent_id=agent))
+        print_json(skills_ops.delete_skill(store, ns.name, agent_id=agent))
     return 0
 
 
-def _folder_agent(home: Path, *, required: bool) -> str | None:
-    from tether.backends.local.store import LocalStore
+def _folder_agent(store: LocalStore, *, required: bool) -> str | None:
     from tether.runtime.session.session import _last_agent
 
-    found = _last_agent(LocalStore(home), Path.cwd())
+    home = store.home
+    found = _last_agent(store, Path.cwd())
     if found is None and required:
         raise UsageError(f"no agent has run yet in {home}; pass --agent <id> or --global")
     return found.id if found is not None else None

@@ -21,6 +21,7 @@ from tether.server.frame_reader import FrameError, Reader
 
 if TYPE_CHECKING:
     from tether.backends.local.records import AgentRecord, ConversationRecord
+    from tether.backends.store_api import ConversationStore
     from tether.server.app_server import AppServer, Connection
     from tether.server.auth import Grant
 
@@ -108,6 +109,11 @@ class Call:
     @property
     def grant(self) -> Grant:
         return self.conn.grant
+
+    @property
+    def store(self) -> ConversationStore:
+        """The server's store (`runtime_start.open_store`): what every request reads and writes."""
+        return self.server.ctx.store
 
     @property
     def home(self) -> Path:

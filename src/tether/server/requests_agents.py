@@ -38,7 +38,7 @@ def agent_list(call: Call) -> dict[str, Any]:
         raise UsageError("query.tags must be a list of strings")
     include = query.get("include") or []
     rows = agents.list_agents(
-        call.home, name=query.get("name"), query=query.get("query_text"), tags=tags,
+        call.store, name=query.get("name"), query=query.get("query_text"), tags=tags,
         match_all_tags=bool(query.get("match_all_tags")),
         include_blocks="agent.blocks" in include, limit=1_000_000,
     )
@@ -48,7 +48,7 @@ def agent_list(call: Call) -> dict[str, Any]:
 
 def agent_retrieve(call: Call) -> dict[str, Any]:
     record = call.agent(call.text("agent_id"))  # granted and existing, or the one not-found
-    return {"agent": agents.agent_view(call.home, record, include_blocks=True)}
+    return {"agent": agents.agent_view(call.store, record, include_blocks=True)}
 
 
 def agent_create(call: Call) -> dict[str, Any]:
@@ -57,7 +57,7 @@ def agent_create(call: Call) -> dict[str, Any]:
     check_model(call, model)
     blocks = _memory_blocks(body.get("memory_blocks"))
     created = agents.create_agent(
-        call.home, name=body.get("name"), model=model, description=body.get("description") or "",
+        call.store, name=body.get("name"), model=model, description=body.get("description") or "",
         system=body.get("system"), tags=body.get("tags") or (), blocks=blocks,
     )
     call.notify("agent_updated", agent_id=created["id"], agent=created)
@@ -69,7 +69,7 @@ def agent_update(call: Call) -> dict[str, Any]:
     body = call.obj("body")
     if "model" in body and body["model"] is not None:
         check_model(call, body["model"])
-    updated = agents.update_agent(call.home, record.id, body)
+    updated = agents.update_agent(call.store, record.id, body)
     call.notify("agent_updated", agent_id=record.id, agent=updated)
     return {"agent": updated}
 
@@ -77,7 +77,7 @@ def agent_update(call: Call) -> dict[str, Any]:
 async def agent_delete(call: Call) -> dict[str, Any]:
     record = call.agent(call.text("agent_id"), change=True)
     await _stop_idle_runtimes(call, record.id, None)
-    removal.delete_agent(call.home, record.id)
+    removal.delete_agent(call.store, record.id)
     call.notify("agent_updated", agent_id=record.id, agent=None, deleted=True)
     return {"agent_id": record.id}
 
@@ -104,7 +104,7 @@ def conversation_list(call: Call) -> dict[str, Any]:
     for owner in owners:
         try:
             found = conversations.list_conversations(
-                call.home, owner, include_archived=bool(query.get("archived")),
+                call.store, owner, include_archived=bool(query.get("archived")),
                 include_hidden=include_hidden, limit=1_000_000,
             )
         except NotFound:  # an agent named but absent lists nothing, as one out of scope does
@@ -133,7 +133,7 @@ def conversation_create(call: Call) -> dict[str, Any]:
         raise UsageError("body.hidden must be true or false")
     record = call.agent(agent_id)
     created = conversations.create_conversation(
-        call.home, record.id, summary=body.get("summary"), hidden=hidden
+        call.store, record.id, summary=body.get("summary"), hidden=hidden
     )
     call.notify("conversation_updated", agent_id=record.id, conversation_id=created["id"],
                 conversation=created)
@@ -143,7 +143,7 @@ def conversation_create(call: Call) -> dict[str, Any]:
 def conversation_update(call: Call) -> dict[str, Any]:
     record = call.conversation(call.text("conversation_id"), call.opt_text("agent_id"))
     updated = conversations.update_conversation(
-        call.home, record.id, call.obj("body"), record.agent_id
+        call.store, record.id, call.obj("body"), record.agent_id
     )
     call.notify("conversation_updated", agent_id=record.agent_id, conversation_id=record.id,
                 conversation=updated)
@@ -155,7 +155,7 @@ async def conversation_delete(call: Call) -> dict[str, Any]:
     if record.id == "default":
         raise UsageError("the default conversation belongs to its agent and goes only with it")
     await _stop_idle_runtimes(call, record.agent_id, record.id)
-    removal.delete_conversation(call.home, record.id, record.agent_id)
+    removal.delete_conversation(call.store, record.id, record.agent_id)
     call.notify("conversation_updated", agent_id=record.agent_id, conversation_id=record.id,
                 conversation=None, deleted=True)
     return {"conversation_id": record.id}

@@ -62,7 +62,7 @@ async def _clear(call: Call, rt: ConversationRuntime, args: str) -> str:
         raise RequestFailed("this connection's token is scoped to conversations; /clear "
                             "would start a new one, which it may not")
     agent_id = rt.scope.agent_id
-    created = conversations.create_conversation(call.home, agent_id)
+    created = conversations.create_conversation(call.store, agent_id)
     call.notify("conversation_updated", agent_id=agent_id, conversation_id=created["id"],
                 conversation=created)
     return (f"Agent's in-context messages cleared: new conversation {created['id']} "

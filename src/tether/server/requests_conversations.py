@@ -48,7 +48,7 @@ def conversation_messages_list(call: Call) -> dict[str, Any]:
     if not isinstance(order, str):
         raise UsageError("query.order must be asc or desc")
     messages = conversations.letta_message_page(
-        call.home, record, limit=limit, order=order, **cursors
+        call.store, record, limit=limit, order=order, **cursors
     )
     return {"messages": messages}
 
@@ -103,7 +103,7 @@ def conversation_fork(call: Call) -> dict[str, Any]:
                if (s.agent_id, s.conversation_id) == (record.agent_id, record.id)]
     if any(rt.busy for rt in running):
         raise RequestFailed(f"conversation {record.id} is running a turn; fork it when it ends")
-    created = conversations.fork_conversation(call.home, record, hidden=hidden)
+    created = conversations.fork_conversation(call.store, record, hidden=hidden)
     call.notify("conversation_updated", agent_id=record.agent_id, conversation_id=created["id"],
                 conversation=created)
     return {"conversation": {"id": created["id"]}}

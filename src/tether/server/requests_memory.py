@@ -19,12 +19,12 @@ def _agent_id(call: Call) -> str:
 
 def list_memory(call: Call) -> dict[str, Any]:
     call.flag("include_references")  # checked; references are not parsed yet (none are sent)
-    return {**memory_files.list_files(call.home, _agent_id(call)), "done": True}
+    return {**memory_files.list_files(call.store, _agent_id(call)), "done": True}
 
 
 def read_memory_file(call: Call) -> dict[str, Any]:
     return memory_files.read_file(
-        call.home, _agent_id(call), call.text("path"), call.opt_text("encoding") or "utf8"
+        call.store, _agent_id(call), call.text("path"), call.opt_text("encoding") or "utf8"
     )
 
 
@@ -33,7 +33,7 @@ def write_memory_file(call: Call) -> dict[str, Any]:
     if not isinstance(content, str):
         raise call.read.fail("content", "is required (a string)")
     out = memory_files.write_file(
-        call.home, _agent_id(call), call.text("path"), content,
+        call.store, _agent_id(call), call.text("path"), content,
         encoding=call.opt_text("encoding") or "utf8", message=call.opt_text("commit_message"),
     )
     if out["committed"]:
@@ -43,7 +43,7 @@ def write_memory_file(call: Call) -> dict[str, Any]:
 
 def delete_memory_file(call: Call) -> dict[str, Any]:
     out = memory_files.delete_file(
-        call.home, _agent_id(call), call.text("path"), message=call.opt_text("commit_message")
+        call.store, _agent_id(call), call.text("path"), message=call.opt_text("commit_message")
     )
     if out["committed"]:
         call.notify("memory_updated", agent_id=out["agent_id"], affected_paths=[out["path"]])
@@ -52,21 +52,21 @@ def delete_memory_file(call: Call) -> dict[str, Any]:
 
 def memory_history(call: Call) -> dict[str, Any]:
     return memory_files.history(
-        call.home, _agent_id(call), call.opt_text("file_path"), call.count("limit", 50)
+        call.store, _agent_id(call), call.opt_text("file_path"), call.count("limit", 50)
     )
 
 
 def memory_commit_diff(call: Call) -> dict[str, Any]:
-    return memory_files.commit_diff(call.home, _agent_id(call), call.text("sha"))
+    return memory_files.commit_diff(call.store, _agent_id(call), call.text("sha"))
 
 
 def memory_file_at_ref(call: Call) -> dict[str, Any]:
-    return memory_files.file_at_ref(call.home, _agent_id(call), call.text("file_path"),
+    return memory_files.file_at_ref(call.store, _agent_id(call), call.text("file_path"),
                                     call.text("ref"))
 
 
 def enable_memfs(call: Call) -> dict[str, Any]:
-    return memory_files.enable(call.home, _agent_id(call))
+    return memory_files.enable(call.store, _agent_id(call))
 
 
 _ENTRIES = {"entries": [], "done": True, "total": 0}

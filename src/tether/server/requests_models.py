@@ -78,7 +78,7 @@ def update_model(call: Call) -> dict[str, Any]:
     running = [rt for s, rt in call.server.runtimes.items() if s.agent_id == agent.id]
     if any(rt.busy for rt in running):
         raise UsageError(f"agent {agent.id} is running a turn; change its model when it ends")
-    updated = agents.update_agent(call.home, agent.id, {"model": handle})
+    updated = agents.update_agent(call.store, agent.id, {"model": handle})
     for rt in running:
         rt.reload_agent()
     call.notify("agent_updated", agent_id=agent.id, agent=updated)

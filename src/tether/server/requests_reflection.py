@@ -20,7 +20,7 @@ def _agent(call: Call, *, change: bool) -> str:
 def get_reflection_settings(call: Call) -> dict[str, Any]:
     from tether.runtime.manage import reflection_ops
 
-    return {"reflection_settings": reflection_ops.get_settings(call.home, _agent(call,
+    return {"reflection_settings": reflection_ops.get_settings(call.store, _agent(call,
                                                                                  change=False))}
 
 
@@ -38,7 +38,7 @@ def set_reflection_settings(call: Call) -> dict[str, Any]:
     unknown = sorted(set(settings) - {"trigger", "step_count"})
     if unknown:
         raise call.read.fail(f"settings.{unknown[0]}", "is not a field (trigger, step_count)")
-    done = reflection_ops.set_settings(call.home, agent_id, settings.get("trigger"),
+    done = reflection_ops.set_settings(call.store, agent_id, settings.get("trigger"),
                                        settings.get("step_count"))
     for running, rt in call.server.runtimes.items():  # their device status shows the settings
         if running.agent_id == agent_id:

@@ -26,7 +26,7 @@ def skill_list(call: Call) -> dict[str, Any]:
     if not cwds:
         raise UsageError("this connection has no workspace yet: start a runtime first")
     cwd = cwds[0]
-    rows = skills_ops.list_skills(call.home, cwd, agent_id,
+    rows = skills_ops.list_skills(call.store, cwd, agent_id,
                                   project_trusted=folder_trusted(call.server.ctx, cwd))
     return {"skills": rows}
 
@@ -36,7 +36,7 @@ def skill_enable(call: Call) -> dict[str, Any]:
     if agent_id is not None:
         agent_id = call.agent(agent_id).id
     installed = skills_ops.install_skill(
-        call.home, call.text("skill_path"), agent_id=agent_id, force=call.flag("force"),
+        call.store, call.text("skill_path"), agent_id=agent_id, force=call.flag("force"),
     )
     _notify(call, agent_id, installed["name"])
     return {"skill_name": installed["name"], "skill": installed}
@@ -49,7 +49,7 @@ def skill_disable(call: Call) -> dict[str, Any]:
     else:
         call.require_unscoped()
     name = call.text("name")
-    skills_ops.delete_skill(call.home, name, agent_id=agent_id)
+    skills_ops.delete_skill(call.store, name, agent_id=agent_id)
     _notify(call, agent_id, name)
     return {"skill_name": name}
 

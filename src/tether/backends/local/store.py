@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from tether.backends.local.locks import create_exclusive, exclusive_flock, write
 from tether.backends.local.records import AgentRecord, ConversationRecord, utc_now_iso
 from tether.backends.local.transcript import Transcript
 from tether.errors import ConversationBusy, NotFound, ProtocolError, StoreError
+from tether.protocol.messages import Message
 
 SCHEMA_VERSION = 2
 MESSAGE_FORMAT = "pi-session-entry-jsonl"
@@ -103,7 +106,16 @@ class LocalStore:
     def conversation_dir(self, agent_id: str, conversation_id: str) -> Path:
         return self.home / "conversations" / b64url(conversation_key(agent_id, conversation_id))
 
-    def create_conversation(self, agent_id: str) -> ConversationRecord:
+    def create_conversation(
+        self,
+        agent_id: str,
+        *,
+        extra: Mapping[str, Any] | None = None,
+        history: Sequence[Message] = (),
+    ) -> ConversationRecord:
+        """A new `local-conv-<n>` (the counter under its lock, the folder claimed under it), its
+        transcript holding `history` before the record is written: a lister never sees a fork
+        without its copy."""
         self.get_agent(agent_id)
         with self._counters() as counters:
             n = _count(counters, "conversation", self.home / "counters.json")
@@ -120,6 +132,13 @@ class LocalStore:
                     continue
             counters["conversation"] = n
         record = _new_conversation(f"local-conv-{n}", agent_id)
+        if extra:
+            record = replace(record, extra={**record.extra, **extra})
+        if history:
+            self._check_manifest(directory, directory / "messages.jsonl")
+            transcript = Transcript(directory / "messages.jsonl")
+            transcript.ensure_created()
+            transcript.append(history)
         self.save_conversation(record)
         return record
 
@@ -177,6 +196,24 @@ class LocalStore:
         path = self.conversation_dir(record.agent_id, record.id) / "conversation.json"
         write_atomic(path, _dump(record.to_dict()))
 
+    def delete_conversation(self, agent_id: str, conversation_id: str) -> None:
+        """Remove the conversation's folder (record, transcript, attachments); the caller holds
+        its turn lock."""
+        self._transcripts.pop((agent_id, conversation_id), None)
+        shutil.rmtree(self.conversation_dir(agent_id, conversation_id), ignore_errors=True)
+
+    def delete_agent(self, agent_id: str) -> list[str]:
+        """Remove the agent's record, then each of its conversations' folders (its `default`
+        one too when it was ever written)."""
+        conversations = [c.id for c in self.list_conversations(agent_id)]
+        if (self.conversation_dir(agent_id, DEFAULT_CONVERSATION).is_dir()
+                and DEFAULT_CONVERSATION not in conversations):
+            conversations.append(DEFAULT_CONVERSATION)
+        self._agent_path(agent_id).unlink(missing_ok=True)
+        for conversation_id in conversations:
+            self.delete_conversation(agent_id, conversation_id)
+        return conversations
+
     # --- transcripts and locks --------------------------------------------------------------
 
     def transcript(
@@ -186,8 +223,9 @@ class LocalStore:
 
         `cwd` goes into a new file's session header (default: the process's cwd). The record
         is checked (NotFound, wrong agent) on the first call for a pair only: a conversation's
-        agent never changes and no conversation is deleted, and the backend asks on every
-        send (re-reading conversation.json each time was ~0.1 ms of every server turn)."""
+        agent never changes, and the backend asks on every
+        send (re-reading conversation.json each time was ~0.1 ms of every server turn); a
+        conversation deleted through this store is forgotten here."""
         cached = self._transcripts.get((agent_id, conversation_id))
         if cached is not None:
             return cached
@@ -199,6 +237,16 @@ class LocalStore:
         transcript.ensure_created(cwd)
         self._transcripts[(agent_id, conversation_id)] = transcript
         return transcript
+
+    def messages(self, agent_id: str, conversation_id: str) -> list[Message]:
+        """The active view of messages.jsonl, read without creating anything."""
+        cached = self._transcripts.get((agent_id, conversation_id))
+        if cached is not None:
+            return cached.load()
+        path = self.conversation_dir(agent_id, conversation_id) / "messages.jsonl"
+        if not path.is_file():
+            return []
+        return Transcript(path).load()
 
     def _check_manifest(self, directory: Path, messages: Path) -> None:
         path = directory / "manifest.json"

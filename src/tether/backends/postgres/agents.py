@@ -12,8 +12,11 @@ this machine's processes (across machines, the lease decides who runs a turn).""
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +32,7 @@ from tether.errors import ConversationBusy, NotFound, StoreError
 
 if TYPE_CHECKING:
     from tether.backends.postgres.leases import Lease
+    from tether.protocol.messages import Message
 
 _CONVERSATION_IDS_LOCK = 0x7E7E_0032  # pg_advisory_xact_lock: one new conversation id at a time
 
@@ -109,17 +113,35 @@ class PgConversationStore:
 
     # --- conversations ------------------------------------------------------------------------
 
-    def create_conversation(self, agent_id: str) -> ConversationRecord:
+    def create_conversation(
+        self,
+        agent_id: str,
+        *,
+        extra: Mapping[str, Any] | None = None,
+        history: Sequence[Message] = (),
+    ) -> ConversationRecord:
+        """A new `local-conv-<n>`, n past every id the store has used (records, and the leases,
+        which outlive a deleted conversation), with `history` as its first transcript rows in
+        the same transaction (token 0: written before any worker held it)."""
         self.get_agent(agent_id)
         with self.session.transaction("create a conversation") as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_CONVERSATION_IDS_LOCK,))
             row = cur.execute(
-                "SELECT COALESCE(max(substring(id FROM '^local-conv-([0-9]+)$')::bigint), 0)"
-                " FROM conversations"
+                "SELECT COALESCE(max(n), 0) FROM ("
+                " SELECT substring(id FROM '^local-conv-([0-9]+)$')::bigint AS n"
+                " FROM conversations UNION ALL"
+                " SELECT substring(conversation FROM '/local-conv-([0-9]+)$')::bigint"
+                " FROM conversation_leases) AS used"
             ).fetchone()
             n = int(row[0]) + 1 if row else 1
             record = _new_conversation(f"local-conv-{n}", agent_id)
+            if extra:
+                record = replace(record, extra={**record.extra, **extra})
             self._upsert(cur, record)
+            if history:
+                _write_history(cur, conversation_ref(agent_id, record.id),
+                               conversation_folder(agent_id, record.id) + "/messages.jsonl",
+                               history)
         return record
 
     def default_conversation(self, agent_id: str) -> ConversationRecord:
@@ -174,6 +196,60 @@ class PgConversationStore:
         with self.session.transaction("save a conversation") as cur:
             self._upsert(cur, record)
 
+    def delete_conversation(self, agent_id: str, conversation_id: str) -> None:
+        self._delete(agent_id, [conversation_id], agent=False)
+
+    def delete_agent(self, agent_id: str) -> list[str]:
+        conversations = [c.id for c in self.list_conversations(agent_id)]
+        return self._delete(agent_id, conversations, agent=True)
+
+    def _delete(self, agent_id: str, conversations: list[str], *, agent: bool) -> list[str]:
+        """One transaction: refused while any of them has input queued or running on any
+        worker; else each holder is fenced out (its token moves on, so its next write or renewal
+        is refused and its runtime stops) and the records and transcripts go. The lease rows
+        stay: a token never goes back, and an id with one is never handed out again."""
+        refs = [conversation_ref(agent_id, c) for c in conversations]
+        with self.session.transaction("delete conversations") as cur:
+            if agent:
+                rows = cur.execute(
+                    "SELECT conversation FROM conversation_leases WHERE conversation LIKE %s",
+                    (_like_prefix(agent_id) + "/%",),
+                ).fetchall()
+                refs = sorted(set(refs) | {str(r[0]) for r in rows})
+            cur.execute(
+                "SELECT 1 FROM conversation_leases WHERE conversation = ANY(%s) FOR UPDATE",
+                (refs,),
+            )
+            busy = cur.execute(
+                "SELECT conversation, owner, state FROM inputs WHERE conversation = ANY(%s)"
+                " AND state IN ('queued', 'started') LIMIT 1", (refs,),
+            ).fetchone()
+            if busy is not None:
+                conversation = str(busy[0]).split("/", 1)[1]
+                what = "runs a turn" if busy[2] == "started" else "has queued input"
+                raise ConversationBusy(
+                    conversation, f"conversation {conversation} {what} on worker {busy[1]};"
+                    " abort it there (or wait for it), then delete",
+                )
+            cur.execute(
+                "UPDATE conversation_leases SET holder = %s, token = token + 1,"
+                " expires_at = clock_timestamp() - interval '1 ms' WHERE conversation = ANY(%s)",
+                (self.session.worker, refs),
+            )
+            cur.execute("DELETE FROM transcript WHERE conversation = ANY(%s)", (refs,))
+            cur.execute("DELETE FROM transcript_files WHERE conversation = ANY(%s)", (refs,))
+            cur.execute(
+                "DELETE FROM conversations WHERE key = ANY(%s)",
+                ([conversation_key(agent_id, c) for c in conversations],),
+            )
+            if agent:
+                cur.execute("DELETE FROM conversations WHERE agent_id = %s", (agent_id,))
+                cur.execute("DELETE FROM agents WHERE id = %s", (agent_id,))
+        for conversation_id in conversations:
+            self._transcripts.pop((agent_id, conversation_id), None)
+            shutil.rmtree(self.conversation_dir(agent_id, conversation_id), ignore_errors=True)
+        return conversations
+
     def _upsert(self, cur: Any, record: ConversationRecord, *, keep: bool = False) -> None:
         from psycopg.types.json import Jsonb
 
@@ -209,14 +285,24 @@ class PgConversationStore:
         if cached is not None:
             return cached
         self.get_conversation(conversation_id, agent_id)
-        key = conversation_ref(agent_id, conversation_id)
-        transcript = PgTranscript(
-            self.session, key, conversation_folder(agent_id, conversation_id) + "/messages.jsonl",
-            lambda: self.lease_of(key),
-        )
+        transcript = self._log(agent_id, conversation_id)
         transcript.ensure_created(cwd)
         self._transcripts[(agent_id, conversation_id)] = transcript
         return transcript
+
+    def messages(self, agent_id: str, conversation_id: str) -> list[Message]:
+        """The active view of the conversation's rows; none (and nothing made) without any."""
+        cached = self._transcripts.get((agent_id, conversation_id))
+        if cached is not None:
+            return cached.load()
+        return self._log(agent_id, conversation_id).load()
+
+    def _log(self, agent_id: str, conversation_id: str) -> PgTranscript:
+        key = conversation_ref(agent_id, conversation_id)
+        return PgTranscript(
+            self.session, key, conversation_folder(agent_id, conversation_id) + "/messages.jsonl",
+            lambda: self.lease_of(key),
+        )
 
     def conversation_dir(self, agent_id: str, conversation_id: str) -> Path:
         """This machine's folder for the conversation (scratch, caches); no transcript in it."""
@@ -235,6 +321,41 @@ def _new_conversation(conversation_id: str, agent_id: str) -> ConversationRecord
         id=conversation_id, agent_id=agent_id, archived=False, archived_at=None, created_at=now,
         updated_at=now, last_message_at=None, summary=None, in_context_message_ids=(),
     )
+
+
+def _write_history(cur: Any, key: str, path: str, history: Sequence[Message]) -> None:
+    """A new transcript: its header row and one row per message, as `PgTranscript.append`
+    would write them, with token 0 (no lease yet: nobody else knows the conversation)."""
+    from psycopg.types.json import Jsonb
+
+    from tether.backends.local.entry_format import message_entries, session_header
+    from tether.backends.postgres.migrate_local import _jsonb_safe
+
+    cur.execute(
+        "INSERT INTO transcript_files (conversation, path, header, torn) VALUES (%s, %s, %s, '')",
+        (key, path, session_header(None)),
+    )
+    taken: set[str] = set()
+
+    def new_id(seen: set[str]) -> str:
+        while True:
+            eid = os.urandom(4).hex()
+            if eid not in taken and eid not in seen:
+                taken.add(eid)
+                seen.add(eid)
+                return eid
+
+    lines = [line for _, _, line in message_entries(history, {}, None, new_id)]
+    cur.executemany(
+        "INSERT INTO transcript (conversation, seq, entry, token, line) VALUES (%s, %s, %s, 0, %s)",
+        [(key, seq, Jsonb(_jsonb_safe(orjson.loads(line))), line)
+         for seq, line in enumerate(lines, 1)],
+    )
+
+
+def _like_prefix(text: str) -> str:
+    """`text` for a LIKE pattern, its wildcards escaped."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def _dump(obj: Any) -> bytes:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.backends.local.records import AgentRecord, utc_now_iso
-from tether.backends.local.store import LocalStore
 from tether.errors import UsageError
+
+if TYPE_CHECKING:
+    from tether.backends.store_api import ConversationStore
 
 # Fields an update may set, and what each must be.
 EDITABLE = ("name", "description", "system", "tags", "model", "model_settings")
@@ -17,7 +18,7 @@ DEFAULT_NAME = "tether"
 
 
 def create_agent(
-    home: Path,
+    store: ConversationStore,
     *,
     name: str | None = None,
     model: str | None = None,
@@ -37,22 +38,21 @@ def create_agent(
     if blocks and not memfs:
         raise UsageError("memory blocks need the agent's memory: drop --no-memfs")
     block_files = {_block_path(label): text for label, text in (blocks or {}).items()}
-    store = LocalStore(home)
     record = store.create_agent(
         model=fields["model"], system=fields["system"], name=fields["name"],
         description=fields["description"], tags=tuple(fields["tags"]),
     )
     if memfs:
-        _seed_memory(home, record, block_files)
-    return agent_view(home, record, include_blocks=bool(blocks))
+        _seed_memory(store, record, block_files)
+    return agent_view(store, record, include_blocks=bool(blocks))
 
 
-def get_agent(home: Path, agent_id: str, *, include_blocks: bool = False) -> dict[str, Any]:
-    return agent_view(home, LocalStore(home).get_agent(agent_id), include_blocks=include_blocks)
+def get_agent(store: ConversationStore, agent_id: str, *, include_blocks: bool = False) -> dict[str, Any]:
+    return agent_view(store, store.get_agent(agent_id), include_blocks=include_blocks)
 
 
 def list_agents(
-    home: Path,
+    store: ConversationStore,
     *,
     name: str | None = None,
     query: str | None = None,
@@ -67,7 +67,7 @@ def list_agents(
         raise UsageError(f"--limit must be at least 1, got {limit}")
     wanted = [t for t in tags if t]
     found = []
-    for record in LocalStore(home).list_agents():
+    for record in store.list_agents():
         if name is not None and record.name.lower() != name.lower():
             continue
         if query and not _matches(record, query):
@@ -78,38 +78,37 @@ def list_agents(
             if not (all(hits) if match_all_tags else any(hits)):
                 continue
         found.append(record)
-    return [agent_view(home, r, include_blocks=include_blocks) for r in found[-limit:]]
+    return [agent_view(store, r, include_blocks=include_blocks) for r in found[-limit:]]
 
 
-def update_agent(home: Path, agent_id: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+def update_agent(store: ConversationStore, agent_id: str, changes: Mapping[str, Any]) -> dict[str, Any]:
     """Set the named fields (a subset of EDITABLE) on the agent; anything else is refused."""
     if not changes:
         raise UsageError(f"nothing to change on {agent_id}: give at least one of "
                          f"{', '.join(EDITABLE)}")
-    store = LocalStore(home)
     record = store.get_agent(agent_id)
     fields = _checked(changes)
     if "tags" in fields:
         fields["tags"] = tuple(fields["tags"])
     updated = replace(record, **fields, updated_at=utc_now_iso())
     store.save_agent(updated)
-    return agent_view(home, updated)
+    return agent_view(store, updated)
 
 
-def agent_view(home: Path, record: AgentRecord, *, include_blocks: bool = False) -> dict[str, Any]:
+def agent_view(store: ConversationStore, record: AgentRecord, *, include_blocks: bool = False) -> dict[str, Any]:
     """The record's JSON; with `include_blocks`, `blocks` as the reference lists them
     ({label, value, description, read_only}) from the committed memory."""
     data = record.to_dict()
     if include_blocks:
-        data["blocks"] = memory_blocks(home, record)
+        data["blocks"] = memory_blocks(store, record)
     return data
 
 
-def memory_blocks(home: Path, record: AgentRecord) -> list[dict[str, Any]]:
+def memory_blocks(store: ConversationStore, record: AgentRecord) -> list[dict[str, Any]]:
     from tether.memory import blocks
     from tether.memory.memfs import MemFS, memory_dir
 
-    memfs = MemFS(memory_dir(home, record.id), agent_id=record.id, agent_name=record.name)
+    memfs = MemFS(memory_dir(store.home, record.id), agent_id=record.id, agent_name=record.name)
     if not memfs.exists:
         return []
     out = []
@@ -122,11 +121,11 @@ def memory_blocks(home: Path, record: AgentRecord) -> list[dict[str, Any]]:
     return out
 
 
-def _seed_memory(home: Path, record: AgentRecord, files: Mapping[str, str]) -> None:
+def _seed_memory(store: ConversationStore, record: AgentRecord, files: Mapping[str, str]) -> None:
     from tether.memory import blocks
     from tether.memory.memfs import MemFS
 
-    memfs = MemFS.open(home, record.id, agent_name=record.name)
+    memfs = MemFS.open(store.home, record.id, agent_name=record.name)
     if not files:
         return
     with memfs.writing():

@@ -6,15 +6,17 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from tether.backends.local.records import ConversationRecord, utc_now_iso
-from tether.backends.local.store import DEFAULT_CONVERSATION, LocalStore
+from tether.backends.local.store import DEFAULT_CONVERSATION
 from tether.errors import UsageError
 from tether.protocol.messages import Message, TextPart, ToolResultMessage, UserMessage
+
+if TYPE_CHECKING:
+    from tether.backends.store_api import ConversationStore
 
 SEARCH_MODES = ("fts", "vector", "hybrid")
 EDITABLE = ("summary", "archived")
@@ -22,26 +24,22 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 
 
 def create_conversation(
-    home: Path, agent_id: str, *, summary: str | None = None, hidden: bool = False
+    store: ConversationStore, agent_id: str, *, summary: str | None = None, hidden: bool = False
 ) -> dict[str, Any]:
     """A new conversation of the agent; a `hidden` one is left out of lists unless asked for
     (the reference's `hidden` conversations: forks, a subagent's or a client's scratch)."""
-    store = LocalStore(home)
-    record = store.create_conversation(agent_id)
-    if hidden:
-        record = replace(record, extra={**record.extra, "hidden": True})
-        store.save_conversation(record)
+    record = store.create_conversation(agent_id, extra={"hidden": True} if hidden else None)
     if summary is not None:
         record = _update(store, record, {"summary": summary})
     return record.to_dict()
 
 
-def get_conversation(home: Path, conversation_id: str, agent_id: str | None = None) -> dict[str, Any]:
-    return LocalStore(home).get_conversation(conversation_id, agent_id).to_dict()
+def get_conversation(store: ConversationStore, conversation_id: str, agent_id: str | None = None) -> dict[str, Any]:
+    return store.get_conversation(conversation_id, agent_id).to_dict()
 
 
 def list_conversations(
-    home: Path,
+    store: ConversationStore,
     agent_id: str,
     *,
     include_archived: bool = False,
@@ -52,7 +50,6 @@ def list_conversations(
     (the reference lists a hidden conversation only with `include_hidden: true`)."""
     if limit < 1:
         raise UsageError(f"--limit must be at least 1, got {limit}")
-    store = LocalStore(home)
     store.get_agent(agent_id)  # NotFound names it
     rows = [r for r in store.list_conversations(agent_id)
             if (include_archived or not r.archived)
@@ -61,13 +58,12 @@ def list_conversations(
 
 
 def update_conversation(
-    home: Path, conversation_id: str, changes: Mapping[str, Any], agent_id: str | None = None
+    store: ConversationStore, conversation_id: str, changes: Mapping[str, Any], agent_id: str | None = None
 ) -> dict[str, Any]:
-    store = LocalStore(home)
     return _update(store, store.get_conversation(conversation_id, agent_id), changes).to_dict()
 
 
-def _update(store: LocalStore, record: ConversationRecord, changes: Mapping[str, Any]) -> ConversationRecord:
+def _update(store: ConversationStore, record: ConversationRecord, changes: Mapping[str, Any]) -> ConversationRecord:
     if not changes:
         raise UsageError(f"nothing to change on {record.id}: give {' or '.join(EDITABLE)}")
     now = utc_now_iso()
@@ -94,7 +90,7 @@ def _update(store: LocalStore, record: ConversationRecord, changes: Mapping[str,
 
 
 def search_messages(
-    home: Path,
+    store: ConversationStore,
     query: str,
     *,
     mode: str = "fts",
@@ -115,8 +111,8 @@ def search_messages(
     if limit < 1:
         raise UsageError(f"--limit must be at least 1, got {limit}")
     hits = []
-    for record in _conversations(home, agent_id, conversation_id):
-        for message in _messages(home, record):
+    for record in _conversations(store, agent_id, conversation_id):
+        for message in _messages(store, record):
             text = message_text(message)
             lowered = text.lower()
             if all(w in lowered for w in words):
@@ -125,13 +121,12 @@ def search_messages(
     return hits[:limit]
 
 
-def transcript(home: Path, conversation_id: str, agent_id: str | None = None) -> dict[str, Any]:
+def transcript(store: ConversationStore, conversation_id: str, agent_id: str | None = None) -> dict[str, Any]:
     """The conversation's active view as readable text (`role: text` blocks) with its ids."""
-    store = LocalStore(home)
     if conversation_id == DEFAULT_CONVERSATION and agent_id is None:
         raise UsageError("--conversation default belongs to an agent: add --agent <id>")
     record = store.get_conversation(conversation_id, agent_id)
-    messages = _messages(home, record)
+    messages = _messages(store, record)
     blocks = []
     for message in messages:
         text = message_text(message)
@@ -166,9 +161,8 @@ def _hit(record: ConversationRecord, message: Message, text: str) -> dict[str, A
 
 
 def _conversations(
-    home: Path, agent_id: str | None, conversation_id: str | None
+    store: ConversationStore, agent_id: str | None, conversation_id: str | None
 ) -> Iterator[ConversationRecord]:
-    store = LocalStore(home)
     if conversation_id is not None:
         if conversation_id == DEFAULT_CONVERSATION and agent_id is None:
             raise UsageError("--conversation default belongs to an agent: add --agent <id>")
@@ -181,21 +175,16 @@ def _conversations(
         yield from store.list_conversations(agent.id)
 
 
-def _messages(home: Path, record: ConversationRecord) -> list[Message]:
+def _messages(store: ConversationStore, record: ConversationRecord) -> list[Message]:
     """The active view, read without creating anything (a conversation never sent is empty)."""
-    from tether.backends.local.transcript import Transcript
-
-    path = LocalStore(home).conversation_dir(record.agent_id, record.id) / "messages.jsonl"
-    if not path.is_file():
-        return []
-    return Transcript(path).load()
+    return store.messages(record.agent_id, record.id)
 
 
 MESSAGE_ORDERS = ("asc", "desc")
 
 
 def letta_message_page(
-    home: Path, record: ConversationRecord, *, limit: int = 50, order: str = "asc",
+    store: ConversationStore, record: ConversationRecord, *, limit: int = 50, order: str = "asc",
     before: str | None = None, after: str | None = None,
 ) -> list[dict[str, Any]]:
     """The conversation's active view as Letta API messages: those strictly between the
@@ -205,7 +194,7 @@ def letta_message_page(
 
     if order not in MESSAGE_ORDERS:
         raise UsageError(f"query.order must be one of {', '.join(MESSAGE_ORDERS)}, got {order!r}")
-    rows = letta_messages(_messages(home, record))
+    rows = letta_messages(_messages(store, record))
     ids = [row["id"] for row in rows]
     start, end = 0, len(rows)
     for name, cursor in (("after", after), ("before", before)):
@@ -223,23 +212,15 @@ def letta_message_page(
 
 
 def fork_conversation(
-    home: Path, record: ConversationRecord, *, hidden: bool = False
+    store: ConversationStore, record: ConversationRecord, *, hidden: bool = False
 ) -> dict[str, Any]:
     """A new conversation of the same agent whose history is a copy of `record`'s active view
-    (read under its turn lock, so never half a turn); `hidden` and `forked_from` are kept on
-    the new record."""
-    from tether.backends.local.transcript import Transcript
-
-    store = LocalStore(home)
+    (read under its turn lock, so never half a turn here; on a store shared by workers, a turn
+    running elsewhere is copied as of its last step), made with the copy in one step; `hidden`
+    and `forked_from` are kept on the new record."""
     with store.turn_lock(record.agent_id, record.id):
-        messages = _messages(home, record)
-        created = store.create_conversation(record.agent_id)
-        created = replace(created, extra={**created.extra, "hidden": hidden,
-                                          "forked_from": record.id})
-        store.save_conversation(created)
-        if messages:
-            transcript = Transcript(
-                store.conversation_dir(created.agent_id, created.id) / "messages.jsonl")
-            transcript.ensure_created()
-            transcript.append(messages)
+        messages = _messages(store, record)
+        created = store.create_conversation(
+            record.agent_id, extra={"hidden": hidden, "forked_from": record.id}, history=messages
+        )
     return created.to_dict()

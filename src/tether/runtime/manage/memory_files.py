@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.backends.local.locks import write_atomic
-from tether.backends.local.store import LocalStore
 from tether.errors import UsageError
 from tether.runtime.manage.memory_ops import open_memory
+
+if TYPE_CHECKING:
+    from tether.backends.store_api import ConversationStore
 
 ENCODINGS = ("utf8", "base64")
 
@@ -26,14 +27,14 @@ def _path(raw: object) -> str:
         raise UsageError(str(exc)) from None
 
 
-def list_files(home: Path, agent_id: str) -> dict[str, Any]:
+def list_files(store: ConversationStore, agent_id: str) -> dict[str, Any]:
     """Every committed file: `{relative_path, is_system, description, content, size}` (the
     reference's entry; markdown files parsed for their description and body)."""
     from tether.memory import blocks
     from tether.memory.memfs import MemFS, memory_dir
 
-    agent = LocalStore(home).get_agent(agent_id)
-    memfs = MemFS(memory_dir(home, agent.id), agent_id=agent.id, agent_name=agent.name)
+    agent = store.get_agent(agent_id)
+    memfs = MemFS(memory_dir(store.home, agent.id), agent_id=agent.id, agent_name=agent.name)
     if not memfs.exists or memfs.revision() is None:
         return {"entries": [], "total": 0, "memfs_enabled": True, "memfs_initialized": False}
     entries = []
@@ -49,12 +50,12 @@ def list_files(home: Path, agent_id: str) -> dict[str, Any]:
             "memfs_initialized": True}
 
 
-def read_file(home: Path, agent_id: str, path: str, encoding: str = "utf8") -> dict[str, Any]:
+def read_file(store: ConversationStore, agent_id: str, path: str, encoding: str = "utf8") -> dict[str, Any]:
     """One committed file as stored (front matter included), utf8 text or base64."""
     if encoding not in ENCODINGS:
         raise UsageError(f"encoding must be one of {', '.join(ENCODINGS)}, got {encoding!r}")
     rel = _path(path)
-    memfs = open_memory(home, agent_id)
+    memfs = open_memory(store, agent_id)
     found = memfs.read_head_tree(rel.rsplit("/", 1)[0] if "/" in rel else "")
     if rel not in found:
         raise UsageError(f"{rel}: no such file in agent {agent_id}'s memory")
@@ -65,7 +66,7 @@ def read_file(home: Path, agent_id: str, path: str, encoding: str = "utf8") -> d
 
 
 def write_file(
-    home: Path, agent_id: str, path: str, content: str, *, encoding: str = "utf8",
+    store: ConversationStore, agent_id: str, path: str, content: str, *, encoding: str = "utf8",
     message: str | None = None,
 ) -> dict[str, Any]:
     """Write the file and commit it alone; `committed` is false when it did not change."""
@@ -79,7 +80,7 @@ def write_file(
             raise UsageError("content is not valid base64") from None
     else:
         data = content.encode("utf-8")
-    memfs = open_memory(home, agent_id, create=True)
+    memfs = open_memory(store, agent_id, create=True)
     with memfs.writing():
         target = memfs.resolve(rel)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -91,11 +92,11 @@ def write_file(
 
 
 def delete_file(
-    home: Path, agent_id: str, path: str, *, message: str | None = None
+    store: ConversationStore, agent_id: str, path: str, *, message: str | None = None
 ) -> dict[str, Any]:
     """Remove the file and commit the removal; an absent file changes nothing."""
     rel = _path(path)
-    memfs = open_memory(home, agent_id)
+    memfs = open_memory(store, agent_id)
     with memfs.writing():
         target = memfs.resolve(rel)
         if target.is_dir():
@@ -107,13 +108,13 @@ def delete_file(
 
 
 def history(
-    home: Path, agent_id: str, file_path: str | None = None, limit: int = 50
+    store: ConversationStore, agent_id: str, file_path: str | None = None, limit: int = 50
 ) -> dict[str, Any]:
     """The commits touching `file_path` (every commit without one), newest first."""
     if limit < 1:
         raise UsageError(f"limit must be at least 1, got {limit}")
     rel = _path(file_path) if file_path is not None else None
-    memfs = open_memory(home, agent_id)
+    memfs = open_memory(store, agent_id)
     args = ["log", f"-n{limit}", "--format=%H%x1f%s%x1f%aI%x1f%an%x1e"]
     if rel is not None:
         args += ["--", rel]
@@ -136,27 +137,27 @@ def _commit(raw: object, field: str) -> str:
     return raw
 
 
-def commit_diff(home: Path, agent_id: str, sha: str) -> dict[str, Any]:
+def commit_diff(store: ConversationStore, agent_id: str, sha: str) -> dict[str, Any]:
     """What one commit changed, as `git show` prints it (without its header)."""
     rev = _commit(sha, "sha")
-    memfs = open_memory(home, agent_id)
+    memfs = open_memory(store, agent_id)
     done = memfs.try_git("show", "--no-color", "--format=", rev, "--")
     if done.returncode != 0:
         raise UsageError(f"sha {sha!r}: no such commit in agent {agent_id}'s memory")
     return {"sha": sha, "diff": done.stdout.decode("utf-8", errors="replace")}
 
 
-def file_at_ref(home: Path, agent_id: str, file_path: str, ref: str) -> dict[str, Any]:
+def file_at_ref(store: ConversationStore, agent_id: str, file_path: str, ref: str) -> dict[str, Any]:
     """A file's text as of a commit."""
     rel, rev = _path(file_path), _commit(ref, "ref")
-    memfs = open_memory(home, agent_id)
+    memfs = open_memory(store, agent_id)
     done = memfs.try_git("show", f"{rev}:{rel}")
     if done.returncode != 0:
         raise UsageError(f"{rel} does not exist at {ref!r} in agent {agent_id}'s memory")
     return {"file_path": rel, "ref": ref, "content": done.stdout.decode("utf-8", errors="replace")}
 
 
-def enable(home: Path, agent_id: str) -> dict[str, Any]:
+def enable(store: ConversationStore, agent_id: str) -> dict[str, Any]:
     """The agent's memory repository, created (with its first commit) when it has none."""
-    memfs = open_memory(home, agent_id, create=True)
+    memfs = open_memory(store, agent_id, create=True)
     return {"memory_directory": str(memfs.root)}

@@ -3,29 +3,30 @@ written through `runtime/agents/reflection.py`'s per-agent state, as `--reflecti
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tether.backends.local.store import LocalStore
 from tether.errors import UsageError
 
+if TYPE_CHECKING:
+    from tether.backends.store_api import ConversationStore
 
-def get_settings(home: Path, agent_id: str) -> dict[str, Any]:
+
+def get_settings(store: ConversationStore, agent_id: str) -> dict[str, Any]:
     from tether.runtime.agents.reflection import load_state
 
-    agent = LocalStore(home).get_agent(agent_id)
-    state = load_state(home, agent.id)
+    agent = store.get_agent(agent_id)
+    state = load_state(store.home, agent.id)
     return {"agent_id": agent.id, "trigger": state.trigger, "step_count": state.step_count}
 
 
-def set_settings(home: Path, agent_id: str, trigger: Any, step_count: Any) -> dict[str, Any]:
+def set_settings(store: ConversationStore, agent_id: str, trigger: Any, step_count: Any) -> dict[str, Any]:
     from tether.runtime.agents.reflection import TRIGGERS, updating_state
 
     if trigger not in TRIGGERS:
         raise UsageError(f"settings.trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
     if isinstance(step_count, bool) or not isinstance(step_count, int) or step_count < 1:
         raise UsageError(f"settings.step_count must be a positive integer, got {step_count!r}")
-    agent = LocalStore(home).get_agent(agent_id)
-    with updating_state(home, agent.id) as state:
+    agent = store.get_agent(agent_id)
+    with updating_state(store.home, agent.id) as state:
         state.trigger, state.step_count = trigger, step_count
-    return get_settings(home, agent.id)
+    return get_settings(store, agent.id)

@@ -9,9 +9,8 @@ import stat
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tether.backends.local.store import LocalStore
 from tether.errors import NotFound, UsageError
 from tether.runtime.extensions.skills import (
     SKILL_FILE,
@@ -22,12 +21,15 @@ from tether.runtime.extensions.skills import (
 )
 from tether.runtime.manage.memory_ops import open_memory
 
+if TYPE_CHECKING:
+    from tether.backends.store_api import ConversationStore
+
 MAX_FILES = 500
 MAX_BYTES = 5_000_000
 
 
 def list_skills(
-    home: Path, cwd: Path, agent_id: str | None = None, *, project_trusted: bool = False
+    store: ConversationStore, cwd: Path, agent_id: str | None = None, *, project_trusted: bool = False
 ) -> list[dict[str, Any]]:
     """Every skill a run in `cwd` would offer (the agent's own when `agent_id` is given), the
     highest-precedence source winning a name."""
@@ -35,16 +37,16 @@ def list_skills(
     if agent_id:
         from tether.memory.memfs import MemFS, memory_dir
 
-        agent = LocalStore(home).get_agent(agent_id)  # NotFound names it
-        found = MemFS(memory_dir(home, agent.id), agent_id=agent.id, agent_name=agent.name)
+        agent = store.get_agent(agent_id)  # NotFound names it
+        found = MemFS(memory_dir(store.home, agent.id), agent_id=agent.id, agent_name=agent.name)
         memfs = found if found.exists else None  # listing creates nothing
-    catalog = discover_skills(home=home, cwd=cwd, sources=frozenset(SOURCES),
+    catalog = discover_skills(home=store.home, cwd=cwd, sources=frozenset(SOURCES),
                               project_trusted=project_trusted, memfs=memfs)
     return [_row(s) for s in catalog.all().values()]
 
 
 def install_skill(
-    home: Path,
+    store: ConversationStore,
     source: str,
     *,
     agent_id: str | None = None,
@@ -63,13 +65,13 @@ def install_skill(
             raise UsageError(skill)
         files = _collect(folder)
         if agent_id is not None:
-            return _into_memory(home, agent_id, skill, files, source, force)
-        return _into_global(home, skill, files, force)
+            return _into_memory(store, agent_id, skill, files, source, force)
+        return _into_global(store, skill, files, force)
 
 
-def delete_skill(home: Path, name: str, *, agent_id: str | None = None) -> dict[str, Any]:
+def delete_skill(store: ConversationStore, name: str, *, agent_id: str | None = None) -> dict[str, Any]:
     if agent_id is not None:
-        memfs = open_memory(home, agent_id)
+        memfs = open_memory(store, agent_id)
         prefix = f"skills/{name}"
         with memfs.writing():
             if not memfs.head_paths(prefix):
@@ -78,9 +80,9 @@ def delete_skill(home: Path, name: str, *, agent_id: str | None = None) -> dict[
             commit = memfs.commit([prefix], f"skills: delete {name}")
         return {"name": name, "deleted": True, "source": "agent", "agent_id": agent_id,
                 "commit": commit}
-    target = home / "skills" / name
+    target = store.home / "skills" / name
     if not (target / SKILL_FILE).is_file() or "/" in name or name in (".", ".."):
-        raise NotFound(f"no global skill {name!r} in {home / 'skills'}")
+        raise NotFound(f"no global skill {name!r} in {store.home / 'skills'}")
     shutil.rmtree(target)
     return {"name": name, "deleted": True, "source": "global", "location": str(target)}
 
@@ -147,9 +149,9 @@ def _collect(folder: Path) -> dict[str, bytes]:
 
 
 def _into_memory(
-    home: Path, agent_id: str, skill: Skill, files: dict[str, bytes], source: str, force: bool
+    store: ConversationStore, agent_id: str, skill: Skill, files: dict[str, bytes], source: str, force: bool
 ) -> dict[str, Any]:
-    memfs = open_memory(home, agent_id, create=True)
+    memfs = open_memory(store, agent_id, create=True)
     prefix = f"skills/{skill.name}"
     with memfs.writing():
         if any(line[3:].startswith(prefix + "/") for line in memfs.status_lines()):
@@ -168,8 +170,8 @@ def _into_memory(
             "agent_id": agent_id, "files": len(files), "commit": commit}
 
 
-def _into_global(home: Path, skill: Skill, files: dict[str, bytes], force: bool) -> dict[str, Any]:
-    root = home / "skills"
+def _into_global(store: ConversationStore, skill: Skill, files: dict[str, bytes], force: bool) -> dict[str, Any]:
+    root = store.home / "skills"
     target = root / skill.name
     if target.exists() and not force:
         raise UsageError(f"{target} already exists; pass --force to replace it")
