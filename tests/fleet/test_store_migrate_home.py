@@ -261,3 +261,40 @@ def test_inputs_the_store_took_after_the_copy_come_back(
     conn = sqlite3.connect(back / "inputs.db")
     assert conn.execute("SELECT max(seq) FROM inputs").fetchone() == (3,)
     conn.close()
+
+
+def test_a_conversation_and_agent_deleted_on_the_store_are_not_copied_back(
+    pg_url: str, tmp_path: Path, tether_home: Path
+) -> None:
+    from tether.backends.postgres.agents import PgConversationStore
+    from tether.backends.postgres.connection import PgSession
+    from tether.backends.store_api import conversation_ref
+
+    home, workdir = tmp_path / "th", tmp_path / "project"
+    workdir.mkdir()
+    ids = _make_home(home, workdir)
+    assert _tether(["store", "migrate", "--to", pg_url], home, workdir).code == 0
+    session = PgSession(pg_url, "a-server")
+    store = PgConversationStore(session, tmp_path / "server-home", lambda _key: None)
+    (agent,) = store.list_agents()
+    gone = [c for c in ids if c != "default"][-1]
+    store.delete_conversation(agent.id, gone)
+    back = tmp_path / "restored"
+    run = _tether(["store", "migrate", "--from", pg_url, "--to", str(back)], home, workdir)
+    assert run.code == 0, run.stderr
+    assert not (back / store.conversation_dir(agent.id, gone).relative_to(store.home)).exists()
+    kept = [c for c in ids if c != gone]
+    for conv in kept:
+        assert (back / store.conversation_dir(agent.id, conv).relative_to(store.home)
+                / "messages.jsonl").is_file()
+
+    store.delete_agent(agent.id)
+    with session.transaction("test: what the store holds of the agent") as cur:
+        left = cur.execute("SELECT count(*) FROM transcript WHERE conversation LIKE %s",
+                           (conversation_ref(agent.id, "%"),)).fetchone()
+    assert left == (0,)
+    session.close()
+    again = tmp_path / "restored-2"
+    run = _tether(["store", "migrate", "--from", pg_url, "--to", str(again)], home, workdir)
+    assert run.code == 0, run.stderr
+    assert not list(again.glob("agents/*.json")) and not list(again.glob("conversations/*"))

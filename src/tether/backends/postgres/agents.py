@@ -245,6 +245,8 @@ class PgConversationStore:
             if agent:
                 cur.execute("DELETE FROM conversations WHERE agent_id = %s", (agent_id,))
                 cur.execute("DELETE FROM agents WHERE id = %s", (agent_id,))
+            _forget_migrated(cur, [conversation_folder(agent_id, c) for c in conversations]
+                             + ([agent_path(agent_id)] if agent else []))
         for conversation_id in conversations:
             self._transcripts.pop((agent_id, conversation_id), None)
             shutil.rmtree(self.conversation_dir(agent_id, conversation_id), ignore_errors=True)
@@ -351,6 +353,15 @@ def _write_history(cur: Any, key: str, path: str, history: Sequence[Message]) ->
         [(key, seq, Jsonb(_jsonb_safe(orjson.loads(line))), line)
          for seq, line in enumerate(lines, 1)],
     )
+
+
+def _forget_migrated(cur: Any, paths: list[str]) -> None:
+    """What `tether store migrate` copied in under `paths` (files, folders and their digests):
+    gone with what was deleted, so a copy back neither restores it nor fails its check."""
+    for path in paths:
+        pattern = _like_prefix(path) + "/%"
+        cur.execute("DELETE FROM home_files WHERE path = %s OR path LIKE %s", (path, pattern))
+        cur.execute("DELETE FROM home_digests WHERE path = %s OR path LIKE %s", (path, pattern))
 
 
 def _like_prefix(text: str) -> str:
