@@ -1,11 +1,12 @@
 """The request families on a fleet (issue 31 item 1): two real `tether server --store` workers,
 each with a TETHER_HOME of its own, on one database. What one worker creates, updates, forks or
 deletes through the App Server's requests the other sees at once, because both answer from the
-store's rows; neither writes an agent or conversation record into its home."""
+store's rows; neither writes an agent or conversation record, or a secret, into its home."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from websockets.asyncio.client import connect
 
 from tests.fleet.test_pg_transcripts_e2e import _states, _wait_until
 from tests.server.requests_client import ask
-from tests.server.support import Client, ServerProcess, server_env
+from tests.server.support import Client, ServerProcess, bash, server_env
 from tether.testing.fake_provider import FakeProvider
 
 MODEL = "anthropic/claude-test"
@@ -116,3 +117,43 @@ async def _managed_across_workers(a: str, b: str, project: Path, pg_url: str) ->
     await _ask(a, "agent_delete", agent_id=agent_id)
     assert (await _ask(b, "agent_list", query={}))["agents"] == []
     await _refused(b, "agent_retrieve", agent_id=agent_id)
+
+
+def test_a_secret_set_on_one_worker_reaches_a_tool_call_on_another(
+    tmp_path: Path, pg_url: str
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    value = "correct-horse-battery-staple"
+    command = 'printf %s "$DEPLOY_WORD" > word.txt; echo "word: $DEPLOY_WORD"'
+    with FakeProvider([{"tool_calls": [bash(command)]}, {"text": "done"}]) as fake:
+        a = ServerProcess(server_env(fake.url, tmp_path / "home-a", tmp_path), project,
+                          "--store", pg_url)
+        b = ServerProcess(server_env(fake.url, tmp_path / "home-b", tmp_path), project,
+                          "--store", pg_url)
+        try:
+            asyncio.run(_secret_across_workers(a.url, b.url, project, value))
+        finally:
+            a.stop()
+            b.stop()
+        assert fake.violations == []
+        assert value not in json.dumps(fake.requests[1]["body"])  # scrubbed from the model
+    assert (project / "word.txt").read_text() == value
+    for home in ("home-a", "home-b"):
+        assert not (tmp_path / home / "secrets.json").exists()
+
+
+async def _secret_across_workers(a: str, b: str, project: Path, value: str) -> None:
+    agent_id = (await _ask(a, "agent_create", body={"model": MODEL}))["agent"]["id"]
+    applied = await _ask(b, "secret_apply", agent_id=agent_id, set={"deploy_word": value})
+    assert applied["names"] == ["DEPLOY_WORD"]
+    listed = await _ask(a, "secret_list", agent_id=agent_id)
+    assert listed["secrets"] == [{"key": "DEPLOY_WORD", "value": value}]
+    async with connect(a) as ws:
+        c = Client(ws)
+        runtime = (await c.start(project, agent_id=agent_id))["runtime"]
+        await c.say(runtime, "use the secret", request_id="t1")
+        request = await c.of_type("control_request", timeout=60)
+        await c.answer(runtime, request["request_id"])
+        assert (await c.of_type("turn_finished", request_id="t1", timeout=60))["stop_reason"] \
+            == "end_turn"

@@ -311,3 +311,23 @@ def test_pg_delete_is_refused_while_input_is_unfinished_and_fences_the_holder(
         store.get_conversation(conv.id, agent.id)
     owner.close()
     other.close()
+
+
+def test_secrets_change_atomically_and_are_seen_by_another_process(impl: Impl) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    agent = impl.store.create_agent(model=None, system="s")
+    other_agent = impl.store.create_agent(model=None, system="s")
+    assert impl.store.secrets(agent.id) == {}
+    impl.store.update_secrets(other_agent.id, lambda held: {**held, "KEEP": "me"})
+    stores = [impl.store, impl.reopen()]
+
+    def add(n: int) -> None:  # read-modify-write from two processes at once: none is lost
+        stores[n % 2].update_secrets(agent.id, lambda held: {**held, f"K{n}": str(n)})
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(add, range(12)))
+    assert impl.reopen().secrets(agent.id) == {f"K{n}": str(n) for n in range(12)}
+    assert impl.store.update_secrets(agent.id, lambda _held: {}) == {}
+    assert impl.reopen().secrets(agent.id) == {}
+    assert impl.reopen().secrets(other_agent.id) == {"KEEP": "me"}

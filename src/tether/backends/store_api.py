@@ -6,7 +6,8 @@ Two implementations satisfy it: the embedded default, `backends/local/store.py` 
 postgresql://…`'s `backends/postgres/agents.py` `PgConversationStore` (rows; transcript appends
 fenced by the conversation's lease, `backends/postgres/transcripts.py`). Which one a process
 uses is chosen in one place, `server/runtime_start.py` `open_store`; nothing else branches on
-it. Both keep what is per machine by nature (a conversation's scratch and cache folder,
+it. Agents' secrets are the store's too (`secrets`, `update_secrets`). Both keep what is per
+machine by nature (a conversation's scratch and cache folder,
 `conversation_dir`, and the in-process turn lock) under `home`.
 
 A transcript's rows across the PostgreSQL store are keyed by `conversation_ref(agent, id)`, the
@@ -15,7 +16,7 @@ key the leases, the input queue and the effect checkpoints use too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -129,6 +130,17 @@ class ConversationStore(Protocol):
         ...
 
     def conversation_dir(self, agent_id: str, conversation_id: str) -> Path: ...
+
+    def secrets(self, agent_id: str) -> dict[str, str]:
+        """The agent's secrets (`runtime/manage/secrets_ops.py`), name -> value."""
+        ...
+
+    def update_secrets(
+        self, agent_id: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> dict[str, str]:
+        """Replace the agent's secrets with `change(current)` as one atomic step (two writers'
+        changes never interleave); what they are after. An empty result forgets the agent."""
+        ...
 
     def turn_lock(
         self, agent_id: str, conversation_id: str, wait: float = 0

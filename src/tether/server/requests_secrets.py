@@ -15,7 +15,7 @@ from tether.server.request_kit import Call, Request, Scope, request
 
 def secret_list(call: Call) -> dict[str, Any]:
     agent = call.agent(call.text("agent_id"))
-    return {"secrets": secrets_ops.list_secrets(call.home, agent.id)}
+    return {"secrets": secrets_ops.list_secrets(call.store, agent.id)}
 
 
 def secret_apply(call: Call) -> dict[str, Any]:
@@ -26,7 +26,7 @@ def secret_apply(call: Call) -> dict[str, Any]:
         raise UsageError("set must be an object of NAME: value")
     if not isinstance(unset, list):
         raise UsageError("unset must be a list of names")
-    return {"names": secrets_ops.apply_secrets(call.home, agent.id, set_, unset)}
+    return {"names": secrets_ops.apply_secrets(call.store, agent.id, set_, unset)}
 
 
 FAMILY: dict[str, Request] = {

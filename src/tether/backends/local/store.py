@@ -4,6 +4,7 @@ transcripts, the cross-process id counter and the per-conversation turn lock (re
     agents/<b64url(agentId)>.json
     conversations/<b64url(key)>/conversation.json | messages.jsonl | manifest.json | turn.lock
     counters.json (+ counters.lock)
+    secrets.json (+ secrets.lock): {agent id: {name: value}}, 0600
 
 key = `default:<agentId>` for an agent's primary history (whose record id is `default`), else
 `conversation:<id>`. Records are replaced atomically; nothing is created until first written.
@@ -15,7 +16,7 @@ import base64
 import contextlib
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from tether.protocol.messages import Message
 SCHEMA_VERSION = 2
 MESSAGE_FORMAT = "pi-session-entry-jsonl"
 DEFAULT_CONVERSATION = "default"
+SECRETS_FILE = "secrets.json"
 # A counter lock is held for microseconds; waiting this long means a stuck holder.
 _COUNTER_WAIT_S = 10.0
 
@@ -289,6 +291,35 @@ class LocalStore:
         with exclusive_flock(path, wait=wait, busy=lambda: ConversationBusy(conversation_id)):
             yield
 
+    # --- agents' secrets ------------------------------------------------------------------
+
+    def secrets(self, agent_id: str) -> dict[str, str]:
+        """From `secrets.json` ({agent id: {name: value}}, 0600); no file: nothing but a stat."""
+        path = self.home / SECRETS_FILE
+        if not path.exists():
+            return {}
+        return read_secrets(path, _read_secrets_bytes(path)).get(agent_id, {})
+
+    def update_secrets(
+        self, agent_id: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> dict[str, str]:
+        """`secrets.json` rewritten whole and atomically under `secrets.lock`."""
+        from tether.backends.local.locks import write_json_atomic
+
+        path = self.home / SECRETS_FILE
+        with exclusive_flock(self.home / "secrets.lock", wait=10, busy=lambda: StoreError(
+                "the secrets store is busy (another writer holds secrets.lock); try again")):
+            everything = read_secrets(path, _read_secrets_bytes(path)) if path.exists() else {}
+            held = change(dict(everything.get(agent_id, {})))
+            if held:
+                everything[agent_id] = held
+            elif agent_id not in everything:
+                return {}
+            else:
+                everything.pop(agent_id)
+            write_json_atomic(path, everything)  # created 0600
+        return held
+
     def next_counter(self, name: str) -> int:
         """The next value of a named cross-process counter in counters.json (first is 1)."""
         with self._counters() as counters:
@@ -315,6 +346,29 @@ class LocalStore:
                 raise StoreError(f"{path}: must be a JSON object of counters")
             yield data
             write_atomic(path, _dump(data))
+
+
+def read_secrets(where: object, raw: bytes | None) -> dict[str, dict[str, str]]:
+    """The secrets document ({agent id: {name: value}}) from its bytes (None: there is none);
+    damage names `where`."""
+    if raw is None:
+        return {}
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise StoreError(f"cannot read the secrets store {where}: {exc}") from None
+    if not isinstance(data, dict):
+        raise StoreError(f"the secrets store {where} is not a JSON object")
+    return {str(k): dict(v) for k, v in data.items() if isinstance(v, dict)}
+
+
+def _read_secrets_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreError(f"cannot read the secrets store {path}: {exc}") from None
 
 
 def _count(counters: dict[str, Any], name: str, path: Path) -> int:

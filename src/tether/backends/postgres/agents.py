@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -24,7 +25,13 @@ import orjson
 
 from tether.backends.local.locks import exclusive_flock
 from tether.backends.local.records import AgentRecord, ConversationRecord, utc_now_iso
-from tether.backends.local.store import DEFAULT_CONVERSATION, b64url, conversation_key
+from tether.backends.local.store import (
+    DEFAULT_CONVERSATION,
+    SECRETS_FILE,
+    b64url,
+    conversation_key,
+    read_secrets,
+)
 from tether.backends.postgres.connection import PgSession
 from tether.backends.postgres.transcripts import PgTranscript
 from tether.backends.store_api import conversation_ref
@@ -305,6 +312,47 @@ class PgConversationStore:
             self.session, key, conversation_folder(agent_id, conversation_id) + "/messages.jsonl",
             lambda: self.lease_of(key),
         )
+
+    # --- agents' secrets ----------------------------------------------------------------------
+
+    def secrets(self, agent_id: str) -> dict[str, str]:
+        """From the store's `secrets.json` (the `home_files` row `store migrate` copies a home's
+        file into, so a migrated home's secrets are served and copied back as they are)."""
+        with self.session.transaction("read an agent's secrets") as cur:
+            row = cur.execute(
+                "SELECT content FROM home_files WHERE path = %s", (SECRETS_FILE,)
+            ).fetchone()
+        raw = bytes(row[0]) if row is not None and row[0] is not None else None
+        return read_secrets(self._secrets_where, raw).get(agent_id, {})
+
+    def update_secrets(
+        self, agent_id: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> dict[str, str]:
+        """The row rewritten in one transaction holding it locked (0600, as the file)."""
+        with self.session.transaction("change an agent's secrets") as cur:
+            cur.execute(
+                "INSERT INTO home_files (path, mode, content) VALUES (%s, %s, '{}')"
+                " ON CONFLICT DO NOTHING", (SECRETS_FILE, stat.S_IFREG | 0o600),
+            )
+            row = cur.execute(
+                "SELECT content FROM home_files WHERE path = %s FOR UPDATE", (SECRETS_FILE,)
+            ).fetchone()
+            raw = bytes(row[0]) if row is not None and row[0] is not None else None
+            everything = read_secrets(self._secrets_where, raw)
+            held = change(dict(everything.get(agent_id, {})))
+            if held:
+                everything[agent_id] = held
+            else:
+                everything.pop(agent_id, None)
+            cur.execute(
+                "UPDATE home_files SET content = %s WHERE path = %s",
+                (orjson.dumps(everything, option=orjson.OPT_INDENT_2) + b"\n", SECRETS_FILE),
+            )
+        return held
+
+    @property
+    def _secrets_where(self) -> str:
+        return f"{SECRETS_FILE} in {self.where}"
 
     def conversation_dir(self, agent_id: str, conversation_id: str) -> Path:
         """This machine's folder for the conversation (scratch, caches); no transcript in it."""

@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from tether.backends.local.store import SECRETS_FILE
 from tether.backends.postgres import migrate as rows
 from tether.backends.postgres.connection import PgSession
 from tether.backends.postgres.migrate import MigrationRefused
@@ -352,7 +353,8 @@ def _served_now(cur: Any, want: dict[str, str], scratch: Path) -> None:
     store it started empty) replaces the digests recorded then: records as their rows hold them
     now, a transcript grown by live (fenced) appends as its rows render it — its migrated rows
     still held to the recorded digest, so a changed copy is refused — and the folders new ones
-    sit in. A file keeps its recorded mode."""
+    sit in, and the agents' secrets as their row holds them now. A file keeps its recorded
+    mode."""
     def digest(rel: str, data: bytes) -> str:
         mode = want.get(rel, f"{stat.S_IMODE((scratch / rel).stat().st_mode):o}:").split(":", 1)[0]
         return f"{mode}:sha256:" + hashlib.sha256(data).hexdigest()
@@ -367,6 +369,10 @@ def _served_now(cur: Any, want: dict[str, str], scratch: Path) -> None:
     for table in ("agents", "conversations"):
         for rel, raw in cur.execute(f"SELECT path, raw FROM {table}").fetchall():
             put(rel, bytes(raw))
+    for rel, content in cur.execute(  # kept live by the server (`PgConversationStore.secrets`)
+        "SELECT path, content FROM home_files WHERE path = %s", (SECRETS_FILE,)
+    ).fetchall():
+        put(rel, bytes(content))
     for conversation, rel, header, torn in cur.execute(
         "SELECT conversation, path, header, torn FROM transcript_files"
     ).fetchall():

@@ -58,7 +58,7 @@ def delete_agent(store: ConversationStore, agent_id: str) -> dict[str, Any]:
     removed = _delete_schedules(home, record.id)
     from tether.runtime.manage.secrets_ops import forget_agent
 
-    forget_agent(home, record.id)  # its secrets go with it
+    forget_agent(store, record.id)  # its secrets go with it
     return {"agent_id": record.id, "deleted": True, "conversations": conversations,
             "schedules_deleted": removed, "memory_backup": backup}
 

@@ -95,7 +95,7 @@ class Prepared:
             services=self.services,
             env={
                 # the agent's secrets (secret_apply), read per call: the next call has them
-                **secret_env(self.store.home, self.session.agent.id),
+                **secret_env(self.store, self.session.agent.id),
                 "TETHER_AGENT_ID": self.session.agent.id,
                 "TETHER_CONVERSATION_ID": self.session.conversation_id,
                 "TETHER_PYTHON": sys.executable,  # bundled skills' scripts run with tether's Python
