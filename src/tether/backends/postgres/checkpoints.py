@@ -2,7 +2,7 @@
 `record_after`, `mark_unknown`, `get`, `for_conversation`) over one table, each change a
 compare-and-swap on (revision, owner) as in SQLite, and in a fleet fenced too: while a
 conversation has a lease, only its holder writes that conversation's checkpoints (the lease row
-share-locked in the same transaction), so a worker whose lease moved cannot record an `after`
+share-locked in the same statement, one round trip), so a worker whose lease moved cannot record an `after`
 over what its successor settled. The runtime's record type and its two errors are passed in
 (`CheckpointShape`), so this L2 adapter never imports L3 and the runtime's recovery code runs
 on it unchanged."""
@@ -66,18 +66,22 @@ class PgCheckpointStore(Generic[C]):
         self.session.close()
 
     def record_before(self, conversation: str, call: ToolCall, owner: str) -> C:
-        with self.session.transaction("record an effect checkpoint") as cur:
-            _fence_owner(cur, conversation, owner)
-            cur.execute(
-                "INSERT INTO effect_checkpoints (conversation, tool_call_id, tool_name, arguments,"
-                " phase, result, owner, revision) VALUES (%s, %s, %s, %s, 'before', NULL, %s, 1)"
-                " ON CONFLICT DO NOTHING",
-                (conversation, call.id, call.name, call.text.encode(), owner),
+        with self.session.statement("record an effect checkpoint") as cur:
+            row = cur.execute(
+                _FENCED.format(write=(
+                    "INSERT INTO effect_checkpoints (conversation, tool_call_id, tool_name,"
+                    " arguments, phase, result, owner, revision)"
+                    " SELECT %(c)s, %(id)s, %(name)s, %(args)s, 'before', NULL, %(owner)s, 1"
+                    " WHERE NOT EXISTS (SELECT FROM lease WHERE holder <> %(owner)s)"
+                    " ON CONFLICT DO NOTHING RETURNING 1"
+                )),
+                {"c": conversation, "id": call.id, "name": call.name,
+                 "args": call.text.encode(), "owner": owner},
+            ).fetchone()
+        if _written(row, conversation, owner) != 1:
+            raise self.shape.already(
+                f"tool call {call.id} in {conversation} already has an effect checkpoint"
             )
-            if cur.rowcount != 1:
-                raise self.shape.already(
-                    f"tool call {call.id} in {conversation} already has an effect checkpoint"
-                )
         return self.shape.make(conversation, call, "before", None, owner, 1)
 
     def record_after(self, cp: C, result: ToolReturn) -> C:
@@ -94,20 +98,24 @@ class PgCheckpointStore(Generic[C]):
         return self._swap(cp, "unknown", {"output": self.shape.unknown_output, "is_error": True}, owner)
 
     def _swap(self, cp: C, phase: str, result: dict[str, Any], owner: str) -> C:
-        with self.session.transaction("settle an effect checkpoint") as cur:
-            _fence_owner(cur, cp.conversation, owner)
-            cur.execute(
-                "UPDATE effect_checkpoints SET phase = %s, result = %s, owner = %s,"
-                " revision = revision + 1, updated_at = clock_timestamp()"
-                " WHERE conversation = %s AND tool_call_id = %s AND revision = %s AND owner = %s",
-                (phase, orjson.dumps(result), owner, cp.conversation, cp.call.id,
-                 cp.revision, cp.owner),
+        with self.session.statement("settle an effect checkpoint") as cur:
+            row = cur.execute(
+                _FENCED.format(write=(
+                    "UPDATE effect_checkpoints SET phase = %(phase)s, result = %(result)s,"
+                    " owner = %(owner)s, revision = revision + 1, updated_at = clock_timestamp()"
+                    " WHERE conversation = %(c)s AND tool_call_id = %(id)s"
+                    " AND revision = %(revision)s AND owner = %(was)s"
+                    " AND NOT EXISTS (SELECT FROM lease WHERE holder <> %(owner)s) RETURNING 1"
+                )),
+                {"phase": phase, "result": orjson.dumps(result), "owner": owner,
+                 "c": cp.conversation, "id": cp.call.id, "revision": cp.revision,
+                 "was": cp.owner},
+            ).fetchone()
+        if _written(row, cp.conversation, owner) != 1:
+            raise self.shape.conflict(
+                f"effect checkpoint {cp.call.id} changed under runtime {cp.owner} "
+                f"(expected revision {cp.revision}); another runtime owns this conversation now"
             )
-            if cur.rowcount != 1:
-                raise self.shape.conflict(
-                    f"effect checkpoint {cp.call.id} changed under runtime {cp.owner} "
-                    f"(expected revision {cp.revision}); another runtime owns this conversation now"
-                )
         return self.shape.make(cp.conversation, cp.call, phase, result, owner, cp.revision + 1)
 
     def get(self, conversation: str, tool_call_id: str) -> C | None:
@@ -131,14 +139,22 @@ class PgCheckpointStore(Generic[C]):
         ]
 
 
-def _fence_owner(cur: Any, conversation: str, owner: str) -> None:
-    """While the conversation has a lease, only its holder writes (the row share-locked)."""
-    row = cur.execute(
-        "SELECT holder, token FROM conversation_leases WHERE conversation = %s FOR SHARE",
-        (conversation,),
-    ).fetchone()
-    if row is not None and row[0] != owner:
+# One statement, so one round trip and its own transaction: the conversation's lease row (if
+# any) share-locked, the write made only while no other worker holds it, and what was found.
+_FENCED = (
+    "WITH lease AS (SELECT holder, token FROM conversation_leases WHERE conversation = %(c)s"
+    " FOR SHARE), written AS ({write})"
+    " SELECT (SELECT holder FROM lease), (SELECT token FROM lease), (SELECT count(*) FROM written)"
+)
+
+
+def _written(row: Any, conversation: str, owner: str) -> int:
+    """The rows `_FENCED` wrote (`row`: holder, token, count written); `LeaseLost` when the
+    conversation's lease is another worker's (while it has one, only its holder writes)."""
+    assert row is not None  # an aggregate: always one row
+    if row[0] is not None and row[0] != owner:
         refused = LeaseLost(conversation, None, int(row[1]), str(row[0]), worker=owner)
         logs.event("write_refused", str(refused), logging.WARNING, conversation=conversation,
                    worker=owner, token=None, current_token=refused.current, what="checkpoint")
         raise refused
+    return int(row[2])

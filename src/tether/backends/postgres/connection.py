@@ -184,6 +184,29 @@ class PgSession:
             self._mine.conn = None
             self._checkin(conn)
 
+    @contextlib.contextmanager
+    def statement(self, doing: str) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor whose every `execute` is its own transaction (autocommit: one round trip,
+        no BEGIN or COMMIT), for a write that is one statement; inside this thread's open
+        `transaction` it runs in that transaction."""
+        if self.pool_size == 1:
+            with self.lock, store_errors(self.url, doing), self.conn.cursor() as cur:
+                yield cur
+            return
+        mine = getattr(self._mine, "conn", None)
+        if mine is not None:
+            with store_errors(self.url, doing), mine.cursor() as cur:
+                yield cur
+            return
+        conn = self._checkout(doing)
+        self._mine.conn = conn
+        try:
+            with store_errors(self.url, doing), conn.cursor() as cur:
+                yield cur
+        finally:
+            self._mine.conn = None
+            self._checkin(conn)
+
     def _checkout(self, doing: str) -> psycopg.Connection[Any]:
         self.open()  # the schema migrated and the worker present before any pooled work
         with self._pool:
