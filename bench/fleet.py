@@ -5,6 +5,7 @@ size), each running M text turns against the fake provider answering after `--de
 Run: .venv/bin/python bench/fleet.py [--conversations 1000] [--turns 1] [--delay 1000]
                                      [--workers 1,2,4] [--store postgresql://…]
                                      [--rate N [--duration S] | --soak S --rate N]
+                                     [--loop-probe]
 
 Closed loop (the default): every conversation's turns start together, so on a small machine
 the overhead mostly measures the CPU queue. Open loop (`--rate N`): the conversations are opened
@@ -15,6 +16,8 @@ its `turn_finished`, minus the provider's delay. At a rate below the fleet's cap
 what the store and the server add to a turn. Every worker's RSS is sampled every
 `RSS_EVERY_S` seconds in open loop; `--soak S` is an open loop of S seconds that also says
 whether memory stayed flat (last sample within `FLAT_BOUND` of the first after warm-up).
+`--loop-probe` (open loop) loads `bench/loop_probe.py` into every worker and prints how long
+its event loop's callbacks ran and how long each store call took, on the loop or off it.
 
 Without `--store` it starts a throwaway cluster (`scripts/start-postgres`) and stops it after.
 Per fleet size it prints turns/s over the turn phase and the overhead of each turn over the
@@ -163,8 +166,39 @@ async def open_loop(urls: list[str], cwd: str, n: int, rate: float, seconds: flo
     return latencies, wall, busy, samples, failed
 
 
+def probe_env(env: dict[str, str], tmp: str) -> str:
+    """`env` loading `bench/loop_probe.py` into the workers; the folder their figures go to."""
+    site = Path(tmp) / "probe-site"
+    out = Path(tmp) / "probe-out"
+    site.mkdir()
+    out.mkdir()
+    (site / "sitecustomize.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+        "import loop_probe\nloop_probe.install()\n"
+    )
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+    env["TETHER_LOOP_PROBE_DIR"] = str(out)
+    return str(out)
+
+
+def print_probe(out: str) -> None:
+    import json
+
+    for i, path in enumerate(sorted(Path(out).glob("*.json"))):
+        data = json.loads(path.read_text())
+        cb = data["loop_callbacks"]
+        print(f"  worker {i + 1} loop callbacks: {cb['n']} ran {cb['total_ms'] / 1000:.1f} s,"
+              f" p50 {cb['p50_ms']} ms p99 {cb['p99_ms']} ms max {cb['max_ms']} ms;"
+              f" by duration (ms<edge: count) {cb['buckets_ms<']}")
+        for ms, at, what in data["slowest_callbacks"][:6]:
+            print(f"    slow callback {ms:8.2f} ms at +{at:6.1f} s: {what}")
+        for name, t in data["store_calls"].items():
+            print(f"    {name:34} n {t['n']:6}  p50 {t['p50_ms']:7.2f} ms  p99 {t['p99_ms']:7.2f}"
+                  f" ms  max {t['max_ms']:7.2f} ms")
+
+
 def run_open(cluster: str, workers: int, n: int, rate: float, seconds: float, delay_ms: int,
-             soak: bool) -> None:
+             soak: bool, probe: bool = False) -> None:
     url = database(cluster)
     fake, fake_url = single.start_fake(delay_ms, 0, int(rate * seconds) + n + 10)
     procs: list[subprocess.Popen[str]] = []
@@ -173,6 +207,7 @@ def run_open(cluster: str, workers: int, n: int, rate: float, seconds: float, de
                if not k.startswith(("TETHER_", "ANTHROPIC_", "OPENAI_"))}
         env.update(TETHER_HOME=str(Path(tmp) / "home"), ANTHROPIC_BASE_URL=fake_url,
                    ANTHROPIC_API_KEY="bench", TETHER_CRON="0")
+        probed = probe_env(env, tmp) if probe else None
         try:
             for _ in range(workers):
                 procs.append(subprocess.Popen(
@@ -189,6 +224,8 @@ def run_open(cluster: str, workers: int, n: int, rate: float, seconds: float, de
                     p.wait(timeout=60)
             fake.terminate()
             fake.wait(timeout=10)
+        if probed is not None:
+            print_probe(probed)
     settled = states(url)
     over = [x - delay_ms / 1000 for x in latencies]
     print(f"{workers} worker(s) open loop {rate:g} turns/s for {seconds:g} s over {n}"
@@ -249,6 +286,8 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=30.0, help="open loop: seconds")
     parser.add_argument("--soak", type=float, help="open loop of this many seconds at --rate, "
                         "RSS of each worker checked flat")
+    parser.add_argument("--loop-probe", action="store_true",
+                        help="open loop: time the workers' loop callbacks and store calls")
     args = parser.parse_args()
     if args.soak is not None and args.rate is None:
         parser.error("--soak needs --rate (turns per second)")
@@ -270,7 +309,8 @@ def main() -> None:
                 run_fleet(cluster, workers, args.conversations, args.turns, args.delay)
             else:
                 run_open(cluster, workers, args.conversations, args.rate,
-                         args.soak or args.duration, args.delay, args.soak is not None)
+                         args.soak or args.duration, args.delay, args.soak is not None,
+                         args.loop_probe)
     finally:
         if started is not None:
             folder = parse_qs(urlsplit(cluster).query)["host"][0]
