@@ -3,8 +3,8 @@ one database (issue 31): the fire's row (`cron:<task>:<due ms>`, claimed → que
 done), the scheduler lease and each scheduler's presence are the database's, so while workers
 die by kill -9 (the worker running the conversation, the worker that had just claimed a fire)
 and new ones start, each due time reaches the conversation exactly once. The task definitions
-are the shared TETHER_HOME's (added through a worker's `cron_add`); agents, conversations and
-transcripts are the store's."""
+(added through a worker's `cron_add`), agents, conversations and transcripts are the store's
+too (separate homes: test_fleet_schedules_shared.py)."""
 
 from __future__ import annotations
 

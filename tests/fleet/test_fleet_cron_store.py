@@ -1,6 +1,7 @@
 """The fleet's schedule store on a real PostgreSQL (`runtime/cron/fleet.py` over
-`backends/postgres/fires.py`): the database, not a shared file, decides which worker claims a
-due time, which one runs the schedules, and which one finishes a dead worker's fire."""
+`backends/postgres/fires.py` and `cron_tasks.py`): the database, not a shared file, holds the
+tasks and decides which worker claims a due time, which one runs the schedules, and which one
+finishes a dead worker's fire."""
 
 from __future__ import annotations
 
@@ -52,12 +53,13 @@ class Recorder:
 
 def _store(url: str, home: Path, worker: str) -> Any:
     from tether.backends.postgres.connection import PgSession
+    from tether.backends.postgres.cron_tasks import CronTasks
     from tether.backends.postgres.fires import CronFires
     from tether.runtime.cron.fleet import FleetCronStore
 
     session = PgSession(url, worker)
     session.open()
-    return FleetCronStore(home, CronFires(session))
+    return FleetCronStore(home, CronFires(session), CronTasks(session))
 
 
 def _hourly(store: Any, task_id: str = "task-1") -> dict[str, Any]:
@@ -80,12 +82,12 @@ def _pg_rows(url: str, sql: str) -> list[tuple[Any, ...]]:
 def test_two_homes_firing_one_due_time_claim_it_once_in_the_database(
     pg_url: str, tmp_path: Path
 ) -> None:
-    """Two schedulers that do not share a cron.db (each its own copy of the task) still fire a
-    due time once: the fire's key is claimed in the database."""
+    """Two schedulers with separate homes see the one task the database holds, and fire a due
+    time once: the task's row lock and the fire's key are the database's."""
     seen: list[str] = []
     stores = [_store(pg_url, tmp_path / f"home-{n}", f"worker-{n}") for n in range(2)]
-    for store in stores:
-        _hourly(store)
+    _hourly(stores[0])
+    assert [t["id"] for t in stores[1].tasks()] == ["task-1"]
     clock = Clock(T0 + 5_000)
     schedulers = [Scheduler(s, Recorder(seen), clock, owner=s.fires.session.worker)
                   for s in stores]
@@ -102,7 +104,9 @@ def test_two_homes_firing_one_due_time_claim_it_once_in_the_database(
     assert [r["outcome"] for r in first] == ["queued"] and second == []
     assert _pg_rows(pg_url, "SELECT key, state, owner FROM cron_fires") == [
         (f"cron:task-1:{T0}", "queued", "worker-0")]
-    assert stores[1].runs("task-1") == []  # the other home's copy settled the slot, ran nothing
+    assert [(r["outcome"], r["fireState"]) for r in stores[1].runs("task-1")] == [
+        ("queued", "queued")]  # one run, seen from either worker
+    assert not (tmp_path / "home-0" / "cron.db").exists()
     for store in stores:
         store.fires.session.close()
         store.close()

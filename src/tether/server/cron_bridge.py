@@ -2,8 +2,9 @@
 target conversation's runtime queue (starting the runtime when no client has; the fire's key as
 the input's idempotency key), tells the scheduler when that prompt's turn ended, and answers
 whether a transcript already holds a prompt (a takeover's check); and the v2 `cron_trigger`.
-With `--store postgresql://…` the fires, the scheduler lease and each scheduler's presence are
-the database's (`runtime/cron/fleet.py`), the task definitions still the shared home's cron.db.
+With `--store postgresql://…` the whole schedule store is the database's (`runtime/cron/fleet.py`:
+tasks, run logs, triggers, fires, the scheduler lease, each scheduler's presence), and the
+schedule requests use that same store (`request_store`), so workers with separate homes share it.
 
 A schedule is one more principal submitting input: its prompt waits in the same bounded queue
 as a client's and runs as an ordinary turn; a full queue is refused, never grown.
@@ -12,9 +13,11 @@ as a client's and runs as an ordinary turn; a full queue is refused, never grown
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import sys
 import uuid
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import TetherError
@@ -79,7 +82,8 @@ class RuntimeSubmitter:
         watch = _FireWatch(rt, key, on_finished)
         rt.subscribe(watch)  # before the submit: the turn may start and end at once
         try:
-            answer = rt.submit(CreateMessage(key, key, scope, (message,)), source="cron")
+            # the async path: the conversation's lease and the input's commit off the event loop
+            answer = await rt.enqueue(CreateMessage(key, key, scope, (message,)), source="cron")
         except BaseException:
             rt.unsubscribe(watch)
             raise
@@ -170,16 +174,32 @@ class CronService:
 
 
 def _schedule_store(server: AppServer) -> tuple[CronStore, str | None]:
-    """The local store's cron.db, or with `--store` the fleet's (`runtime/cron/fleet.py`: the
-    fires, the scheduler lease and presence in the database, the scheduler named after this
-    worker's session, whose liveness the database sees)."""
+    """The local store's cron.db, or with `--store` the fleet's (`runtime/cron/fleet.py`: every
+    schedule table in the database, the scheduler named after this worker's session, whose
+    liveness the database sees)."""
     home = server.ctx.store.home
     if server.ctx.fleet is None:
         return CronStore(home), None
+    from tether.backends.postgres.cron_tasks import CronTasks
     from tether.backends.postgres.fires import CronFires
     from tether.runtime.cron.fleet import FleetCronStore
 
     session = server.ctx.fleet.leases.session  # the worker's PgSession (server/fleet_store.py)
-    return FleetCronStore(home, CronFires(session)), str(session.worker)
+    return FleetCronStore(home, CronFires(session), CronTasks(session)), str(session.worker)
 
 
+@contextlib.contextmanager
+def request_store(server: AppServer) -> Iterator[CronStore]:
+    """The schedule store a request (run off the event loop) reads and writes: with `--store`
+    the scheduler's own (its calls are transactions on the worker's session, safe from any
+    thread), else the home's cron.db on a connection of the request's own (SQLite connections
+    stay in their thread), closed after."""
+    cron = server.cron
+    if server.ctx.fleet is not None and cron is not None:
+        yield cron.store
+        return
+    store, _ = _schedule_store(server)
+    try:
+        yield store
+    finally:
+        store.close()

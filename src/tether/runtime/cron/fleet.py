@@ -1,53 +1,124 @@
-"""The schedule store of a fleet (`tether server --store postgresql://…`): the task definitions
-and run log stay in the shared `$TETHER_HOME/cron.db` (every worker of a fleet reads the same
-home, and the CLI writes there), while a fire's row, the scheduler lease and each scheduler's
-presence live in the PostgreSQL store (`backends/postgres/fires.py` `CronFires`), so the
-database decides which worker claims a due time and which one finishes a dead worker's fire.
+"""The schedule store of a fleet (`tether server --store postgresql://…`): everything the local
+`CronStore` keeps in `$TETHER_HOME/cron.db` lives in the PostgreSQL store instead — the task
+definitions, their run logs and manual triggers (`backends/postgres/cron_tasks.py` `CronTasks`),
+a fire's row, the scheduler lease and each scheduler's presence (`backends/postgres/fires.py`
+`CronFires`) — so workers with separate homes share the schedules, and when one dies another
+fires them. No cron.db is opened.
 
-A slot is claimed in the database inside cron.db's write transaction (the task's settled slot
-commits after the fire's row): a crash between the two leaves the row claimed and the slot not
-yet settled, and the next pass finds the key taken, settles the slot and delivers nothing; the
-open fire is finished by its owner or, once that owner is gone, by exactly one other worker.
-A fire is submitted outside any database transaction (the input's idempotency key, the fire's
-key, makes a second submission a duplicate), and its new state is written only by its owner.
+A slot is claimed in one database transaction: the task's row is locked, checked still active
+and not yet settled for that slot, and the fire's row, the settled slot and the task's update
+commit together (a key claimed before delivers nothing). A fire is submitted outside any
+database transaction (the input's idempotency key, the fire's key, makes a second submission a
+duplicate); afterwards its new state, the fields of the task the delivery changed (applied to
+the row as it is then, under its lock) and its run record commit together, written only while
+this worker still owns the fire.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import sqlite3
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from tether.errors import NotFound, StoreError, UsageError
 from tether.runtime.cron.fires import Delivery, Fire, FireClaim, fire_claim
-from tether.runtime.cron.store import TERMINAL, CronStore
+from tether.runtime.cron.store import MAX_ACTIVE_PER_AGENT, RUN_LOG_KEEP, TERMINAL, CronStore
+
+
+def _missing(task_id: str) -> NotFound:
+    return NotFound(f"no scheduled task {task_id!r}; `tether cron list` shows the tasks")
 
 
 class FleetCronStore(CronStore):
-    """`CronStore` with its fires, lease and presence in the store behind `fires` (a
-    `CronFires`); the scheduler's owner must be the worker's name in that store."""
+    """`CronStore` whose every table is the store's: `rows` (a `CronTasks`) holds the tasks,
+    run logs and triggers, `fires` (a `CronFires`) the fires, lease and presence; the
+    scheduler's owner must be the worker's name in that store. Safe to use from several
+    threads (each call is its own transaction on the worker's session)."""
 
-    def __init__(self, home: Path, fires: Any) -> None:
+    def __init__(self, home: Path, fires: Any, rows: Any) -> None:
         super().__init__(home)
         self.fires = fires
+        self.rows = rows
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        raise StoreError("a fleet's schedules are in the PostgreSQL store: it opens no cron.db")
+
+    def exists(self) -> bool:
+        return True
+
+    # --- tasks ----------------------------------------------------------------------------------
+
+    def add(self, task: dict[str, Any], created_ms: int, first_slot_ms: int) -> dict[str, Any]:
+        self.rows.add(task, created_ms, first_slot_ms, MAX_ACTIVE_PER_AGENT)
+        return task
+
+    def get(self, task_id: str) -> dict[str, Any]:
+        task = self.rows.get(task_id)
+        if task is None:
+            raise _missing(task_id)
+        return dict(task)
+
+    def tasks(self, agent_id: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
+        return list(self.rows.tasks(agent_id, status))
+
+    def active(self) -> list[tuple[dict[str, Any], int]]:
+        return list(self.rows.active())
+
+    def delete(self, task_id: str) -> dict[str, Any]:
+        task = self.rows.delete(task_id)
+        if task is None:
+            raise _missing(task_id)
+        return dict(task)
+
+    def update(
+        self, task_id: str, build: Callable[[dict[str, Any]], dict[str, Any]],
+        settled_ms: int | None = None,
+    ) -> dict[str, Any]:
+        def checked(current: dict[str, Any]) -> dict[str, Any]:
+            task = build(dict(current))
+            if task["id"] != task_id or task["agent_id"] != current["agent_id"]:
+                raise UsageError("a scheduled task keeps its id and agent; add a new task instead")
+            return task
+
+        task = self.rows.update(task_id, checked, settled_ms)
+        if task is None:
+            raise _missing(task_id)
+        return dict(task)
+
+    def gc(self, now_ms: int, older_than_ms: int = 24 * 3_600_000) -> int:
+        gone = int(self.rows.gc(now_ms, older_than_ms))
+        self.fires.gc(now_ms, older_than_ms)
+        return gone
 
     # --- fires ----------------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
     async def firing(self, task_id: str, slot_ms: int | None) -> AsyncIterator[Fire | None]:
-        claim: FireClaim | None = None
-        async with super().firing(task_id, slot_ms) as fire:
+        """As `CronStore.firing`, in one database transaction holding the task's row lock (the
+        caller must not await inside: the transaction is this thread's)."""
+        with self.rows.locked(task_id) as held:
+            if held.task is None or held.status != "active" or (
+                slot_ms is not None and held.last_slot_ms >= slot_ms
+            ):
+                yield None
+                return
+            fire = Fire(dict(held.task), held.last_slot_ms)
             yield fire
-            if fire is not None and fire.claim is not None:
-                # The row goes to the database, not cron.db; a key claimed before (this slot
-                # fired by a worker that died before its settled slot committed) delivers nothing.
-                claim, fire.claim = fire.claim, None
-                if not self.fires.claim(_row(claim), fire.now_ms):
-                    claim = None
-        if fire is not None:
-            fire.claim = claim
+            claim, fire.claim = fire.claim, None
+            # A key claimed before (by any worker) delivers nothing; the slot settles anyway.
+            if claim is not None and self.fires.claim(_row(claim), fire.now_ms):
+                fire.claim = claim
+            task = fire.task
+            held.settle(
+                task,
+                max(held.last_slot_ms, slot_ms if slot_ms is not None else held.last_slot_ms),
+                fire.now_ms if task["status"] in TERMINAL else None,
+            )
+            if fire.record is not None:
+                held.append_run(fire.now_ms, fire.record, RUN_LOG_KEEP)
 
     def open_fires(self) -> list[FireClaim]:
         return [fire_claim(row) for row in self.fires.open_fires()]
@@ -68,46 +139,54 @@ class FleetCronStore(CronStore):
         self, key: str, owner: str, now_ms: int, *, takeover_from: str | None = None
     ) -> AsyncIterator[Delivery | None]:
         """As `CronStore.delivering`, the fire taken in the database first (its own, or a gone
-        owner's, atomically); the task update and run record commit in cron.db, the fire's new
-        state in the database, written only while this owner still owns it."""
+        owner's, atomically) and no transaction held while the caller submits; then the fire's
+        new state, the task's changed fields and the run record commit in one transaction."""
         row = self.fires.take(key, owner, now_ms, takeover_from)
         if row is None:
             yield None
             return
         claim = fire_claim(row)
-        with self._write() as db:  # the task re-read: a delete from elsewhere waits for us
-            task_row = db.execute(
-                "SELECT data FROM tasks WHERE id = ?", (claim.task_id,)
-            ).fetchone()
-            task = None if task_row is None else dict(orjson.loads(task_row[0]))
-            delivery = Delivery(claim, task)
-            yield delivery
-            if delivery.state is not None:  # first: the fire's state is what runs once
+        before = self.rows.get(claim.task_id)
+        delivery = Delivery(claim, None if before is None else dict(before))
+        yield delivery
+        with self.rows.locked(claim.task_id) as held:
+            if delivery.state is not None:  # else untouched: a later pass tries again
                 self.fires.settle(key, owner, delivery.state, delivery.now_ms)
-            if delivery.task is not None and delivery.task_changed:
-                status = delivery.task["status"]
-                db.execute(
-                    "UPDATE tasks SET status = ?, terminal_ms = ?, data = ? WHERE id = ?",
-                    (status, delivery.now_ms if status in TERMINAL else None,
-                     orjson.dumps(delivery.task), claim.task_id),
-                )
+            if before is not None and delivery.task is not None and delivery.task_changed:
+                held.merge(before, delivery.task, delivery.now_ms, TERMINAL)
             if delivery.record is not None:
-                self._append_run(db, claim.task_id, delivery.now_ms, delivery.record)
+                held.append_run(delivery.now_ms, delivery.record, RUN_LOG_KEEP)
 
     def runs(self, task_id: str, limit: int = 20) -> list[dict[str, Any]]:
-        out = super().runs(task_id, limit)
-        keys = [str(r["fireKey"]) for r in out if r.get("fireKey")]
-        states = self.fires.states(keys) if keys else {}
-        for run in out:
-            state = states.get(str(run.get("fireKey")))
+        out = []
+        for record, state in self.rows.runs(task_id, limit):
+            run = dict(record)
             if state is not None:
                 run["fireState"] = state
+            out.append(run)
         return out
 
-    def gc(self, now_ms: int, older_than_ms: int = 24 * 3_600_000) -> int:
-        gone = super().gc(now_ms, older_than_ms)
-        self.fires.gc(now_ms, older_than_ms)
-        return gone
+    # --- manual triggers --------------------------------------------------------------------------
+
+    def request_trigger(self, task_id: str, now_ms: int) -> int:
+        seq, status = self.rows.request_trigger(task_id, now_ms)
+        if status == "":
+            raise _missing(task_id)
+        if status is not None:
+            raise UsageError(f"scheduled task {task_id} is {status}, not active: it cannot run")
+        return int(seq)
+
+    def pending_triggers(self) -> list[tuple[int, str]]:
+        return list(self.rows.pending_triggers())
+
+    def finish_trigger(self, seq: int, now_ms: int, result: dict[str, Any]) -> None:
+        self.rows.finish_trigger(seq, now_ms, result)
+
+    def trigger_result(self, seq: int) -> dict[str, Any] | None:
+        done, result = self.rows.trigger_result(seq)
+        if not done:
+            return None
+        return {"outcome": "skipped", "reason": "task_cancelled"} if result is None else result
 
     # --- presence and the scheduler lease ---------------------------------------------------------
 

@@ -110,6 +110,10 @@ class CronStore:
             self._conn = conn
         return self._conn
 
+    def exists(self) -> bool:
+        """Whether the store holds anything yet (a reader need not create cron.db)."""
+        return self.path.exists()
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
