@@ -1,6 +1,7 @@
 """The schedule requests (reference §12.3: `cron_list`, `cron_add`, `cron_get`, `cron_runs`,
 `cron_update`, `cron_delete`, `cron_delete_all`, `cron_trigger`) over `runtime/manage/cron_ops`
-and, for a trigger, this server's scheduler (`cron_bridge.CronService`): the task fires once now
+on the server's schedule store (`cron_bridge.request_store`: with `--store` the database's, the
+one its scheduler fires from) and, for a trigger, this server's scheduler (`cron_bridge.CronService`): the task fires once now
 through the scheduler's durable path (a `fires` row with its own `cron:<task>:manual:<id>` key,
 then the conversation's input queue), exactly as a scheduled fire. A task is visible to a token
 that reaches its agent (and, for a token limited to conversations, its conversation); any other
@@ -9,11 +10,13 @@ separate pause state exists"); a task stops firing when it is deleted."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from tether.errors import UsageError
 from tether.runtime.manage import cron_ops
 from tether.server import v2_frames
+from tether.server.cron_bridge import request_store
 from tether.server.request_kit import Call, Request, RequestFailed, Scope, request
 
 ADD_FIELDS = ("agent_id", "conversation_id", "name", "description", "cron", "timezone",
@@ -28,7 +31,8 @@ def _visible(call: Call, task: dict[str, Any]) -> bool:
 
 
 def _task(call: Call) -> dict[str, Any]:
-    task = cron_ops.get_task(call.home, call.text("task_id"))
+    with request_store(call.server) as store:
+        task = cron_ops.get_task(store, call.text("task_id"))
     if task is None or not _visible(call, task):
         raise RequestFailed("task_id: no such task (or this connection's token does not grant it)")
     return task
@@ -44,7 +48,8 @@ def _announce(call: Call, task: dict[str, Any]) -> None:
 def cron_list(call: Call) -> dict[str, Any]:
     agent_id = call.opt_text("agent_id")
     conversation_id = call.opt_text("conversation_id")
-    tasks = cron_ops.list_tasks(call.home, lambda t: _visible(call, t), agent_id)
+    with request_store(call.server) as store:
+        tasks = cron_ops.list_tasks(store, lambda t: _visible(call, t), agent_id)
     if conversation_id is not None:
         tasks = [t for t in tasks if t.get("conversation_id") == conversation_id]
     return {"tasks": tasks}
@@ -66,7 +71,8 @@ def cron_add(call: Call) -> dict[str, Any]:
         )
     if conversation not in ("new", "default"):
         call.conversation(conversation, agent.id)  # granted and of this agent, or not found
-    task = cron_ops.add_task(call.home, call.env, {**fields, "agent_id": agent.id,
+    with request_store(call.server) as store:
+        task = cron_ops.add_task(store, call.env, {**fields, "agent_id": agent.id,
                                                    "conversation_id": conversation})
     _announce(call, task)
     return {"task": task}
@@ -84,7 +90,8 @@ def cron_delete(call: Call) -> dict[str, Any]:
         task = _task(call)
     except RequestFailed:
         return {"found": False}
-    cron_ops.delete_task(call.home, task["id"])
+    with request_store(call.server) as store:
+        cron_ops.delete_task(store, task["id"])
     _announce(call, task)
     return {"found": True}
 
@@ -107,7 +114,8 @@ def cron_update(call: Call) -> dict[str, Any]:
             )
         if conversation not in ("new", "default"):
             call.conversation(conversation, task["agent_id"])  # granted and of this agent
-    updated = cron_ops.update_task(call.home, call.env, task["id"], changes)
+    with request_store(call.server) as store:
+        updated = cron_ops.update_task(store, call.env, task["id"], changes)
     _announce(call, task)
     if updated.get("conversation_id") != task.get("conversation_id"):
         _announce(call, updated)
@@ -116,19 +124,25 @@ def cron_update(call: Call) -> dict[str, Any]:
 
 def cron_runs(call: Call) -> dict[str, Any]:
     task = _task(call)
-    return {"page": cron_ops.run_page(
-        call.home, task["id"], limit=call.count("limit", 20), offset=call.count(
-            "offset", 0, least=0, most=10**9), run_id=call.opt_text("run_id"))}
+    limit = call.count("limit", 20)
+    offset = call.count("offset", 0, least=0, most=10**9)
+    with request_store(call.server) as store:
+        return {"page": cron_ops.run_page(store, task["id"], limit=limit, offset=offset,
+                                          run_id=call.opt_text("run_id"))}
 
 
 def cron_delete_all(call: Call) -> dict[str, Any]:
     agent = call.agent(call.text("agent_id"), change=True)
-    tasks = cron_ops.list_tasks(call.home, lambda t: True, agent.id)
-    for task in tasks:
-        cron_ops.delete_task(call.home, task["id"])
-    if tasks:
+    with request_store(call.server) as store:
+        deleted = cron_ops.delete_agent_tasks(store, agent.id)
+    if deleted:
         _announce(call, {"agent_id": agent.id, "conversation_id": None})
-    return {"agent_id": agent.id, "deleted": len(tasks)}
+    return {"agent_id": agent.id, "deleted": deleted}
+
+
+def _get(call: Call, task_id: str) -> dict[str, Any] | None:
+    with request_store(call.server) as store:
+        return cron_ops.get_task(store, task_id)
 
 
 async def cron_trigger(call: Call) -> dict[str, Any]:
@@ -136,7 +150,7 @@ async def cron_trigger(call: Call) -> dict[str, Any]:
     cron = call.server.cron
     if cron is None:
         raise RequestFailed("this server runs no scheduler (started with TETHER_CRON=0)")
-    task = cron_ops.get_task(call.home, task_id)
+    task = await asyncio.to_thread(_get, call, task_id)
     record = None
     if task is not None and _visible(call, task):
         record = await cron.scheduler.trigger_now(task_id)
@@ -144,7 +158,7 @@ async def cron_trigger(call: Call) -> dict[str, Any]:
         raise RequestFailed(f"no active scheduled task {task_id!r} on this server")
     payload = {
         "found": True,
-        "task": cron_ops.get_task(call.home, task_id),
+        "task": await asyncio.to_thread(_get, call, task_id),
         "task_id": task_id,
         "success": record["outcome"] == "queued",
         "outcome": record["outcome"],

@@ -1,22 +1,24 @@
 """Scheduled tasks from a client of the App Server: add one in the reference's fields, list, get
-and delete, over the same `runtime/cron` store and task builder `tether cron` uses."""
+and delete, over the `runtime/cron` store its caller passes (the server's: a home's cron.db, or
+with `--store` the fleet's tables in PostgreSQL) and the task builder `tether cron` uses."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.errors import UsageError
 
+if TYPE_CHECKING:
+    from tether.runtime.cron.store import CronStore
+
 
 def add_task(
-    home: Path, env: Mapping[str, str], fields: Mapping[str, Any]
+    store: CronStore, env: Mapping[str, str], fields: Mapping[str, Any]
 ) -> dict[str, Any]:
     """`{agent_id, conversation_id?, name, description, cron, timezone?, recurring, prompt,
     scheduled_for?}`: recurring tasks run on `cron`, one-shots at `scheduled_for` (ISO)."""
     from tether.runtime.cron.scheduler import clock_from_env
-    from tether.runtime.cron.store import CronStore
     from tether.runtime.cron.tasks import new_task
 
     recurring = fields.get("recurring")
@@ -34,61 +36,45 @@ def add_task(
         at=str(at) if not recurring else None, cron=str(cron or "") if recurring else None,
         timezone=fields.get("timezone"), now_ms=now_ms,
     )
-    store = CronStore(home)
-    try:
-        return store.add(task, now_ms, first_slot)
-    finally:
-        store.close()
+    return store.add(task, now_ms, first_slot)
 
 
-def list_tasks(home: Path, visible: Callable[[dict[str, Any]], bool],
+def list_tasks(store: CronStore, visible: Callable[[dict[str, Any]], bool],
                agent_id: str | None = None) -> list[dict[str, Any]]:
-    from tether.runtime.cron.store import CronStore
-
-    if not (home / "cron.db").exists():
+    if not store.exists():
         return []
-    store = CronStore(home)
-    try:
-        return [t for t in store.tasks(agent_id) if visible(t)]
-    finally:
-        store.close()
+    return [t for t in store.tasks(agent_id) if visible(t)]
 
 
-def get_task(home: Path, task_id: str) -> dict[str, Any] | None:
+def get_task(store: CronStore, task_id: str) -> dict[str, Any] | None:
     from tether.errors import NotFound
-    from tether.runtime.cron.store import CronStore
 
-    if not (home / "cron.db").exists():
+    if not store.exists():
         return None
-    store = CronStore(home)
     try:
         return store.get(task_id)
     except NotFound:
         return None
-    finally:
-        store.close()
 
 
-def delete_task(home: Path, task_id: str) -> dict[str, Any]:
-    from tether.runtime.cron.store import CronStore
-
-    store = CronStore(home)
-    try:
-        return store.delete(task_id)
-    finally:
-        store.close()
+def delete_task(store: CronStore, task_id: str) -> dict[str, Any]:
+    return store.delete(task_id)
 
 
-def run_page(home: Path, task_id: str, *, limit: int = 20, offset: int = 0,
+def delete_agent_tasks(store: CronStore, agent_id: str) -> int:
+    """Delete every task of an agent (a removed agent's schedules); how many."""
+    if not store.exists():
+        return 0
+    tasks = store.tasks(agent_id)
+    for task in tasks:
+        store.delete(task["id"])
+    return len(tasks)
+
+
+def run_page(store: CronStore, task_id: str, *, limit: int = 20, offset: int = 0,
              run_id: str | None = None) -> dict[str, Any]:
     """The task's run log newest first as the reference's CronRunLogPage."""
-    from tether.runtime.cron.store import CronStore
-
-    store = CronStore(home)
-    try:
-        entries = list(reversed(store.runs(task_id, 1_000_000)))
-    finally:
-        store.close()
+    entries = list(reversed(store.runs(task_id, 1_000_000)))
     if run_id is not None:
         entries = [e for e in entries if e.get("runId") == run_id]
     page = entries[offset:offset + limit]
@@ -103,13 +89,12 @@ _SCHEDULE = ("cron", "timezone", "recurring", "scheduled_for")
 
 
 def update_task(
-    home: Path, env: Mapping[str, str], task_id: str, changes: Mapping[str, Any]
+    store: CronStore, env: Mapping[str, str], task_id: str, changes: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Change a task's fields (`UPDATABLE`; absent ones stay) checked as `add_task` checks them;
     a changed schedule (cron, timezone, recurring, scheduled_for) applies from now on."""
     from tether.runtime.cron import schedule
     from tether.runtime.cron.scheduler import clock_from_env
-    from tether.runtime.cron.store import CronStore
     from tether.runtime.cron.tasks import new_task
 
     unknown = sorted(set(changes) - set(UPDATABLE))
@@ -151,8 +136,4 @@ def update_task(
                 out["jitter_offset_ms"] = schedule.one_shot_jitter_ms(task_id, at_ms, tz, now_ms)
         return out
 
-    store = CronStore(home)
-    try:
-        return store.update(task_id, build, now_ms if moves else None)
-    finally:
-        store.close()
+    return store.update(task_id, build, now_ms if moves else None)
