@@ -15,7 +15,7 @@ import pytest
 
 from tests.backends.support import assistant, result, user
 from tether.backends.store_api import ConversationStore, TranscriptLog, conversation_ref
-from tether.errors import NotFound, TranscriptCorrupt
+from tether.errors import NotFound, StoreError, TranscriptCorrupt
 from tether.protocol.messages import TextPart, UserMessage
 
 
@@ -313,21 +313,27 @@ def test_pg_delete_is_refused_while_input_is_unfinished_and_fences_the_holder(
     other.close()
 
 
-def test_secrets_change_atomically_and_are_seen_by_another_process(impl: Impl) -> None:
+def test_a_document_changes_atomically_and_is_seen_by_another_process(impl: Impl) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    agent = impl.store.create_agent(model=None, system="s")
-    other_agent = impl.store.create_agent(model=None, system="s")
-    assert impl.store.secrets(agent.id) == {}
-    impl.store.update_secrets(other_agent.id, lambda held: {**held, "KEEP": "me"})
+    assert impl.store.read_document("agents/a-1/reflection.json") is None
+    impl.store.update_document("secrets.json", lambda _raw: b'{"other": {"KEEP": "me"}}')
     stores = [impl.store, impl.reopen()]
 
     def add(n: int) -> None:  # read-modify-write from two processes at once: none is lost
-        stores[n % 2].update_secrets(agent.id, lambda held: {**held, f"K{n}": str(n)})
+        def change(raw: bytes | None) -> bytes:
+            held = orjson.loads(raw) if raw is not None else []
+            return orjson.dumps([*held, n])
+
+        stores[n % 2].update_document("agents/a-1/reflection.json", change)
 
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(add, range(12)))
-    assert impl.reopen().secrets(agent.id) == {f"K{n}": str(n) for n in range(12)}
-    assert impl.store.update_secrets(agent.id, lambda _held: {}) == {}
-    assert impl.reopen().secrets(agent.id) == {}
-    assert impl.reopen().secrets(other_agent.id) == {"KEEP": "me"}
+    got = impl.reopen().read_document("agents/a-1/reflection.json")
+    assert got is not None and sorted(orjson.loads(got)) == list(range(12))
+    assert impl.reopen().read_document("secrets.json") == b'{"other": {"KEEP": "me"}}'
+    for bad in ("../outside.json", "/etc/passwd", "agents/../../x", "", "a//b"):
+        with pytest.raises(StoreError, match="does not name a document"):
+            impl.store.update_document(bad, lambda _raw: b"x")
+        with pytest.raises(StoreError, match="does not name a document"):
+            impl.store.read_document(bad)

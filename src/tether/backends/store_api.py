@@ -6,8 +6,8 @@ Two implementations satisfy it: the embedded default, `backends/local/store.py` 
 postgresql://…`'s `backends/postgres/agents.py` `PgConversationStore` (rows; transcript appends
 fenced by the conversation's lease, `backends/postgres/transcripts.py`). Which one a process
 uses is chosen in one place, `server/runtime_start.py` `open_store`; nothing else branches on
-it. Agents' secrets are the store's too (`secrets`, `update_secrets`). Both keep what is per
-machine by nature (a conversation's scratch and cache folder,
+it. So are the small documents kept beside the records (agents' secrets, reflection state:
+`read_document`, `update_document`). Both keep what is per machine by nature (a conversation's scratch and cache folder,
 `conversation_dir`, and the in-process turn lock) under `home`.
 
 A transcript's rows across the PostgreSQL store are keyed by `conversation_ref(agent, id)`, the
@@ -21,6 +21,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tether.errors import StoreError
+
 if TYPE_CHECKING:
     from tether.backends.local.records import AgentRecord, ConversationRecord
     from tether.protocol.messages import Message
@@ -30,6 +32,15 @@ def conversation_ref(agent_id: str, conversation_id: str) -> str:
     """The store-wide key of one conversation (`<agent>/<conversation>`): the lease's, the
     queue's, the checkpoints' and the transcript rows'."""
     return f"{agent_id}/{conversation_id}"
+
+
+def document_path(rel: str, where: object) -> str:
+    """`rel` when it names a document inside a home (relative, no `.` or `..` parts), else
+    StoreError naming it and `where`."""
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise StoreError(f"{rel!r} does not name a document inside {where}")
+    return rel
 
 
 class TranscriptLog(Protocol):
@@ -131,15 +142,14 @@ class ConversationStore(Protocol):
 
     def conversation_dir(self, agent_id: str, conversation_id: str) -> Path: ...
 
-    def secrets(self, agent_id: str) -> dict[str, str]:
-        """The agent's secrets (`runtime/manage/secrets_ops.py`), name -> value."""
+    def read_document(self, rel: str) -> bytes | None:
+        """A small document the runtime keeps beside the records, by its path in a home
+        (`secrets.json`, `agents/<id>/reflection.json`); None when there is none."""
         ...
 
-    def update_secrets(
-        self, agent_id: str, change: Callable[[dict[str, str]], dict[str, str]]
-    ) -> dict[str, str]:
-        """Replace the agent's secrets with `change(current)` as one atomic step (two writers'
-        changes never interleave); what they are after. An empty result forgets the agent."""
+    def update_document(self, rel: str, change: Callable[[bytes | None], bytes]) -> bytes:
+        """Replace the document with `change(current)` as one atomic step: two writers' changes
+        never interleave (each sees the other's). What it holds after."""
         ...
 
     def turn_lock(
@@ -147,4 +157,4 @@ class ConversationStore(Protocol):
     ) -> AbstractContextManager[None]: ...
 
 
-__all__ = ["ConversationStore", "TranscriptLog", "conversation_ref"]
+__all__ = ["ConversationStore", "TranscriptLog", "conversation_ref", "document_path"]

@@ -4,7 +4,7 @@ transcripts, the cross-process id counter and the per-conversation turn lock (re
     agents/<b64url(agentId)>.json
     conversations/<b64url(key)>/conversation.json | messages.jsonl | manifest.json | turn.lock
     counters.json (+ counters.lock)
-    secrets.json (+ secrets.lock): {agent id: {name: value}}, 0600
+    secrets.json, agents/<id>/reflection.json (+ .lock): documents, `read_document`
 
 key = `default:<agentId>` for an agent's primary history (whose record id is `default`), else
 `conversation:<id>`. Records are replaced atomically; nothing is created until first written.
@@ -32,7 +32,6 @@ from tether.protocol.messages import Message
 SCHEMA_VERSION = 2
 MESSAGE_FORMAT = "pi-session-entry-jsonl"
 DEFAULT_CONVERSATION = "default"
-SECRETS_FILE = "secrets.json"
 # A counter lock is held for microseconds; waiting this long means a stuck holder.
 _COUNTER_WAIT_S = 10.0
 
@@ -291,34 +290,30 @@ class LocalStore:
         with exclusive_flock(path, wait=wait, busy=lambda: ConversationBusy(conversation_id)):
             yield
 
-    # --- agents' secrets ------------------------------------------------------------------
+    # --- documents beside the records ----------------------------------------------------
 
-    def secrets(self, agent_id: str) -> dict[str, str]:
-        """From `secrets.json` ({agent id: {name: value}}, 0600); no file: nothing but a stat."""
-        path = self.home / SECRETS_FILE
-        if not path.exists():
-            return {}
-        return read_secrets(path, _read_secrets_bytes(path)).get(agent_id, {})
+    def read_document(self, rel: str) -> bytes | None:
+        path = self._document(rel)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError(f"cannot read {path}: {exc}") from None
 
-    def update_secrets(
-        self, agent_id: str, change: Callable[[dict[str, str]], dict[str, str]]
-    ) -> dict[str, str]:
-        """`secrets.json` rewritten whole and atomically under `secrets.lock`."""
-        from tether.backends.local.locks import write_json_atomic
+    def update_document(self, rel: str, change: Callable[[bytes | None], bytes]) -> bytes:
+        """Rewritten whole and atomically (0600) under `<path>.lock`."""
+        path = self._document(rel)
+        with exclusive_flock(path.with_name(path.name + ".lock"), wait=10, busy=lambda: StoreError(
+                f"{path} is busy (another writer holds {path.name}.lock); try again")):
+            after = change(self.read_document(rel))
+            write_atomic(path, after)
+        return after
 
-        path = self.home / SECRETS_FILE
-        with exclusive_flock(self.home / "secrets.lock", wait=10, busy=lambda: StoreError(
-                "the secrets store is busy (another writer holds secrets.lock); try again")):
-            everything = read_secrets(path, _read_secrets_bytes(path)) if path.exists() else {}
-            held = change(dict(everything.get(agent_id, {})))
-            if held:
-                everything[agent_id] = held
-            elif agent_id not in everything:
-                return {}
-            else:
-                everything.pop(agent_id)
-            write_json_atomic(path, everything)  # created 0600
-        return held
+    def _document(self, rel: str) -> Path:
+        from tether.backends.store_api import document_path
+
+        return self.home / document_path(rel, self.home)
 
     def next_counter(self, name: str) -> int:
         """The next value of a named cross-process counter in counters.json (first is 1)."""
@@ -346,29 +341,6 @@ class LocalStore:
                 raise StoreError(f"{path}: must be a JSON object of counters")
             yield data
             write_atomic(path, _dump(data))
-
-
-def read_secrets(where: object, raw: bytes | None) -> dict[str, dict[str, str]]:
-    """The secrets document ({agent id: {name: value}}) from its bytes (None: there is none);
-    damage names `where`."""
-    if raw is None:
-        return {}
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise StoreError(f"cannot read the secrets store {where}: {exc}") from None
-    if not isinstance(data, dict):
-        raise StoreError(f"the secrets store {where} is not a JSON object")
-    return {str(k): dict(v) for k, v in data.items() if isinstance(v, dict)}
-
-
-def _read_secrets_bytes(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise StoreError(f"cannot read the secrets store {path}: {exc}") from None
 
 
 def _count(counters: dict[str, Any], name: str, path: Path) -> int:

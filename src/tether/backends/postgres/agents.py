@@ -25,16 +25,10 @@ import orjson
 
 from tether.backends.local.locks import exclusive_flock
 from tether.backends.local.records import AgentRecord, ConversationRecord, utc_now_iso
-from tether.backends.local.store import (
-    DEFAULT_CONVERSATION,
-    SECRETS_FILE,
-    b64url,
-    conversation_key,
-    read_secrets,
-)
+from tether.backends.local.store import DEFAULT_CONVERSATION, b64url, conversation_key
 from tether.backends.postgres.connection import PgSession
 from tether.backends.postgres.transcripts import PgTranscript
-from tether.backends.store_api import conversation_ref
+from tether.backends.store_api import conversation_ref, document_path
 from tether.errors import ConversationBusy, NotFound, StoreError
 
 if TYPE_CHECKING:
@@ -253,7 +247,8 @@ class PgConversationStore:
                 cur.execute("DELETE FROM conversations WHERE agent_id = %s", (agent_id,))
                 cur.execute("DELETE FROM agents WHERE id = %s", (agent_id,))
             _forget_migrated(cur, [conversation_folder(agent_id, c) for c in conversations]
-                             + ([agent_path(agent_id)] if agent else []))
+                             + ([agent_path(agent_id), f"agents/{agent_id}/reflection.json"]
+                                if agent else []))
         for conversation_id in conversations:
             self._transcripts.pop((agent_id, conversation_id), None)
             shutil.rmtree(self.conversation_dir(agent_id, conversation_id), ignore_errors=True)
@@ -313,46 +308,30 @@ class PgConversationStore:
             lambda: self.lease_of(key),
         )
 
-    # --- agents' secrets ----------------------------------------------------------------------
+    # --- documents beside the records -------------------------------------------------------
 
-    def secrets(self, agent_id: str) -> dict[str, str]:
-        """From the store's `secrets.json` (the `home_files` row `store migrate` copies a home's
-        file into, so a migrated home's secrets are served and copied back as they are)."""
-        with self.session.transaction("read an agent's secrets") as cur:
-            row = cur.execute(
-                "SELECT content FROM home_files WHERE path = %s", (SECRETS_FILE,)
-            ).fetchone()
-        raw = bytes(row[0]) if row is not None and row[0] is not None else None
-        return read_secrets(self._secrets_where, raw).get(agent_id, {})
+    def read_document(self, rel: str) -> bytes | None:
+        """The `home_files` row `store migrate` copies the file into (so a migrated home's
+        documents are served, and copied back, as they are)."""
+        rel = document_path(rel, self.where)
+        with self.session.transaction("read a document") as cur:
+            row = cur.execute("SELECT content FROM home_files WHERE path = %s", (rel,)).fetchone()
+        return bytes(row[0]) if row is not None and row[0] is not None else None
 
-    def update_secrets(
-        self, agent_id: str, change: Callable[[dict[str, str]], dict[str, str]]
-    ) -> dict[str, str]:
-        """The row rewritten in one transaction holding it locked (0600, as the file)."""
-        with self.session.transaction("change an agent's secrets") as cur:
+    def update_document(self, rel: str, change: Callable[[bytes | None], bytes]) -> bytes:
+        """The row rewritten in one transaction holding it locked (a new one 0600)."""
+        rel = document_path(rel, self.where)
+        with self.session.transaction("change a document") as cur:
             cur.execute(
-                "INSERT INTO home_files (path, mode, content) VALUES (%s, %s, '{}')"
-                " ON CONFLICT DO NOTHING", (SECRETS_FILE, stat.S_IFREG | 0o600),
+                "INSERT INTO home_files (path, mode, content) VALUES (%s, %s, NULL)"
+                " ON CONFLICT DO NOTHING", (rel, stat.S_IFREG | 0o600),
             )
             row = cur.execute(
-                "SELECT content FROM home_files WHERE path = %s FOR UPDATE", (SECRETS_FILE,)
+                "SELECT content FROM home_files WHERE path = %s FOR UPDATE", (rel,)
             ).fetchone()
-            raw = bytes(row[0]) if row is not None and row[0] is not None else None
-            everything = read_secrets(self._secrets_where, raw)
-            held = change(dict(everything.get(agent_id, {})))
-            if held:
-                everything[agent_id] = held
-            else:
-                everything.pop(agent_id, None)
-            cur.execute(
-                "UPDATE home_files SET content = %s WHERE path = %s",
-                (orjson.dumps(everything, option=orjson.OPT_INDENT_2) + b"\n", SECRETS_FILE),
-            )
-        return held
-
-    @property
-    def _secrets_where(self) -> str:
-        return f"{SECRETS_FILE} in {self.where}"
+            after = change(bytes(row[0]) if row is not None and row[0] is not None else None)
+            cur.execute("UPDATE home_files SET content = %s WHERE path = %s", (after, rel))
+        return after
 
     def conversation_dir(self, agent_id: str, conversation_id: str) -> Path:
         """This machine's folder for the conversation (scratch, caches); no transcript in it."""

@@ -32,7 +32,6 @@ from typing import Any
 
 import orjson
 
-from tether.backends.local.store import SECRETS_FILE
 from tether.backends.postgres import migrate as rows
 from tether.backends.postgres.connection import PgSession
 from tether.backends.postgres.migrate import MigrationRefused
@@ -191,6 +190,7 @@ def _materialize(cur: Any, target: Path) -> dict[str, int]:
         if mode & stat.S_IFDIR:
             path.mkdir(parents=True, exist_ok=True)
         elif content is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)  # a document a server made
             path.write_bytes(bytes(content))
             counts["files"] = counts.get("files", 0) + 1
     for table in ("agents", "conversations"):
@@ -353,7 +353,8 @@ def _served_now(cur: Any, want: dict[str, str], scratch: Path) -> None:
     store it started empty) replaces the digests recorded then: records as their rows hold them
     now, a transcript grown by live (fenced) appends as its rows render it — its migrated rows
     still held to the recorded digest, so a changed copy is refused — and the folders new ones
-    sit in, and the agents' secrets as their row holds them now. A file keeps its recorded
+    sit in, and the documents a server keeps (secrets, reflection state) as their rows hold them
+    now. A file keeps its recorded
     mode."""
     def digest(rel: str, data: bytes) -> str:
         mode = want.get(rel, f"{stat.S_IMODE((scratch / rel).stat().st_mode):o}:").split(":", 1)[0]
@@ -369,10 +370,12 @@ def _served_now(cur: Any, want: dict[str, str], scratch: Path) -> None:
     for table in ("agents", "conversations"):
         for rel, raw in cur.execute(f"SELECT path, raw FROM {table}").fetchall():
             put(rel, bytes(raw))
-    for rel, content in cur.execute(  # kept live by the server (`PgConversationStore.secrets`)
-        "SELECT path, content FROM home_files WHERE path = %s", (SECRETS_FILE,)
+    for rel, content in cur.execute(  # kept live (`PgConversationStore.update_document`)
+        "SELECT path, content FROM home_files WHERE path = ANY(%s) OR path LIKE %s",
+        (list(LIVE_DOCUMENTS), "agents/%/reflection.json"),
     ).fetchall():
-        put(rel, bytes(content))
+        if content is not None:
+            put(rel, bytes(content))
     for conversation, rel, header, torn in cur.execute(
         "SELECT conversation, path, header, torn FROM transcript_files"
     ).fetchall():
@@ -382,6 +385,9 @@ def _served_now(cur: Any, want: dict[str, str], scratch: Path) -> None:
         manifest = rel.rpartition("/")[0] + "/manifest.json"
         if manifest not in want:  # made by `_manifest_for`
             put(manifest, (scratch / manifest).read_bytes())
+
+
+LIVE_DOCUMENTS = ("secrets.json",)  # and agents/<id>/reflection.json
 
 
 def _has_entries(folder: Path) -> bool:

@@ -13,21 +13,24 @@ what the model sees (`tools.output.secret_values`)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tether.errors import UsageError
+import orjson
+
+from tether.errors import StoreError, UsageError
 
 if TYPE_CHECKING:
     from tether.backends.store_api import ConversationStore
 
+FILE = "secrets.json"
 SECRET_NAMES_ENV = "TETHER_SECRET_NAMES"  # the names a call's environment got as secrets
 _NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
 
 
 def list_secrets(store: ConversationStore, agent_id: str) -> list[dict[str, str]]:
     """The agent's secrets, sorted by name, as `{key, value}`."""
-    held = store.secrets(agent_id)
+    held = _secrets(store).get(agent_id, {})
     return [{"key": name, "value": held[name]} for name in sorted(held)]
 
 
@@ -48,13 +51,13 @@ def apply_secrets(
             held.pop(key, None)
         return held
 
-    return sorted(store.update_secrets(agent_id, change))
+    return sorted(_update(store, agent_id, change))
 
 
 def secret_env(store: ConversationStore, agent_id: str) -> dict[str, str]:
     """The agent's secrets as a tool call's environment variables, with `SECRET_NAMES_ENV`
     naming them; empty when it has none."""
-    held = store.secrets(agent_id)
+    held = _secrets(store).get(agent_id, {})
     env = {name: value for name, value in held.items()
            if isinstance(value, str) and _NAME.match(name)}
     if env:
@@ -64,7 +67,45 @@ def secret_env(store: ConversationStore, agent_id: str) -> dict[str, str]:
 
 def forget_agent(store: ConversationStore, agent_id: str) -> None:
     """Drop a deleted agent's secrets."""
-    store.update_secrets(agent_id, lambda _held: {})
+    if agent_id in _secrets(store):
+        _update(store, agent_id, lambda _held: {})
+
+
+def _secrets(store: ConversationStore) -> dict[str, dict[str, str]]:
+    return _parse(store, store.read_document(FILE))
+
+
+def _update(
+    store: ConversationStore, agent_id: str, change: Callable[[dict[str, str]], dict[str, str]]
+) -> dict[str, str]:
+    """The agent's secrets replaced by `change(current)` in one atomic write of the document."""
+    after: dict[str, str] = {}
+
+    def rewrite(raw: bytes | None) -> bytes:
+        nonlocal after
+        everything = _parse(store, raw)
+        after = change(dict(everything.get(agent_id, {})))
+        if after:
+            everything[agent_id] = after
+        else:
+            everything.pop(agent_id, None)
+        return orjson.dumps(everything, option=orjson.OPT_INDENT_2) + b"\n"
+
+    store.update_document(FILE, rewrite)
+    return after
+
+
+def _parse(store: ConversationStore, raw: bytes | None) -> dict[str, dict[str, str]]:
+    if raw is None:
+        return {}
+    where = f"{FILE} in {store.home}"
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise StoreError(f"cannot read the secrets store {where}: {exc}") from None
+    if not isinstance(data, dict):
+        raise StoreError(f"the secrets store {where} is not a JSON object")
+    return {str(k): dict(v) for k, v in data.items() if isinstance(v, dict)}
 
 
 def _name(raw: Any) -> str:
