@@ -118,3 +118,38 @@ def test_a_migrated_homes_schedules_are_served_and_copied_back(
         "manual_trigger", "scheduled_time_matched"]
     assert restored.trigger_result(1) == {**written[0]}
     restored.close()
+
+
+def test_a_fleet_schedulers_pass_makes_no_database_call_on_the_event_loop(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Every store call of a pass (presence, lease, triggers, tasks, the claim, the delivery's
+    take and commit) runs in a thread: the loop's thread opens no transaction."""
+    import contextlib
+
+    from tether.backends.postgres.connection import PgSession
+    from tether.backends.postgres.cron_tasks import CronTasks
+    from tether.backends.postgres.fires import CronFires
+    from tether.runtime.cron.fleet import FleetCronStore
+
+    threads: list[str] = []
+
+    class Watched(PgSession):
+        @contextlib.contextmanager
+        def transaction(self, doing: str) -> Any:
+            threads.append(threading.current_thread().name)
+            with super().transaction(doing) as cur:
+                yield cur
+
+    session = Watched(pg_url, "worker-0")
+    session.open()
+    store = FleetCronStore(tmp_path / "home", CronFires(session), CronTasks(session))
+    task = _hourly(store)
+    store.request_trigger(task["id"], T0)
+    threads.clear()
+    seen: list[str] = []
+    written = asyncio.run(
+        Scheduler(store, Recorder(seen), Clock(T0 + 5_000), owner="worker-0").tick())
+    assert [r["reason"] for r in written] == ["manual_trigger", "scheduled_time_matched"]
+    assert len(threads) > 10 and threading.main_thread().name not in threads, threads
+    session.close()

@@ -9,9 +9,10 @@ across kills of the scheduler that fired it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from tether.errors import NotFound, TetherError
 from tether.runtime.cron import schedule
@@ -19,6 +20,19 @@ from tether.runtime.cron.fires import Delivery, FireClaim
 from tether.runtime.cron.store import CronStore
 
 OPEN = ("claimed", "queued")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+async def call_store(
+    store: CronStore, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs
+) -> _R:
+    """`fn(*args)`, a call on `store`: in a thread when the store's calls are network round
+    trips (`offloop`, the fleet's database), so the event loop never waits on them; here
+    otherwise (a SQLite connection stays in its thread)."""
+    if store.offloop:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    return fn(*args, **kwargs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +78,12 @@ class Deliveries:
     def turn_finished(self, key: str, ok: bool) -> None:
         self.finished[key] = ok
 
-    def settle_finished(self, now: int) -> None:
-        finished, self.finished = self.finished, {}
+    async def settle_finished(self, now: int) -> None:
+        finished, self.finished = self.finished, {}  # here: the turns end on the event loop
+        if finished:
+            await call_store(self.store, self._settle, finished, now)
+
+    def _settle(self, finished: dict[str, bool], now: int) -> None:
         for key, ok in finished.items():
             self.store.move_fire(
                 key, "done" if ok else "failed", now, only_from=("queued", "started")
@@ -75,11 +93,11 @@ class Deliveries:
         """Finish the open fires of schedulers that are gone (and this one's own leftovers that
         never reached a submit); the run records written."""
         written: list[dict[str, Any]] = []
-        for claim in self.store.open_fires():
+        for claim in await call_store(self.store, self.store.open_fires):
             mine = claim.owner == self.owner
             if mine and claim.state != "claimed":
                 continue  # queued by this process: its turn is on its way
-            if not mine and self.store.present(claim.owner, now):
+            if not mine and await call_store(self.store, self.store.present, claim.owner, now):
                 continue  # its scheduler is alive and will finish it
             record = await self.deliver(claim, now, takeover=True)
             if record is not None:
@@ -92,13 +110,15 @@ class Deliveries:
         """Submit one open fire; the run record written (None when none was)."""
         conversation, problem = claim.conversation_id, None
         try:
-            agent_id = self.store.get(claim.task_id)["agent_id"]
+            agent_id = (await call_store(self.store, self.store.get, claim.task_id))["agent_id"]
         except NotFound:
             agent_id = None  # deleted: `delivering` cancels it
         if agent_id is not None and conversation == "new":
             try:
                 conversation = await self.submitter.open_conversation(agent_id, "new")
-                self.store.move_fire(
+                await call_store(
+                    self.store,
+                    self.store.move_fire,
                     claim.key,
                     claim.state,
                     now,

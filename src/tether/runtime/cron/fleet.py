@@ -16,9 +16,10 @@ this worker still owns the fire.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,8 @@ class FleetCronStore(CronStore):
     run logs and triggers, `fires` (a `CronFires`) the fires, lease and presence; the
     scheduler's owner must be the worker's name in that store. Safe to use from several
     threads (each call is its own transaction on the worker's session)."""
+
+    offloop = True  # every call is a database round trip: the scheduler makes it in a thread
 
     def __init__(self, home: Path, fires: Any, rows: Any) -> None:
         super().__init__(home)
@@ -95,9 +98,9 @@ class FleetCronStore(CronStore):
 
     # --- fires ----------------------------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def firing(self, task_id: str, slot_ms: int | None) -> AsyncIterator[Fire | None]:
-        """As `CronStore.firing`, in one database transaction holding the task's row lock (the
+    @contextlib.contextmanager
+    def _firing(self, task_id: str, slot_ms: int | None) -> Iterator[Fire | None]:
+        """As `CronStore._firing`, in one database transaction holding the task's row lock (the
         caller must not await inside: the transaction is this thread's)."""
         with self.rows.locked(task_id) as held:
             if held.task is None or held.status != "active" or (
@@ -141,17 +144,29 @@ class FleetCronStore(CronStore):
         """As `CronStore.delivering`, the fire taken in the database first (its own, or a gone
         owner's, atomically) and no transaction held while the caller submits; then the fire's
         new state, the task's changed fields and the run record commit in one transaction."""
-        row = self.fires.take(key, owner, now_ms, takeover_from)
-        if row is None:
+        taken = await asyncio.to_thread(self._take, key, owner, now_ms, takeover_from)
+        if taken is None:
             yield None
             return
-        claim = fire_claim(row)
-        before = self.rows.get(claim.task_id)
+        claim, before = taken
         delivery = Delivery(claim, None if before is None else dict(before))
         yield delivery
+        await asyncio.to_thread(self._delivered, delivery, owner, before)
+
+    def _take(
+        self, key: str, owner: str, now_ms: int, takeover_from: str | None
+    ) -> tuple[FireClaim, dict[str, Any] | None] | None:
+        row = self.fires.take(key, owner, now_ms, takeover_from)
+        if row is None:
+            return None
+        claim = fire_claim(row)
+        return claim, self.rows.get(claim.task_id)
+
+    def _delivered(self, delivery: Delivery, owner: str, before: dict[str, Any] | None) -> None:
+        claim = delivery.claim
         with self.rows.locked(claim.task_id) as held:
             if delivery.state is not None:  # else untouched: a later pass tries again
-                self.fires.settle(key, owner, delivery.state, delivery.now_ms)
+                self.fires.settle(claim.key, owner, delivery.state, delivery.now_ms)
             if before is not None and delivery.task is not None and delivery.task_changed:
                 held.merge(before, delivery.task, delivery.now_ms, TERMINAL)
             if delivery.record is not None:

@@ -21,7 +21,14 @@ from typing import Any, Protocol
 
 from tether.errors import TetherError
 from tether.runtime.cron import schedule
-from tether.runtime.cron.delivery import Deliveries, SubmitResult, Submitter, note_run, run_record
+from tether.runtime.cron.delivery import (
+    Deliveries,
+    SubmitResult,
+    Submitter,
+    call_store,
+    note_run,
+    run_record,
+)
 from tether.runtime.cron.fires import Fire, FireClaim
 from tether.runtime.cron.store import CronStore
 
@@ -111,7 +118,7 @@ class Scheduler:
                     await asyncio.wait_for(stop.wait(), wait)
         finally:
             with contextlib.suppress(TetherError):
-                self.store.release_lease(self.owner)
+                await call_store(self.store, self.store.release_lease, self.owner)
 
     def renew_presence(self, now: int) -> None:
         """Say this scheduler is alive (its open fires are left to it) — every lease period."""
@@ -142,7 +149,7 @@ class Scheduler:
         slot, so it cannot collide with a scheduled fire. None when the task is not active."""
         async with self._lock:
             now = self.clock.now_ms()
-            self.renew_presence(now)  # before a fire of ours is in the table
+            await call_store(self.store, self.renew_presence, now)  # before a fire of ours is in the table
             record = await self._fire(task_id, None, now, manual=True)
         if record is not None and self.on_change is not None:
             self.on_change()
@@ -150,24 +157,25 @@ class Scheduler:
 
     async def _tick(self) -> list[dict[str, Any]]:
         now = self.clock.now_ms()
-        self.renew_presence(now)
-        self.deliveries.settle_finished(now)
-        if not self.holds_lease(now):
+        store = self.store  # each call off the event loop when it is a database round trip
+        await call_store(store, self.renew_presence, now)
+        await self.deliveries.settle_finished(now)
+        if not await call_store(store, self.holds_lease, now):
             return []
         written = await self.deliveries.take_over(now)
-        for seq, task_id in self.store.pending_triggers():
+        for seq, task_id in await call_store(store, store.pending_triggers):
             record = await self._fire(task_id, None, now, manual=True)
             result = record or {"outcome": "skipped", "reason": "task_cancelled"}
-            self.store.finish_trigger(seq, now, result)
+            await call_store(store, store.finish_trigger, seq, now, result)
             if record is not None:
                 written.append(record)
-        for task, last_slot in self.store.active():
+        for task, last_slot in await call_store(store, store.active):
             record = await self._evaluate(task, last_slot, now)
             if record is not None:
                 written.append(record)
         if now - self._last_gc >= GC_EVERY_MS:
             self._last_gc = now
-            self.store.gc(now)
+            await call_store(store, store.gc, now)
         if written and self.on_change is not None:
             self.on_change()
         return written
@@ -193,25 +201,27 @@ class Scheduler:
         return await self._fire(task["id"], slot, now, missed=skipped)
 
     async def _settle_invalid(self, task_id: str, now: int, error: str) -> dict[str, Any] | None:
-        async with self.store.firing(task_id, None) as fire:
-            if fire is None:
-                return None
+        def decide(fire: Fire) -> None:
             fire.now_ms = now
             task = fire.task
             task["failed_count"] = int(task.get("failed_count") or 0) + 1
             note_run(task, now, "failed", "invalid_cron", error)
             fire.record = run_record(task, now, "error", "failed", "invalid_cron", error=error)
-            return fire.record
+
+        fire = await call_store(self.store, self.store.claim_slot, task_id, None, decide)
+        return None if fire is None else fire.record
 
     async def _fire(
         self, task_id: str, slot: int | None, now: int, *, manual: bool = False, missed: int = 0
     ) -> dict[str, Any] | None:
         """Claim the slot (a missed one-shot is settled there), then deliver its prompt."""
-        async with self.store.firing(task_id, slot) as fire:
-            if fire is None:
-                return None
+        def decide(fire: Fire) -> None:
             fire.now_ms = now
             self._apply(fire, slot if slot is not None else now, now, manual, missed)
+
+        fire = await call_store(self.store, self.store.claim_slot, task_id, slot, decide)
+        if fire is None:
+            return None
         if fire.claim is None:
             return fire.record
         await self._hold("claimed")

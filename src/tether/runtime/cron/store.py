@@ -81,6 +81,11 @@ CREATE TABLE IF NOT EXISTS leases (
 
 
 class CronStore:
+    # Whether the scheduler calls this store off the event loop (in a thread): False here, as a
+    # SQLite connection stays in the thread that opened it (and a local call does not wait on
+    # a network); the fleet's store, whose every call is a database round trip, says True.
+    offloop = False
+
     def __init__(self, home: Path) -> None:
         self.path = Path(home) / "cron.db"
         self._conn: sqlite3.Connection | None = None
@@ -248,8 +253,24 @@ class CronStore:
     @contextlib.asynccontextmanager
     async def firing(self, task_id: str, slot_ms: int | None) -> AsyncIterator[Fire | None]:
         """Claim `slot_ms` of an active task (None: a manual trigger, any time) and hold the
-        write lock while the caller submits; yields None when the task is gone, no longer
-        active, or that slot was already settled. The caller sets `fire.task`/`fire.record`."""
+        write lock while the caller decides; yields None when the task is gone, no longer
+        active, or that slot was already settled. The caller sets `fire.task`/`fire.record`
+        (and must not await: `claim_slot` is the same in one call)."""
+        with self._firing(task_id, slot_ms) as fire:
+            yield fire
+
+    def claim_slot(
+        self, task_id: str, slot_ms: int | None, decide: Callable[[Fire], None]
+    ) -> Fire | None:
+        """`firing` in one synchronous call: `decide(fire)` sets what commits (the scheduler
+        runs it off the event loop on a store whose calls may wait on the network)."""
+        with self._firing(task_id, slot_ms) as fire:
+            if fire is not None:
+                decide(fire)
+        return fire
+
+    @contextlib.contextmanager
+    def _firing(self, task_id: str, slot_ms: int | None) -> Iterator[Fire | None]:
         with self._write() as db:
             row = db.execute(
                 "SELECT data, status, last_slot_ms FROM tasks WHERE id = ?", (task_id,)
