@@ -153,3 +153,14 @@ def test_a_fleet_schedulers_pass_makes_no_database_call_on_the_event_loop(
     assert [r["reason"] for r in written] == ["manual_trigger", "scheduled_time_matched"]
     assert len(threads) > 10 and threading.main_thread().name not in threads, threads
     session.close()
+
+
+def test_a_run_record_holding_a_nul_is_listed(pg_url: str, tmp_path: Path) -> None:
+    """A tool's error text may carry a NUL, which PostgreSQL's jsonb refuses: the run log
+    reads the record's fire key as json, and lists it."""
+    store = _store(pg_url, tmp_path / "home", "worker-0")
+    task = _hourly(store)
+    with store.rows.locked(task["id"]) as held:
+        held.append_run(T0, {"jobId": task["id"], "error": "bad\x00byte", "fireKey": "k"}, 10)
+    assert [r["error"] for r in store.runs(task["id"])] == ["bad\x00byte"]
+    store.fires.session.close()

@@ -32,6 +32,10 @@ def _task(data: Any) -> dict[str, Any]:
     return dict(orjson.loads(bytes(data)))
 
 
+def _state(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
 @dataclass(slots=True)
 class LockedTask:
     """A task row held under its row lock inside one transaction: `task` None when the task is
@@ -214,15 +218,19 @@ class CronTasks:
 
     def runs(self, task_id: str, limit: int) -> list[tuple[dict[str, Any], str | None]]:
         """The task's latest run records, oldest first, each with its fire's state (None when
-        the record names no fire, or the fire is forgotten)."""
+        the record names no fire, or the fire is forgotten). The fire keys are read here, not
+        by the database: a record may hold a NUL, which PostgreSQL's JSON types refuse."""
         with self.session.transaction("read a task's run log") as cur:
             rows = cur.execute(
-                "SELECT r.record, f.state FROM cron_runs r LEFT JOIN cron_fires f"
-                " ON f.key = convert_from(r.record, 'UTF8')::jsonb ->> 'fireKey'"
-                " WHERE r.task_id = %s ORDER BY r.seq DESC LIMIT %s", (task_id, limit),
+                "SELECT record FROM cron_runs WHERE task_id = %s ORDER BY seq DESC LIMIT %s",
+                (task_id, limit),
             ).fetchall()
-        return [(_task(record), None if state is None else str(state))
-                for record, state in reversed(rows)]
+            records = [_task(r[0]) for r in reversed(rows)]
+            keys = [str(r["fireKey"]) for r in records if r.get("fireKey")]
+            states = dict(cur.execute(
+                "SELECT key, state FROM cron_fires WHERE key = ANY(%s)", (keys,)
+            ).fetchall()) if keys else {}
+        return [(r, _state(states.get(str(r.get("fireKey"))))) for r in records]
 
     # --- manual triggers ------------------------------------------------------------------------
 
