@@ -4,7 +4,15 @@ publisher thread in batches, off the event loop); a worker whose clients follow 
 it does not run relays the holder's frames to them, unchanged (the holder's `event_seq`), in
 order and once, across a move of the lease (the new holder's frames go on after the last one
 published); an approval answered or an abort asked on a non-holder goes to the holder as a
-command. The listener thread of `fleet_leases.py` calls the `heard_*` methods."""
+command. The listener thread of `fleet_leases.py` calls the `heard_*` methods.
+
+A client resuming after the last event_seq it saw (`runtime_start{after_event_seq}`, e.g. after
+its worker died) gets a `Replay`: from the moment it is asked, frames relayed to that client are
+held; the listener thread reads the rows after its seq (once the publisher wrote what this worker
+broadcast before), and the client gets `runtime_replay`, those rows, then the held frames it has
+not been sent, in order: none missing, none twice. On the lease holder, its own later frames
+reach the client directly, so the replay stops at the last seq built when asked; they may then
+arrive before the replayed ones (a hook in the runtime's subscribe would order them)."""
 
 from __future__ import annotations
 
@@ -39,6 +47,25 @@ class Follower:
     since: float = field(default_factory=time.time)
     last: int | None = None
     approvals: set[str] = field(default_factory=set)
+    replays: list[Replay] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Replay:
+    """One resuming client's catch-up: asked before it subscribes (so `before`, the runtime's
+    subscribers then, tells it apart until `sub_id` is bound on the next loop turn); read from
+    the rows once the publisher has handled `barrier` frames; `upto` bounds it on the holder."""
+
+    after: int
+    barrier: int
+    upto: int | None
+    before: frozenset[str]
+    sub_id: str | None = None
+    held: list[dict[str, Any]] = field(default_factory=list)
+    reading: bool = False
+
+    def claims(self, sub_id: str) -> bool:
+        return self.sub_id == sub_id if self.sub_id is not None else sub_id not in self.before
 
 
 class EventPublisher:
@@ -51,10 +78,13 @@ class EventPublisher:
             queue.SimpleQueue()
         )
         self._conn: Any = None
+        self.put_count = 0  # frames put, on the event loop
+        self.done_count = 0  # frames written or dropped, on the publisher's thread
         self._thread = threading.Thread(target=self._run, name="fleet-events", daemon=True)
         self._thread.start()
 
     def put(self, conversation: str, token: int, seq: int, frame: dict[str, Any]) -> None:
+        self.put_count += 1
         self._queue.put((conversation, token, seq, frame))
 
     def _run(self) -> None:
@@ -74,6 +104,7 @@ class EventPublisher:
                     break
                 batch.append(more)
             self._write(batch)
+            self.done_count += len(batch)
             if stop:
                 break
         if self._conn is not None:
@@ -144,17 +175,62 @@ class FleetEvents:
         if current is not None and current.rt is rt:
             del self.followers[conversation]
 
+    def resume(self, conversation: str, rt: ConversationRuntime, after: int) -> None:
+        """Before the client resuming after `after` subscribes to `rt` (on this loop turn)."""
+        self.follow(conversation, rt)
+        follower = self.followers[conversation]
+        upto = rt.stream.last_seq if conversation in self.fleet.held else None
+        barrier = self.publisher.put_count if self.publisher is not None else 0
+        replay = Replay(after, barrier, upto, frozenset(rt.subscribers))
+        follower.replays.append(replay)
+        asyncio.get_running_loop().call_soon(self._bind, conversation, follower, replay)
+
+    def _bind(self, conversation: str, follower: Follower, replay: Replay) -> None:
+        bound = {r.sub_id for r in follower.replays}
+        new = [s for s in follower.rt.subscribers if s not in replay.before and s not in bound]
+        if new:
+            replay.sub_id = new[0]
+            return
+        with contextlib.suppress(ValueError):  # its runtime_start failed after all
+            follower.replays.remove(replay)
+        if not follower.rt.subscribers:
+            self.unfollow(conversation, follower.rt)
+
     def _relay(self, conversation: str, follower: Follower, frames: list[dict[str, Any]]) -> None:
         if self.followers.get(conversation) is not follower:
             return
         for frame in frames:
-            kind = frame.get("type")
-            if kind == "control_request" and isinstance(frame.get("request_id"), str):
-                follower.approvals.add(frame["request_id"])
-            elif kind == "turn_finished":
-                follower.approvals.clear()
+            _note_approval(follower.approvals, frame)
             for sub in list(follower.rt.subscribers.values()):
+                replay = next((r for r in follower.replays if r.claims(sub.id)), None)
+                if replay is not None:
+                    replay.held.append(frame)
+                else:
+                    sub.send_frame(frame)
+
+    def _replayed(self, follower: Follower, replay: Replay, rows: list[tuple[int, str, dict[str, Any]]],
+                  pruned_through: int) -> None:
+        """The rows after the client's seq read: `runtime_replay`, them, then what was held."""
+        from tether.server.v2_frames import runtime_replay
+
+        with contextlib.suppress(ValueError):
+            follower.replays.remove(replay)
+        sub = follower.rt.subscribers.get(replay.sub_id or "")
+        if sub is None:
+            return  # gone meanwhile
+        frames = [frame for seq, _, frame in rows if replay.upto is None or seq <= replay.upto]
+        answered: set[str] = set()
+        for frame in frames:  # questions still open at the end of the replay can be answered here
+            _note_approval(answered, frame)
+        follower.approvals |= answered
+        missing = pruned_through if pruned_through > replay.after else None
+        sub.send_frame(runtime_replay(follower.rt.scope, replay.after, frames, missing))
+        through = replay.after
+        for frame in [*frames, *replay.held]:
+            seq = frame.get("event_seq")
+            if isinstance(seq, int) and seq > through:
                 sub.send_frame(frame)
+                through = seq
 
     def forward_approval(self, conversation: str, response: ApprovalResponse) -> str | None:
         """An answer to a question another worker's turn asked; an error when none is open."""
@@ -252,9 +328,20 @@ class FleetEvents:
                 self._read(conn, loop, conversation, follower)
             elif catch_up and conversation not in self.fleet.held:
                 self._read(conn, loop, conversation, follower)
+        for conversation, follower in list(self.followers.items()):
+            for replay in list(follower.replays):
+                if replay.sub_id is not None and not replay.reading and self._published(replay):
+                    replay.reading = True
+                    rows, pruned = events.read_replay(conn, conversation, replay.after)
+                    with contextlib.suppress(RuntimeError):
+                        loop.call_soon_threadsafe(self._replayed, follower, replay, rows, pruned)
         if now - self._pruned >= PRUNE_EVERY_S:
             self._pruned = now
             events.prune(conn)
+
+    def _published(self, replay: Replay) -> bool:
+        """Whether this worker's frames broadcast before the replay was asked are in the rows."""
+        return self.publisher is None or self.publisher.done_count >= replay.barrier
 
     def _read(self, conn: Any, loop: asyncio.AbstractEventLoop, conversation: str,
               follower: Follower) -> None:
@@ -270,3 +357,12 @@ class FleetEvents:
         if frames:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._relay, conversation, follower, frames)
+
+
+def _note_approval(open_ids: set[str], frame: dict[str, Any]) -> None:
+    """Keep `open_ids` the questions asked and not yet settled by a turn's end."""
+    kind = frame.get("type")
+    if kind == "control_request" and isinstance(frame.get("request_id"), str):
+        open_ids.add(frame["request_id"])
+    elif kind == "turn_finished":
+        open_ids.clear()

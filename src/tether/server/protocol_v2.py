@@ -3,6 +3,16 @@
 Parsing is strict where bytes come in: a frame that is not JSON, has an unknown `type` or lacks a
 field becomes a `FrameError` naming the field; the connection stays up. What the server sends is
 built in `v2_frames.py`.
+
+Beyond the reference (tether extensions, `EXTENSION_FIELDS`):
+
+- `runtime_start{after_event_seq}`: a non-negative integer, the last `event_seq` this client saw
+  of the runtime (e.g. before its worker died); anything else is a `FrameError` naming
+  `after_event_seq`. The server then sends `runtime_replay` and, before any live frame, every
+  frame of the runtime after that seq it can still replay, unchanged, then the live ones: none
+  missing, none twice (`server/event_replay.py`). `runtime_replay{complete: false,
+  missing_through}` says frames up to that seq are no longer kept (or, on a server without
+  `--store`, not kept at all): re-read the state with `sync`.
 """
 
 from __future__ import annotations
@@ -62,6 +72,7 @@ class RuntimeStart:
     workspace_sandbox: bool = False  # run the conversation's shell commands in the sandbox
     sandbox_root: str | None = None  # `workspace_sandbox.root` as sent (must be the cwd)
     external_tools: tuple[ExternalToolSpec, ...] = ()  # client-executed tools (MessageChannel)
+    after_event_seq: int | None = None  # resume after this seq (an extension: module docstring)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +147,8 @@ FRAME_TYPES = (
     "external_tool_call_response",
     "runtime_external_tools_update",
 )
+# Fields tether accepts beyond the reference's (the module docstring says what each does).
+EXTENSION_FIELDS: dict[str, frozenset[str]] = {"runtime_start": frozenset({"after_event_seq"})}
 
 
 def parse_frame(raw: str | bytes) -> ClientFrame:
@@ -154,7 +167,7 @@ def parse_frame(raw: str | bytes) -> ClientFrame:
     if rid is not None and request_id is None:
         raise reader.fail("request_id", "must be a string")
     if kind in FIELDS:
-        reader.known(FIELDS[kind])
+        reader.known(FIELDS[kind] | EXTENSION_FIELDS.get(kind, frozenset()))
     if kind == "app_server_info":
         return AppServerInfo(reader.required_str("request_id"))
     if kind == "runtime_start":
@@ -253,7 +266,20 @@ def _runtime_start(r: Reader) -> RuntimeStart:
         sandbox,
         root,
         parse_external_tools(r),
+        _after_event_seq(r),
     )
+
+
+def _after_event_seq(r: Reader) -> int | None:
+    value = r.msg.get("after_event_seq")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise r.fail(
+            "after_event_seq",
+            f"must be a non-negative integer (the last event_seq this client saw), got {value!r}",
+        )
+    return value
 
 
 def _workspace_sandbox(r: Reader) -> tuple[bool, str | None]:

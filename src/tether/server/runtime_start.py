@@ -153,6 +153,7 @@ def start_runtime(
         )
         rt = ConversationRuntime(ctx, prepared, EventStream(resolved.scope, instance))
         register_runtime(ctx, runtimes, rt)
+        _arrange_replay(ctx, rt, frame)
         return rt, resolved
     # Another client started it: it must already be what this one asks for and may use.
     running = rt.p.flags.permission_mode
@@ -178,7 +179,16 @@ def start_runtime(
             f"this conversation's runtime already runs without the workspace sandbox{why}; "
             "it cannot be added to a running runtime"
         )
+    _arrange_replay(ctx, rt, frame)
     return rt, resolved
+
+
+def _arrange_replay(ctx: ServerContext, rt: ConversationRuntime, frame: RuntimeStart) -> None:
+    """`after_event_seq`: the frames after it go to this client first (`event_replay.py`)."""
+    if frame.after_event_seq is not None:
+        from tether.server.event_replay import arrange_replay
+
+        arrange_replay(ctx, rt, frame.after_event_seq)
 
 
 def resolve_runtime(ctx: ServerContext, start: RuntimeStart) -> Resolved:

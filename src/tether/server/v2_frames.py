@@ -5,6 +5,9 @@ Frames scoped to a runtime go through `EventStream`, which adds `runtime`, `even
 drop a frame it has already seen). Model output travels as `stream_delta{delta}`, the delta being
 the chunk exactly as headless stream-json writes it (`type: "message"` + the Letta message
 fields, built by `protocol/wire.py`). What clients send is parsed in `protocol_v2.py`.
+
+`runtime_replay` (a tether extension, answering `runtime_start{after_event_seq}`) is sent to the
+resuming client alone, without an `event_seq` of its own, just before the frames it replays.
 """
 
 from __future__ import annotations
@@ -150,6 +153,29 @@ def runtime_start_failed(request_id: str, error: str) -> dict[str, Any]:
         "conversation": None,
         "created": {"agent": False, "conversation": False},
         "error": error,
+    }
+
+
+def runtime_replay(
+    scope: RuntimeScope,
+    after_event_seq: int,
+    replayed: Sequence[Mapping[str, Any]],
+    missing_through: int | None,
+) -> dict[str, Any]:
+    """What a client resuming after `after_event_seq` is about to get: the frames `replayed`
+    (first and last seq), and whether anything after its seq is lost: `missing_through` is the
+    last seq no longer kept (None: the replay is complete; then re-read the state via `sync`)."""
+    seqs = [int(f["event_seq"]) for f in replayed]
+    return {
+        "type": "runtime_replay",
+        "runtime": scope.to_dict(),
+        "after_event_seq": after_event_seq,
+        "complete": missing_through is None,
+        "missing_through": missing_through,
+        "replayed": len(seqs),
+        "first_event_seq": seqs[0] if seqs else None,
+        "through_event_seq": seqs[-1] if seqs else after_event_seq,
+        "emitted_at": iso_now(),
     }
 
 

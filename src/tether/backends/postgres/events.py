@@ -4,7 +4,9 @@ holder's token and notified on `tether_events`, so a worker whose clients follow
 reads what it has not relayed yet, in order, once; an approval answered or an abort asked on
 another worker is a row of `fleet_commands` notified on `tether_commands`, taken once by the
 holder. A notification carries names only (conversation, worker): frames of any size go through
-the rows, which are pruned after `KEEP_S`."""
+the rows, which are pruned after `KEEP_S`; `fleet_events_pruned` keeps, per conversation, the
+highest event_seq pruned, so a client resuming from an older seq is told its replay is
+incomplete (`read_replay`, `server/fleet_events.py`)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,10 @@ CREATE TABLE IF NOT EXISTS fleet_commands (
     written_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
 );
 CREATE INDEX IF NOT EXISTS fleet_commands_of ON fleet_commands (conversation, id);
+CREATE TABLE IF NOT EXISTS fleet_events_pruned (
+    conversation TEXT PRIMARY KEY,
+    through_seq BIGINT NOT NULL
+);
 """
 
 
@@ -88,6 +94,18 @@ def read_after(conn: Any, conversation: str, after: int) -> list[tuple[int, str,
     return [(int(seq), str(worker), orjson.loads(bytes(frame))) for seq, worker, frame in rows]
 
 
+def read_replay(
+    conn: Any, conversation: str, after: int
+) -> tuple[list[tuple[int, str, dict[str, Any]]], int]:
+    """What a client that saw up to `after` can still be sent: the rows after it, in order, and
+    the highest event_seq pruned (0: none), which is above `after` when some are gone."""
+    with conn.transaction():  # one snapshot: a prune between the two reads cannot hide a gap
+        row = conn.execute(
+            "SELECT through_seq FROM fleet_events_pruned WHERE conversation = %s", (conversation,)
+        ).fetchone()
+        return read_after(conn, conversation, after), int(row[0]) if row else 0
+
+
 def send_command(cur: Any, conversation: str, worker: str, command: dict[str, Any]) -> None:
     """Record a command for the conversation's holder and wake it at the commit of `cur`'s
     transaction."""
@@ -108,11 +126,19 @@ def take_commands(conn: Any, conversation: str) -> list[dict[str, Any]]:
 
 
 def prune(conn: Any, keep_s: float = KEEP_S) -> int:
-    """Drop events and commands older than `keep_s`; the number of rows dropped."""
+    """Drop events and commands older than `keep_s`, noting per conversation the highest event_seq
+    dropped; the number of rows dropped."""
     with conn.transaction(), conn.cursor() as cur:
-        cur.execute("DELETE FROM fleet_events WHERE written_at < clock_timestamp()"
-                    " - make_interval(secs => %s)", (keep_s,))
-        dropped = cur.rowcount
+        row = cur.execute(
+            "WITH gone AS (DELETE FROM fleet_events WHERE written_at < clock_timestamp()"
+            " - make_interval(secs => %s) RETURNING conversation, seq),"
+            " noted AS (INSERT INTO fleet_events_pruned (conversation, through_seq)"
+            " SELECT conversation, max(seq) FROM gone GROUP BY conversation"
+            " ON CONFLICT (conversation) DO UPDATE SET through_seq ="
+            " greatest(fleet_events_pruned.through_seq, excluded.through_seq) RETURNING 1)"
+            " SELECT count(*) FROM gone", (keep_s,),
+        ).fetchone()
+        dropped = int(row[0]) if row else 0
         cur.execute("DELETE FROM fleet_commands WHERE written_at < clock_timestamp()"
                     " - make_interval(secs => %s)", (keep_s,))
-        return int(dropped + cur.rowcount)
+        return dropped + int(cur.rowcount)

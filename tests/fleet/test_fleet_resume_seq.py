@@ -1,0 +1,152 @@
+"""A client resumes from its last `event_seq` on another worker (issue 31): three real
+`tether server --store` workers on one database; a client of a non-owner follows a turn the owner
+runs, its worker is killed (kill -9) mid-turn, and it reconnects to the third worker with
+`runtime_start{after_event_seq: N}`: it receives `runtime_replay` and then exactly the owner's
+frames N+1.. (the same seqs, in order, none twice, none missing) through the turn's end, part
+replayed from the `fleet_events` rows and part live. When the rows after N were pruned, the
+replay says so (`complete: false`, from which seq)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from websockets.asyncio.client import connect
+
+from tests.server.support import Client, ServerProcess, bash, server_env
+from tether.testing.fake_provider import FakeProvider
+
+
+def _instance(frame: dict[str, Any]) -> str:
+    """The server instance that built a runtime frame (its idempotency key's first part)."""
+    return str(frame["idempotency_key"]).split(":", 1)[0]
+
+
+def _owner_frames(client: Client, owner: str, after: int, through: int) -> list[tuple[int, str]]:
+    return [(f["event_seq"], f["type"]) for f in client.seen
+            if "event_seq" in f and _instance(f) == owner and after < f["event_seq"] <= through]
+
+
+async def _wait(check: Any, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout  # a bound on a hung fleet, not a timing claim
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def _tool_returns(client: Client) -> list[dict[str, Any]]:
+    return [f for f in client.seen if f.get("type") == "stream_delta"
+            and f["delta"].get("message_type") == "tool_return_message"]
+
+
+def test_a_client_of_a_killed_worker_resumes_on_another_from_its_last_seq(
+    tmp_path: Path, pg_url: str,
+) -> None:
+    project, home = tmp_path / "project", tmp_path / "tether-home"
+    project.mkdir()
+    script = [
+        {"text": "warm"},
+        {"text": "step one", "tool_calls": [bash("echo one")]},
+        {"text": "step two", "tool_calls": [bash("echo two")]},
+        {"text": "all done, with a longer answer streamed in pieces", "chunk_size": 3,
+         "delay_ms": 3000},
+    ]
+    with FakeProvider(script) as fake:
+        env = server_env(fake.url, home, tmp_path)
+        workers = [ServerProcess(env, project, "--store", pg_url) for _ in range(3)]
+        try:
+            async def scenario() -> None:
+                async with connect(workers[0].url) as ws_a:
+                    a = Client(ws_a)
+                    runtime = (await a.start(project, mode="unrestricted"))["runtime"]
+                    await a.say(runtime, "warm up", request_id="in-1")  # worker 0 owns it now
+                    await a.of_type("turn_finished", request_id="in-1")
+                    ws_b = await connect(workers[1].url)
+                    b = Client(ws_b)
+                    await b.start(project, agent_id=runtime["agent_id"],
+                                  conversation_id=runtime["conversation_id"])
+                    await asyncio.sleep(0.5)  # b's worker is following the conversation
+                    await a.say(runtime, "two steps", request_id="in-2")
+                    await b.wait_for(lambda f: len(_tool_returns(b)) == 1, timeout=30)
+                    owner = _instance(_tool_returns(b)[0])
+                    last = max(f["event_seq"] for f in b.seen
+                               if "event_seq" in f and _instance(f) == owner)
+                    workers[1].kill_9()  # b's worker dies mid-turn
+                    await ws_b.close()
+                    # Frames go on while the client is away: step two ran, step three is slow.
+                    await a.wait_for(lambda f: len(_tool_returns(a)) == 2, timeout=30)
+                    async with connect(workers[2].url) as ws_c:
+                        c = Client(ws_c)
+                        await c.start(project, agent_id=runtime["agent_id"],
+                                      conversation_id=runtime["conversation_id"],
+                                      after_event_seq=last)
+                        replay = await c.of_type("runtime_replay")
+                        done = await c.of_type("turn_finished", timeout=60, request_id="in-2")
+                    end = await a.of_type("turn_finished", request_id="in-2")
+                    assert done["event_seq"] == end["event_seq"]
+                    assert replay["after_event_seq"] == last and replay["complete"] is True
+                    assert replay["runtime"] == runtime
+                    seen_c = _owner_frames(c, owner, 0, end["event_seq"])
+                    seen_a = _owner_frames(a, owner, last, end["event_seq"])
+                    assert seen_c == seen_a, (seen_c, seen_a)  # none missing, none twice, in order
+                    assert seen_c[0][0] == replay["first_event_seq"]
+                    # Part of it was replayed from the rows, the rest came live.
+                    assert last < replay["through_event_seq"] < end["event_seq"]
+                    assert len(_tool_returns(c)) == 1  # step two's, not step one's again
+
+            asyncio.run(scenario())
+            assert len(fake.requests) == 4 and fake.violations == []
+        finally:
+            for w in workers:
+                w.stop()
+
+
+def test_a_replay_from_before_the_pruned_rows_says_it_is_incomplete(
+    tmp_path: Path, pg_url: str,
+) -> None:
+    import psycopg
+
+    from tether.backends.postgres import events
+
+    project, home = tmp_path / "project", tmp_path / "tether-home"
+    project.mkdir()
+    with FakeProvider([{"text": "one"}, {"text": "two"}]) as fake:
+        env = server_env(fake.url, home, tmp_path)
+        workers = [ServerProcess(env, project, "--store", pg_url) for _ in range(2)]
+        try:
+            async def scenario() -> None:
+                async with connect(workers[0].url) as ws_a:
+                    a = Client(ws_a)
+                    runtime = (await a.start(project))["runtime"]
+                    await a.say(runtime, "first", request_id="in-1")
+                    first = await a.of_type("turn_finished", request_id="in-1")
+                    conversation = f"{runtime['agent_id']}/{runtime['conversation_id']}"
+
+                    def published() -> bool:
+                        with psycopg.connect(pg_url) as conn:
+                            return events.last_seq(conn, conversation) >= first["event_seq"]
+
+                    await _wait(published, "the first turn's rows")
+                    with psycopg.connect(pg_url, autocommit=True) as conn:
+                        assert events.prune(conn, keep_s=0) > 0
+                    await a.say(runtime, "second", request_id="in-2")
+                    second = await a.of_type("turn_finished", request_id="in-2")
+                    async with connect(workers[1].url) as ws_b:
+                        b = Client(ws_b)
+                        await b.start(project, agent_id=runtime["agent_id"],
+                                      conversation_id=runtime["conversation_id"],
+                                      after_event_seq=1)
+                        replay = await b.of_type("runtime_replay")
+                        assert replay["complete"] is False
+                        assert replay["missing_through"] >= first["event_seq"]
+                        assert replay["first_event_seq"] > first["event_seq"]
+                        again = await b.of_type("turn_finished", request_id="in-2")
+                        assert again["event_seq"] == second["event_seq"]  # what is kept, replayed
+
+            asyncio.run(scenario())
+        finally:
+            for w in workers:
+                w.stop()
