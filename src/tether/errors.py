@@ -63,6 +63,11 @@ class ConversationBusy(StoreError):
         self.conversation_id = conversation_id
 
 
+class ReplyTaken(StoreError):
+    """A channel reply whose tool call id a gateway (this one or another sharing the journal)
+    already began sending: refused, so the platform never gets it twice."""
+
+
 class StoreUnwritable(StoreError, OSError):
     """tether's own files cannot be written (a full disk, a read-only TETHER_HOME, an I/O
     error). The message names the path and the cause. It is an OSError too, so code that

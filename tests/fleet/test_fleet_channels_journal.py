@@ -15,6 +15,7 @@ import pytest
 
 from tether.channels.journal import Journal, StoreJournal, open_journal
 from tether.channels.plugins import InboundMessage
+from tether.errors import ReplyTaken
 
 
 def _msg(message_id: str | None = "m-1", text: str = "hi", chat: str = "chat-1") -> InboundMessage:
@@ -68,7 +69,7 @@ def test_routes_pauses_and_replies(journal: Any) -> None:
     assert journal.reply_state("call-1") is None
     journal.reply_sending("call-1", "telegram", "default", "chat-1")
     assert journal.reply_state("call-1") == ("sending", None)
-    with pytest.raises(Exception):  # noqa: B017 - either store refuses a second `sending`
+    with pytest.raises(ReplyTaken, match="not sent twice"):  # either store refuses it
         journal.reply_sending("call-1", "telegram", "default", "chat-1")
     journal.reply_settled("call-1", "sent", {"message_id": "42"})
     assert journal.reply_state("call-1") == ("sent", {"message_id": "42"})
@@ -95,7 +96,7 @@ def test_two_gateways_on_one_store_never_both_handle_a_message(
         assert [m.text for _, m in second.queued()] == ["second"]
         assert first.queued() == []
         second.reply_sending("call-1", "telegram", "default", "chat-1")
-        with pytest.raises(Exception, match="not sent twice"):
+        with pytest.raises(ReplyTaken, match="not sent twice"):
             first.reply_sending("call-1", "telegram", "default", "chat-1")
     finally:
         second.close()
@@ -143,3 +144,28 @@ def test_the_gateway_command_names_a_bad_store_url_without_its_password(tmp_path
     )
     assert done.returncode == 1 and "is not a PostgreSQL URL" in done.stderr
     assert "s3cret" not in done.stderr
+
+
+def test_a_gateway_whose_reply_another_is_sending_answers_that_sends_outcome(
+    pg_url: str, tmp_path: Path
+) -> None:
+    import asyncio
+    import threading
+
+    from tether.channels.gateway import reply_outcome
+
+    first, second = (open_journal(tmp_path / f"home-{n}", pg_url) for n in range(2))
+    try:
+        first.reply_sending("call-1", "telegram", "default", "chat-1")
+        settle = threading.Timer(0.3, first.reply_settled, ("call-1", "sent", {"message_id": "42"}))
+        settle.start()
+        with pytest.raises(ReplyTaken):
+            second.reply_sending("call-1", "telegram", "default", "chat-1")
+        assert asyncio.run(reply_outcome(second, "call-1")) == ("Sent (message id 42)", False)
+        settle.join()
+        first.reply_sending("call-2", "telegram", "default", "chat-1")  # never settles
+        text, is_error = asyncio.run(reply_outcome(second, "call-2", wait_s=0.3))
+        assert is_error and "may have been delivered, so it is not sent again" in text
+    finally:
+        first.close()
+        second.close()

@@ -23,6 +23,7 @@ import hashlib
 import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,9 +38,12 @@ from tether.channels.link import Frame, ServerLink
 from tether.channels.live_accounts import LiveAccounts
 from tether.channels.plugins import Adapter, InboundMessage, OutboundMessage
 from tether.channels.turns import MessageTurns
-from tether.errors import TetherError, UsageError
+from tether.errors import ReplyTaken, TetherError, UsageError
 
 SEND_ATTEMPTS = 3
+# How long a gateway whose reply another gateway is sending waits for that send's outcome: the
+# other's attempts and their backoff (0.5 + 1 + 2 s) plus the platform's time.
+REPLY_WAIT_S = 30.0
 NOT_STARTED = "is not started on this connection"  # the server's words for a stale runtime
 SUBMIT_ATTEMPTS = 3
 
@@ -324,15 +328,7 @@ class Gateway:
 
     def _reply_result(self, frame: Frame, tool_call_id: str) -> tuple[str, bool] | None:
         known = self.journal.reply_state(tool_call_id)
-        if known is None:
-            return None
-        state, result = known
-        if state == "sent":
-            return f"Sent (message id {result.get('message_id')})", False
-        if state == "failed":
-            return f"Sending failed: {result}", True
-        return ("The gateway stopped while sending this message; it may have been delivered, "
-                "so it is not sent again", True)
+        return None if known is None else _reply_answer(*known)
 
     async def _send_new_reply(self, frame: Frame, tool_call_id: str) -> tuple[str, bool]:
         args = frame.get("input") or {}
@@ -349,7 +345,10 @@ class Gateway:
             return (f"chat {channel}/{account_id}/{chat_id} is not routed to this "
                     "conversation; reply only to chats that wrote to it"), True
         out = OutboundMessage(chat_id, text, args.get("thread_id"), args.get("reply_to_message_id"))
-        self.journal.reply_sending(tool_call_id, channel, account_id, chat_id)
+        try:
+            self.journal.reply_sending(tool_call_id, channel, account_id, chat_id)
+        except ReplyTaken:  # another gateway on the journal is sending it: answer its outcome
+            return await reply_outcome(self.journal, tool_call_id)
         error: Exception | None = None
         for attempt in range(SEND_ATTEMPTS):
             try:
@@ -461,3 +460,29 @@ async def _serve(gateway: Gateway) -> int:
         sys.stderr.write(f"Error: {gateway.fatal}\n")
         return 1
     return 0
+
+
+async def reply_outcome(
+    journal: Any, tool_call_id: str, wait_s: float = REPLY_WAIT_S
+) -> tuple[str, bool]:
+    """The answer for a reply another gateway is sending: its outcome once settled (polled, up
+    to `wait_s`), else that it may have been delivered; never a second send."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        known = journal.reply_state(tool_call_id)
+        if known is not None and (known[0] != "sending" or time.monotonic() >= deadline):
+            return _reply_answer(*known)
+        if known is None or time.monotonic() >= deadline:  # forgotten meanwhile: not sent here
+            return ("Another gateway took this message and let it go; it was not sent, "
+                    "so send it again if it is still wanted", True)
+        await asyncio.sleep(0.1)
+
+
+def _reply_answer(state: str, result: Any) -> tuple[str, bool]:
+    if state == "sent":
+        return f"Sent (message id {result.get('message_id')})", False
+    if state == "failed":
+        return f"Sending failed: {result}", True
+    return ("The gateway stopped while sending this message; it may have been delivered, "
+            "so it is not sent again", True)
+

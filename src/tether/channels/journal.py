@@ -20,6 +20,7 @@ refused to all but the first.
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ import orjson
 
 from tether.backends.local import sqlite_full
 from tether.channels.plugins import InboundMessage
+from tether.errors import ReplyTaken
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS inbox (
@@ -165,11 +167,15 @@ class Journal:
         return row[0], orjson.loads(row[1]) if row[1] is not None else None
 
     def reply_sending(self, tool_call_id: str, channel: str, account: str, chat_id: str) -> None:
-        self.db.execute(
-            "INSERT INTO outbox (tool_call_id, channel, account, chat_id, state, updated_at)"
-            " VALUES (?, ?, ?, ?, 'sending', ?)",
-            (tool_call_id, channel, account, chat_id, time.time()),
-        )
+        try:
+            self.db.execute(
+                "INSERT INTO outbox (tool_call_id, channel, account, chat_id, state, updated_at)"
+                " VALUES (?, ?, ?, ?, 'sending', ?)",
+                (tool_call_id, channel, account, chat_id, time.time()),
+            )
+        except sqlite3.IntegrityError:
+            raise ReplyTaken(f"the reply of tool call {tool_call_id} is already being sent:"
+                             " it is not sent twice") from None
 
     def reply_settled(self, tool_call_id: str, state: str, result: Any) -> None:
         self.db.execute(

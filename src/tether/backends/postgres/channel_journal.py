@@ -13,17 +13,12 @@ from __future__ import annotations
 from tether.backends.postgres import logs
 from tether.backends.postgres.connection import PgSession
 from tether.backends.postgres.presence import ALIVE
-from tether.errors import StoreError
+from tether.errors import ReplyTaken
 
 _SEQ_LOCK = 0x7E7E_C4A7  # pg_advisory_xact_lock key: inbox numbers handed out one at a time
 _MINE_OR_GONE = (
     "(owner IS NULL OR owner = %s OR NOT " + ALIVE.format(w="channel_inbox.owner") + ")"
 )
-
-
-class ReplyTaken(StoreError):
-    """A reply whose tool call id another gateway (or an earlier try) already began sending:
-    refused, so the platform never gets it twice."""
 
 
 class PgChannelJournal:
