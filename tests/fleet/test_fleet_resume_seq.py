@@ -150,3 +150,54 @@ def test_a_replay_from_before_the_pruned_rows_says_it_is_incomplete(
         finally:
             for w in workers:
                 w.stop()
+
+
+class _Sink:
+    """A subscriber in this process: keeps what it is sent."""
+
+    def __init__(self, ident: str) -> None:
+        self.id = ident
+        self.sent: list[dict[str, Any]] = []
+
+    def send_frame(self, frame: dict[str, Any]) -> None:
+        self.sent.append(frame)
+
+    def seqs(self) -> list[int | str]:
+        return [f.get("event_seq", f["type"]) for f in self.sent]
+
+
+def _frame(seq: int) -> dict[str, Any]:
+    return {"type": "stream_delta", "event_seq": seq, "delta": {}}
+
+
+def test_frames_relayed_while_a_replay_is_read_are_held_and_sent_after_it_once() -> None:
+    """The ordering a real fleet only shows by chance: owner frames relayed between the resuming
+    client's runtime_start and the replay's rows reach it after them, never twice; the worker's
+    other client gets them at once."""
+    from types import SimpleNamespace
+
+    from tether.server.fleet_events import FleetEvents
+    from tether.server.protocol_v2 import RuntimeScope
+
+    async def scenario() -> None:
+        events = FleetEvents(SimpleNamespace(held={}), "postgresql://unused", "worker-c")
+        other = _Sink("other")
+        rt: Any = SimpleNamespace(subscribers={"other": other}, scope=RuntimeScope("a", "c"),
+                                  stream=SimpleNamespace(last_seq=3))
+        events.follow("a/c", rt)
+        events.resume("a/c", rt, after=10)
+        resuming = _Sink("resuming")
+        rt.subscribers["resuming"] = resuming  # what the runtime_start goes on to do
+        follower = events.followers["a/c"]
+        events._relay("a/c", follower, [_frame(12), _frame(13)])  # before the bind
+        await asyncio.sleep(0)  # the bind, on the next loop turn
+        events._relay("a/c", follower, [_frame(14)])
+        rows = [(seq, "worker-a", _frame(seq)) for seq in (11, 12, 13)]
+        events._replayed(follower, follower.replays[0], rows, 0)
+        events._relay("a/c", follower, [_frame(15)])
+        assert resuming.seqs() == ["runtime_replay", 11, 12, 13, 14, 15]
+        assert resuming.sent[0]["through_event_seq"] == 13 and resuming.sent[0]["complete"]
+        assert other.seqs() == [12, 13, 14, 15]
+        assert follower.replays == []
+
+    asyncio.run(scenario())
