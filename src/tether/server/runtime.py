@@ -9,7 +9,9 @@ cancels the running turn (its tool process groups are killed by the tools themse
 each turn, tool calls a crashed run left open are answered from their effect checkpoints.
 In a fleet (`--store`), the worker holding the conversation's lease publishes every frame it
 broadcasts and clients of other workers get them relayed, with the same `event_seq`; their
-approval answers and aborts go to the holder (`fleet_events.py`).
+approval answers and aborts go to the holder (`fleet_events.py`), and the agent's memory
+repository is synced with the store's copy at each turn boundary (`backends/postgres/
+memory_sync.py`): pulled before the turn, pushed after it and after its reflection.
 """
 
 from __future__ import annotations
@@ -118,6 +120,8 @@ class ConversationRuntime:
         self._fleet_key = (
             durable_inputs.conversation_key(self.scope) if ctx.fleet is not None else None
         )
+        self._memory_head: str | None = None  # the head local and store agreed on, last sync
+        self._memory_pushes: set[asyncio.Task[None]] = set()  # after reflections, kept alive
         self._continue_fleet_seq()
 
     def _continue_fleet_seq(self) -> None:
@@ -498,6 +502,7 @@ class ConversationRuntime:
     async def begin(self, batch: Sequence[Submission], abort: asyncio.Event) -> TurnPlan:
         """The inbox starts `batch` (one input: the server does not coalesce)."""
         self._continue_fleet_seq()  # the lease may have come here since this runtime was built
+        await self._sync_memory()  # the store's memory commits, before the prompt is built
         item = batch[0]
         if isinstance(item, QueuedInput) and item.announced:
             self.broadcast(self.queue_frame(removed=[item.id]))
@@ -544,6 +549,7 @@ class ConversationRuntime:
         device change asked for during the turn applied."""
         turn, self._turn = self._turn, None
         assert turn is not None
+        await self._sync_memory(changed_only=True)  # stored before any client hears "finished"
         for pending in self.approvals.values():
             pending.future.cancel()
         self.approvals.clear()
@@ -569,11 +575,50 @@ class ConversationRuntime:
             sub.on_turn_finished(finished)
         if error is None and outcome.stop_reason == "end_turn":
             self.inbox.start_reflection()  # memory review, off the turn, before a rebuild
+            self._push_memory_after_reflection()
         try:
             self._apply_device_state()
         except TetherError as exc:
             self.broadcast(error_frame(f"change_device_state: {exc}"))
         return False
+
+    # --- the agent's memory in a fleet ---------------------------------------------------------
+
+    async def _sync_memory(self, changed_only: bool = False) -> None:
+        """In a fleet, bring this worker's copy of the agent's memory repo and the store's to
+        one head, off the event loop. `changed_only`: only when the local head moved since the
+        last sync (a turn's end: no query at all when the turn committed nothing)."""
+        if self.ctx.fleet is None:
+            return
+        from tether.backends.postgres.memory_sync import MemoryRepos, sync_logged
+        from tether.memory.memfs import MemFS, memory_dir
+
+        agent = self.p.session.agent
+        memfs = MemFS(memory_dir(self.ctx.store.home, agent.id), agent_id=agent.id,
+                      agent_name=agent.name)
+        if not memfs.exists:  # a hosted agent (its memory lives on its server), or git is off
+            return
+        if changed_only and memfs.revision() == self._memory_head:
+            return
+        session = self.ctx.fleet.leases.session
+        synced = await asyncio.to_thread(sync_logged, memfs, MemoryRepos(session), session.worker)
+        self._memory_head = synced.head
+
+    def _push_memory_after_reflection(self) -> None:
+        """The reflection commits to memory after `end`: its commits are stored when it ends
+        (and, were that to fail, at the next turn's start)."""
+        reflection = self.inbox.reflection
+        if self.ctx.fleet is None or reflection is None or reflection.done():
+            return
+
+        def push(_: object) -> None:
+            if self._closing:
+                return
+            task = asyncio.ensure_future(self._sync_memory(changed_only=True))
+            self._memory_pushes.add(task)
+            task.add_done_callback(self._memory_pushes.discard)
+
+        reflection.add_done_callback(push)
 
     def _on_event(self, event: Event) -> None:
         status = self.status
