@@ -48,7 +48,9 @@ class Request:
     handler: Handler
     scope: Scope
     failed: Mapping[str, Any] = field(default_factory=dict)
-    blocking: bool = False  # runs git, a clone or a folder walk: off the event loop
+    # Runs git, a clone, a folder walk or the store's round trips: off the event loop (in a
+    # worker thread; it may read, never change, what the loop owns).
+    blocking: bool = False
     # Frame fields repeated in a failed response ("field", or "field>response_field").
     echo: tuple[str, ...] = ()
     # False: no `<type>_response` (terminal frames answer with their own frames); a failure is

@@ -215,21 +215,28 @@ def _memory_blocks(value: Any) -> dict[str, str] | None:
     return out
 
 
-FAMILY: dict[str, Request] = {
-    "agent_list": request("query", agent_list, Scope.LISTED, {"agents": []}),
-    "agent_retrieve": request("agent_id", agent_retrieve, Scope.OWN, {"agent": None}),
-    "agent_create": request("body", agent_create, Scope.UNSCOPED, {"agent": None}),
-    "agent_update": request("agent_id body", agent_update, Scope.OWN, {"agent": None}),
+FAMILY: dict[str, Request] = {  # store round trips (PostgreSQL's too): off the event loop
+    "agent_list": request("query", agent_list, Scope.LISTED, {"agents": []}, blocking=True),
+    "agent_retrieve": request("agent_id", agent_retrieve, Scope.OWN, {"agent": None},
+                              blocking=True),
+    "agent_create": request("body", agent_create, Scope.UNSCOPED, {"agent": None},
+                            blocking=True),
+    "agent_update": request("agent_id body", agent_update, Scope.OWN, {"agent": None},
+                            blocking=True),
     "agent_delete": request("agent_id", agent_delete, Scope.OWN, echo=("agent_id",)),
-    "conversation_list": request("query", conversation_list, Scope.LISTED, {"conversations": []}),
+    "conversation_list": request("query", conversation_list, Scope.LISTED,
+                                 {"conversations": []}, blocking=True),
     "conversation_retrieve": request(
-        "conversation_id agent_id", conversation_retrieve, Scope.OWN, {"conversation": None}
+        "conversation_id agent_id", conversation_retrieve, Scope.OWN, {"conversation": None},
+        blocking=True,
     ),
     "conversation_create": request(
-        "body acting_user_id", conversation_create, Scope.OWN, {"conversation": None}
+        "body acting_user_id", conversation_create, Scope.OWN, {"conversation": None},
+        blocking=True,
     ),
     "conversation_update": request(
-        "conversation_id agent_id body", conversation_update, Scope.OWN, {"conversation": None}
+        "conversation_id agent_id body", conversation_update, Scope.OWN, {"conversation": None},
+        blocking=True,
     ),
     "conversation_delete": request(
         "conversation_id agent_id", conversation_delete, Scope.OWN, echo=("conversation_id",)
