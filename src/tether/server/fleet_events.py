@@ -202,14 +202,24 @@ class FleetEvents:
         for frame in frames:
             _note_approval(follower.approvals, frame)
             for sub in list(follower.rt.subscribers.values()):
-                replay = next((r for r in follower.replays if r.claims(sub.id)), None)
-                if replay is not None:
-                    replay.held.append(frame)
-                else:
+                if not self.hold_back(conversation, sub.id, frame):
                     sub.send_frame(frame)
 
-    def _replayed(self, follower: Follower, replay: Replay, rows: list[tuple[int, str, dict[str, Any]]],
-                  pruned_through: int) -> None:
+    def hold_back(self, conversation: str, sub_id: str, frame: dict[str, Any]) -> bool:
+        """Whether `frame` waits for the replay of client `sub_id` (it is then sent after the
+        replay, unless replayed). The relay asks it; the holder's own broadcast does not yet (it
+        would order the holder's live frames after the replay too)."""
+        follower = self.followers.get(conversation)
+        if follower is None:
+            return False
+        replay = next((r for r in follower.replays if r.claims(sub_id)), None)
+        if replay is None:
+            return False
+        replay.held.append(frame)
+        return True
+
+    def _replayed(self, follower: Follower, replay: Replay,
+                  rows: list[tuple[int, str, dict[str, Any]]], pruned_through: int) -> None:
         """The rows after the client's seq read: `runtime_replay`, them, then what was held."""
         from tether.server.v2_frames import runtime_replay
 
