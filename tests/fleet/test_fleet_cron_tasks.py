@@ -164,3 +164,48 @@ def test_a_run_record_holding_a_nul_is_listed(pg_url: str, tmp_path: Path) -> No
         held.append_run(T0, {"jobId": task["id"], "error": "bad\x00byte", "fireKey": "k"}, 10)
     assert [r["error"] for r in store.runs(task["id"])] == ["bad\x00byte"]
     store.fires.session.close()
+
+
+class DeletingRecorder(Recorder):
+    """A submitter during whose submit another worker deletes the task: the delete waits for
+    the submit (it is still waiting a moment later), then returns."""
+
+    def __init__(self, seen: list[str], other: Any, task_id: str) -> None:
+        super().__init__(seen)
+        self.other, self.task_id = other, task_id
+        self.deleted = threading.Event()
+        self.waited = False
+
+    async def submit(
+        self, agent_id: str, conversation_id: str, text: str, key: str, on_finished: Any
+    ) -> SubmitResult:
+        def delete() -> None:
+            self.other.delete(self.task_id)
+            self.deleted.set()
+
+        threading.Thread(target=delete, daemon=True).start()
+        await asyncio.sleep(0.5)
+        self.waited = not self.deleted.is_set()
+        return await super().submit(agent_id, conversation_id, text, key, on_finished)
+
+
+def test_a_delete_on_another_worker_waits_for_a_fire_being_submitted(
+    pg_url: str, tmp_path: Path
+) -> None:
+    firing, deleting = (_store(pg_url, tmp_path / f"home-{n}", f"worker-{n}") for n in range(2))
+    task = _hourly(firing)
+    seen: list[str] = []
+    submitter = DeletingRecorder(seen, deleting, task["id"])
+    scheduler = _always_lease(Scheduler(firing, submitter, Clock(T0 + 5_000), owner="worker-0"))
+    written = asyncio.run(scheduler.tick())
+    assert submitter.waited and submitter.deleted.wait(10)
+    assert [r["outcome"] for r in written] == ["queued"] and len(seen) == 1
+    assert deleting.tasks() == [] and _pg_rows(pg_url, "SELECT state FROM cron_fires") == [
+        ("queued",)]
+    assert [r["outcome"] for r in deleting.runs(task["id"])] == ["queued"]  # the run is logged
+    later = _always_lease(Scheduler(firing, Recorder(seen), Clock(T0 + HOUR + 5_000),
+                                    owner="worker-0"))
+    assert asyncio.run(later.tick()) == [] and len(seen) == 1  # gone: nothing fires again
+    for store in (firing, deleting):
+        store.close()
+        store.fires.session.close()

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from tether.backends.postgres.connection import PgSession
+from tether.backends.postgres.connection import PgSession, connect, store_errors
 from tether.errors import StoreError, UsageError
 
 _RUNS_LOCK = 0x7E7C_0001  # advisory lock keys: the next cron_runs / cron_triggers seq
@@ -75,6 +75,20 @@ class LockedTask:
     def append_run(self, ts_ms: int, record: dict[str, Any], keep: int) -> None:
         """One run record, the oldest beyond `keep` of this task dropped."""
         append_run(self.cur, self.task_id, ts_ms, record, keep)
+
+
+class TaskHold:
+    """A task row share-locked on a connection of its own (`CronTasks.hold`); `task` None when
+    the task is gone. `release` once, from any thread."""
+
+    def __init__(self, conn: Any, task: dict[str, Any] | None) -> None:
+        self._conn, self.task = conn, task
+
+    def release(self) -> None:
+        """End the hold: the connection closed (nothing was written), the lock with it."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
 
 
 def append_run(cur: Any, task_id: str, ts_ms: int, record: dict[str, Any], keep: int) -> None:
@@ -201,6 +215,36 @@ class CronTasks:
                 yield LockedTask(cur, task_id, None, "", 0)
             else:
                 yield LockedTask(cur, task_id, _task(row[0]), str(row[1]), int(row[2]))
+
+    def hold(self, task_id: str) -> TaskHold:
+        """The task read under a share lock on a connection of its own, kept until `release`:
+        while a fire of it is submitted (no transaction of the session open meanwhile), a
+        delete or update from any worker waits, so once a delete returns the task reaches no
+        conversation again. A worker that dies mid-submit drops its connection, and the lock."""
+        conn = self._checkout()
+        try:
+            with store_errors(self.session.url, "hold a scheduled task"):
+                conn.execute("BEGIN")
+                row = conn.execute(
+                    "SELECT data FROM cron_tasks WHERE id = %s FOR SHARE", (task_id,)
+                ).fetchone()
+        except BaseException:
+            conn.close()
+            raise
+        return TaskHold(conn, None if row is None else _task(row[0]))
+
+    def _checkout(self) -> Any:
+        """A connection of its own (a fire is rare: opened for it, closed after, none left
+        open when the store is dropped)."""
+        conn = connect(self.session.url)
+        try:
+            with store_errors(self.session.url, "set up a connection to hold a task"):
+                conn.execute("SET idle_in_transaction_session_timeout = "
+                             f"{int(self.session.idle_in_transaction_ms)}")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def gc(self, now_ms: int, older_than_ms: int) -> int:
         """Drop tasks that ended (fired, missed, cancelled) over `older_than_ms` ago, and their

@@ -7,11 +7,12 @@ fires them. No cron.db is opened.
 
 A slot is claimed in one database transaction: the task's row is locked, checked still active
 and not yet settled for that slot, and the fire's row, the settled slot and the task's update
-commit together (a key claimed before delivers nothing). A fire is submitted outside any
-database transaction (the input's idempotency key, the fire's key, makes a second submission a
-duplicate); afterwards its new state, the fields of the task the delivery changed (applied to
-the row as it is then, under its lock) and its run record commit together, written only while
-this worker still owns the fire.
+commit together (a key claimed before delivers nothing). A fire is submitted with the task's
+row share-locked on a connection of its own and no other transaction open (the input's
+idempotency key, the fire's key, makes a second submission a duplicate), so a delete from any
+worker waits for it and, once returned, lets no fire of the task through; afterwards its new
+state, the fields of the task the delivery changed (applied to the row as it is then, under its
+lock) and its run record commit together, written only while this worker still owns the fire.
 """
 
 from __future__ import annotations
@@ -148,19 +149,23 @@ class FleetCronStore(CronStore):
         if taken is None:
             yield None
             return
-        claim, before = taken
+        claim, hold = taken
+        before = hold.task
         delivery = Delivery(claim, None if before is None else dict(before))
-        yield delivery
+        try:
+            yield delivery
+        finally:
+            await asyncio.to_thread(hold.release)  # first: the commit locks the row itself
         await asyncio.to_thread(self._delivered, delivery, owner, before)
 
     def _take(
         self, key: str, owner: str, now_ms: int, takeover_from: str | None
-    ) -> tuple[FireClaim, dict[str, Any] | None] | None:
+    ) -> tuple[FireClaim, Any] | None:
         row = self.fires.take(key, owner, now_ms, takeover_from)
         if row is None:
             return None
         claim = fire_claim(row)
-        return claim, self.rows.get(claim.task_id)
+        return claim, self.rows.hold(claim.task_id)
 
     def _delivered(self, delivery: Delivery, owner: str, before: dict[str, Any] | None) -> None:
         claim = delivery.claim
