@@ -72,6 +72,7 @@ def test_what_one_worker_manages_the_other_serves(tmp_path: Path, pg_url: str) -
         assert not list(home.glob("agents/*.json")), home
         assert not list(home.glob("conversations/*/conversation.json")), home
         assert not list(home.glob("conversations/*/messages.jsonl")), home
+        assert not list(home.glob("agents/*/reflection.json")), home
 
 
 async def _managed_across_workers(a: str, b: str, project: Path, pg_url: str) -> None:
@@ -113,6 +114,13 @@ async def _managed_across_workers(a: str, b: str, project: Path, pg_url: str) ->
     assert (await _ask(a, "conversation_list", query={"agent_id": agent_id}))["conversations"] == []
     gone = await _refused(a, "conversation_retrieve", conversation_id=conv_id, agent_id=agent_id)
     assert "no such conversation" in gone["error"]
+
+    scope = {"agent_id": agent_id, "conversation_id": "default"}
+    await _ask(b, "set_reflection_settings", runtime=scope,
+               settings={"trigger": "step-count", "step_count": 7})
+    got_settings = await _ask(a, "get_reflection_settings", runtime=scope)
+    assert got_settings["reflection_settings"] == {
+        "agent_id": agent_id, "trigger": "step-count", "step_count": 7}
 
     await _ask(a, "agent_delete", agent_id=agent_id)
     assert (await _ask(b, "agent_list", query={}))["agents"] == []

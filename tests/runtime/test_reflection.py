@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tether.backends.local.store import LocalStore
 from tether.cli.flags import parse_run_flags
 from tether.errors import StoreError, UsageError
 from tether.memory.memfs import MemFS, memory_dir
@@ -195,18 +196,21 @@ def test_one_pass_at_a_time_per_agent(tether_home, repo) -> None:
 
 
 def test_state_round_trips_atomically(tether_home, repo) -> None:
-    assert r.load_state(tether_home, AGENT) == r.ReflectionState()
-    with r.updating_state(tether_home, AGENT) as state:
+    store = LocalStore(tether_home)
+    assert r.load_state(store, AGENT) == r.ReflectionState()
+
+    def change(state: r.ReflectionState) -> None:
         state.trigger, state.step_count, state.steps_since_success = "step-count", 2, 3
         r.record_result(state, "merge_conflict", 1_000_000.0)
+
+    r.update_state(store, AGENT, change)
     path = r.state_path(tether_home, AGENT)
     data = json.loads(path.read_text())
     assert data["trigger"] == "step-count" and data["last_result"] == "merge_conflict"
     assert data["retry_after"] == r.iso(1_000_000.0 + r.RETRY_BASE_S)
-    assert r.load_state(tether_home, AGENT).to_dict() == data
+    assert r.load_state(store, AGENT).to_dict() == data
     assert [p.name for p in path.parent.iterdir() if "tmp" in p.name] == []
-    with r.updating_state(tether_home, AGENT) as state:
-        r.record_result(state, "merged", 1_000_100.0)
+    r.update_state(store, AGENT, lambda state: r.record_result(state, "merged", 1_000_100.0))
     data = json.loads(path.read_text())
     assert "retry_after" not in data and data["steps_since_success"] == 0 and data["failures"] == 0
 
@@ -224,7 +228,7 @@ def test_state_round_trips_atomically(tether_home, repo) -> None:
 def test_bad_state_files_say_how_to_reset(tether_home, repo, bad) -> None:
     r.state_path(tether_home, AGENT).write_text(json.dumps(bad))
     with pytest.raises(StoreError, match="reset reflection"):
-        r.load_state(tether_home, AGENT)
+        r.load_state(LocalStore(tether_home), AGENT)
 
 
 def test_trigger_rules() -> None:
@@ -310,7 +314,7 @@ def _trigger(home: Path, trigger: str | None = None, steps: int | None = None) -
 
     prepared = SimpleNamespace(
         flags=SimpleNamespace(reflection_trigger=trigger, reflection_step_count=steps),
-        store=SimpleNamespace(home=home), session=SimpleNamespace(agent=SimpleNamespace(id=AGENT)),
+        store=LocalStore(home), session=SimpleNamespace(agent=SimpleNamespace(id=AGENT)),
     )
     return r.ReflectionTrigger(prepared, lambda m: None)
 
@@ -322,15 +326,15 @@ def test_a_turn_that_changes_only_an_unread_counter_writes_nothing(tether_home) 
     assert [t._count_turn("conv-1", None) for _ in range(3)] == [False, False, False]
     assert not path.exists() and t.unsaved_steps == 3
     assert t._count_turn("conv-1", "c1") is True  # a compaction: written, with every turn counted
-    saved = r.load_state(tether_home, AGENT)
+    saved = r.load_state(LocalStore(tether_home), AGENT)
     assert saved.steps_since_success == 4 and saved.pending and saved.compactions_seen == {"conv-1": "c1"}
     assert t.unsaved_steps == 0
     # step-count reads the counter: every turn is written
     s = _trigger(tether_home, "step-count", 3)
     assert s._count_turn("conv-1", "c1") is True  # 5 >= 3
-    assert r.load_state(tether_home, AGENT).steps_since_success == 5
-    assert r.load_state(tether_home, AGENT).trigger == "step-count"
+    assert r.load_state(LocalStore(tether_home), AGENT).steps_since_success == 5
+    assert r.load_state(LocalStore(tether_home), AGENT).trigger == "step-count"
     # the saved trigger is step-count now: a run without flags writes every turn too
     plain = _trigger(tether_home)
     plain._count_turn("conv-1", "c1")
-    assert r.load_state(tether_home, AGENT).steps_since_success == 6 and plain.unsaved_steps == 0
+    assert r.load_state(LocalStore(tether_home), AGENT).steps_since_success == 6 and plain.unsaved_steps == 0

@@ -12,6 +12,7 @@ import pytest
 
 from tests.server.requests_client import POLICY, ask, same_answer, token
 from tests.server.support import MODEL, Client, InProcess, point_at
+from tether.backends.local.store import LocalStore
 from tether.runtime.agents.reflection import load_state
 from tether.testing.fake_provider import FakeProvider
 
@@ -40,7 +41,7 @@ def test_reflection_settings_are_read_and_saved_per_agent(
                 done = await ask(c, "set_reflection_settings", runtime=ra,
                                  settings={"trigger": "step-count", "step_count": 5})
                 assert done["success"] and done["scope"] == "global", done
-                state = load_state(tether_home, a)
+                state = load_state(LocalStore(tether_home), a)
                 assert (state.trigger, state.step_count) == ("step-count", 5)
                 for bad in ({"settings": {"trigger": "sometimes", "step_count": 5}},
                             {"settings": {"trigger": "off", "step_count": 0}},
@@ -48,7 +49,7 @@ def test_reflection_settings_are_read_and_saved_per_agent(
                              "scope": "local_project"}):
                     no = await ask(c, "set_reflection_settings", runtime=ra, **bad)
                     assert no["success"] is False and no["reflection_settings"] is None, no
-                assert load_state(tether_home, a).trigger == "step-count"
+                assert load_state(LocalStore(tether_home), a).trigger == "step-count"
 
                 async with srv.connect(additional_headers=token(agents=[a])) as ws2:
                     s = Client(ws2)
@@ -61,7 +62,7 @@ def test_reflection_settings_are_read_and_saved_per_agent(
                         absent = await ask(s, kind, runtime={**rb, "agent_id": guess}, **extra)
                         assert hidden["success"] is False
                         assert same_answer(hidden, absent, (b, guess)), (hidden, absent)
-                    assert load_state(tether_home, b).trigger == "compaction-event"
+                    assert load_state(LocalStore(tether_home), b).trigger == "compaction-event"
 
         asyncio.run(scenario())
 

@@ -77,8 +77,9 @@ async def _dream(agent_id: str | None, conversation: str | None, model: str | No
     result = await reflection_pass.run_pass(
         store.home, agent.id, agent_name=agent.name, messages=messages, model=handle, abort=abort
     )
-    with reflection.updating_state(store.home, agent.id) as state:
-        reflection.record_result(state, result.result, time.time())
+    reflection.update_state(
+        store, agent.id, lambda state: reflection.record_result(state, result.result, time.time())
+    )
     sys.stdout.write(orjson.dumps(result.to_dict()).decode() + "\n")
     sys.stdout.flush()
     if result.ok:

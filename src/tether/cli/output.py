@@ -73,7 +73,7 @@ def init_fields(prepared: Prepared) -> dict[str, Any]:
         from tether.runtime.agents.reflection import load_state
 
         try:
-            saved = load_state(prepared.store.home, prepared.session.agent.id)
+            saved = load_state(prepared.store, prepared.session.agent.id)
             trigger, steps = trigger or saved.trigger, steps or saved.step_count
         except (OSError, ValueError, TetherError):
             trigger = trigger or "off"  # an unreadable state file reflects on nothing

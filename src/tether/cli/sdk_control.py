@@ -136,7 +136,7 @@ class ControlRequests:
         from tether.runtime.agents.reflection import load_state
 
         try:
-            state = load_state(self.p.store.home, self.p.session.agent.id)
+            state = load_state(self.p.store, self.p.session.agent.id)
         except TetherError:
             return {"reflection_trigger": "off", "reflection_step_count": 25}
         trigger = self.p.flags.reflection_trigger or state.trigger

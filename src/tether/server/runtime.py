@@ -239,7 +239,7 @@ class ConversationRuntime:
         home = self.ctx.store.home
         memory = memory_dir(home, agent_id)
         try:
-            state = load_state(home, agent_id)
+            state = load_state(self.ctx.store, agent_id)
             reflection: dict[str, Any] | None = {
                 "agent_id": agent_id, "trigger": state.trigger, "step_count": state.step_count}
         except TetherError:  # a damaged reflection.json: reported by the run, not here

@@ -10,7 +10,8 @@ The child commits its own work (`git add -A && git commit`); anything it leaves 
 reported as `dirty_uncommitted` and discarded, never committed on its behalf. The worktree and
 its branch are removed after every pass, whatever the result.
 
-Triggers (per agent, `$TETHER_HOME/agents/<id>/reflection.json`, written atomically):
+Triggers (per agent, `agents/<id>/reflection.json` kept by the store: the file under
+TETHER_HOME, or its row on the PostgreSQL store; written atomically):
 `off`; `step-count` (a pass once N turns completed since the last successful one); and
 `compaction-event` (the default: a pass after a turn during which the conversation compacted,
 seen as a new `compaction` entry in its transcript). Results other than merged/no_changes
@@ -26,11 +27,11 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
@@ -38,9 +39,11 @@ from tether.backends.local.locks import exclusive_flock
 from tether.errors import StoreError, TetherError
 
 if TYPE_CHECKING:
+    from tether.backends.store_api import ConversationStore
     from tether.runtime.agents.reflection_pass import PassResult
     from tether.runtime.session.prepared import Prepared
 
+T = TypeVar("T")
 TRIGGERS = ("off", "step-count", "compaction-event")
 DEFAULT_TRIGGER = "compaction-event"
 DEFAULT_STEP_COUNT = 25
@@ -124,36 +127,45 @@ def agent_dir(home: Path, agent_id: str) -> Path:
     return memory_dir(home, agent_id).parent
 
 
+def state_rel(agent_id: str) -> str:
+    """The state's place in a home: `agents/<id>/reflection.json`, beside the agent's memory."""
+    return agent_dir(Path(), agent_id).joinpath("reflection.json").as_posix()
+
+
 def state_path(home: Path, agent_id: str) -> Path:
-    return agent_dir(home, agent_id) / "reflection.json"
+    return Path(home) / state_rel(agent_id)
 
 
-def load_state(home: Path, agent_id: str) -> ReflectionState:
-    path = state_path(home, agent_id)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+def load_state(store: ConversationStore, agent_id: str) -> ReflectionState:
+    """The agent's reflection state as the store keeps it (defaults when it has none)."""
+    return _parse_state(store, agent_id, store.read_document(state_rel(agent_id)))
+
+
+def update_state(
+    store: ConversationStore, agent_id: str, change: Callable[[ReflectionState], T]
+) -> T:
+    """Read, let `change` alter the state, write it back, as one atomic step of the store (one
+    read-modify-write at a time per agent, across processes and workers); what `change` said."""
+    said: list[T] = []
+
+    def rewrite(raw: bytes | None) -> bytes:
+        state = _parse_state(store, agent_id, raw)
+        said.append(change(state))
+        return orjson.dumps(state.to_dict(), option=orjson.OPT_INDENT_2) + b"\n"
+
+    store.update_document(state_rel(agent_id), rewrite)
+    return said[-1]
+
+
+def _parse_state(store: ConversationStore, agent_id: str, raw: bytes | None) -> ReflectionState:
+    if raw is None:
         return ReflectionState()
+    where = f"{state_path(store.home, agent_id)}"
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise StoreError(f"{path} is not JSON ({exc}); delete it to reset reflection") from None
-    return ReflectionState.from_dict(data, str(path))
-
-
-def save_state(home: Path, agent_id: str, state: ReflectionState) -> None:
-    from tether.backends.local.locks import write_json_atomic
-
-    write_json_atomic(state_path(home, agent_id), state.to_dict())
-
-
-@contextlib.contextmanager
-def updating_state(home: Path, agent_id: str) -> Iterator[ReflectionState]:
-    """Read, let the body change, write back: one read-modify-write at a time per agent."""
-    with _flock(agent_dir(home, agent_id) / "reflection.state.lock", wait=10.0):
-        state = load_state(home, agent_id)
-        yield state
-        save_state(home, agent_id, state)
+        raise StoreError(f"{where} is not JSON ({exc}); delete it to reset reflection") from None
+    return ReflectionState.from_dict(data, where)
 
 
 def iso(ts: float) -> str:
@@ -242,8 +254,10 @@ class ReflectionTrigger:
         except (TetherError, OSError) as exc:
             self.warn(f"reflection skipped: {exc}")
             return None
-        with updating_state(home, agent.id) as state:
-            record_result(state, result.result, time.time())
+        await asyncio.to_thread(
+            update_state, p.store, agent.id,
+            lambda state: record_result(state, result.result, time.time()),
+        )
         if not result.ok:
             self.warn(f"reflection {result.result}: {result.message} (will retry later)")
         return result
@@ -257,22 +271,26 @@ class ReflectionTrigger:
         agent's turns per second across all its conversations in the App Server. A crash loses
         at most those uncounted turns of a counter that trigger never reads."""
         p = self.prepared
-        home, agent_id = p.store.home, p.session.agent.id
-        if self._unchanged(load_state(home, agent_id), conv, latest):  # replaced atomically
+        store, agent_id = p.store, p.session.agent.id
+        if self._unchanged(load_state(store, agent_id), conv, latest):  # replaced atomically
             self.unsaved_steps += 1
             return False
-        with updating_state(home, agent_id) as state:
+
+        def count(state: ReflectionState) -> bool:
             if self.trigger_flag is not None:
                 state.trigger = self.trigger_flag
             if self.step_flag is not None:
                 state.step_count = self.step_flag
             state.steps_since_success += 1 + self.unsaved_steps
-            self.unsaved_steps = 0
             if (state.trigger == "compaction-event" and latest is not None
                     and state.compactions_seen.get(conv) != latest):
                 state.compactions_seen[conv] = latest
                 state.pending = True
             return pass_due(state, time.time())
+
+        due = update_state(store, agent_id, count)
+        self.unsaved_steps = 0
+        return due
 
     def _unchanged(self, state: ReflectionState, conv: str, latest: str | None) -> bool:
         """Whether this turn changes nothing but the turn counter, under a trigger that never

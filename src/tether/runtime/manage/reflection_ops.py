@@ -15,18 +15,20 @@ def get_settings(store: ConversationStore, agent_id: str) -> dict[str, Any]:
     from tether.runtime.agents.reflection import load_state
 
     agent = store.get_agent(agent_id)
-    state = load_state(store.home, agent.id)
+    state = load_state(store, agent.id)
     return {"agent_id": agent.id, "trigger": state.trigger, "step_count": state.step_count}
 
 
 def set_settings(store: ConversationStore, agent_id: str, trigger: Any, step_count: Any) -> dict[str, Any]:
-    from tether.runtime.agents.reflection import TRIGGERS, updating_state
+    from tether.runtime.agents.reflection import TRIGGERS, update_state
 
     if trigger not in TRIGGERS:
         raise UsageError(f"settings.trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
     if isinstance(step_count, bool) or not isinstance(step_count, int) or step_count < 1:
         raise UsageError(f"settings.step_count must be a positive integer, got {step_count!r}")
     agent = store.get_agent(agent_id)
-    with updating_state(store.home, agent.id) as state:
+    def settle(state: Any) -> None:
         state.trigger, state.step_count = trigger, step_count
+
+    update_state(store, agent.id, settle)
     return get_settings(store, agent.id)
