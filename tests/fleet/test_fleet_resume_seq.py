@@ -104,6 +104,81 @@ def test_a_client_of_a_killed_worker_resumes_on_another_from_its_last_seq(
                 w.stop()
 
 
+def _holder(pg_url: str, conversation: str) -> tuple[str, int] | None:
+    import psycopg
+
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute("SELECT holder, token FROM conversation_leases WHERE conversation = %s",
+                           (conversation,)).fetchone()
+    return (str(row[0]), int(row[1])) if row else None
+
+
+def test_when_the_owner_dies_too_the_resumed_client_gets_the_interrupted_report(
+    tmp_path: Path, pg_url: str,
+) -> None:
+    """B, then the owner A are killed mid-turn; C takes the conversation and reports the turn
+    interrupted; the client resuming on C after its last seq gets what A published after it,
+    then that report, in order, none twice (what A broadcast but had not written is lost)."""
+    project, home = tmp_path / "project", tmp_path / "tether-home"
+    project.mkdir()
+    script = [{"text": "warm"}, {"text": "step one", "tool_calls": [bash("echo one")]},
+              {"fault": {"hang": True}}, {"text": "after"}]
+    with FakeProvider(script) as fake:
+        env = server_env(fake.url, home, tmp_path)
+        workers = [ServerProcess(env, project, "--store", pg_url) for _ in range(3)]
+        try:
+            async def scenario() -> None:
+                async with connect(workers[0].url) as ws_a:
+                    a = Client(ws_a)
+                    runtime = (await a.start(project, mode="unrestricted"))["runtime"]
+                    conversation = f"{runtime['agent_id']}/{runtime['conversation_id']}"
+                    await a.say(runtime, "warm up", request_id="in-1")
+                    await a.of_type("turn_finished", request_id="in-1")
+                    ws_b = await connect(workers[1].url)
+                    b = Client(ws_b)
+                    await b.start(project, agent_id=runtime["agent_id"],
+                                  conversation_id=runtime["conversation_id"])
+                    await asyncio.sleep(0.5)
+                    await a.say(runtime, "hang after a step", request_id="in-2")
+                    await b.wait_for(lambda f: f.get("type") == "stream_delta", timeout=30)
+                    owner = _instance(b.seen[-1])
+                    last = b.seen[-1]["event_seq"]
+                    workers[1].kill_9()
+                    await ws_b.close()
+                    await a.wait_for(lambda f: len(_tool_returns(a)) == 1, timeout=30)
+                    await _wait(lambda: len(fake.requests) == 3, "the hanging request")
+                    held_by_a = _holder(pg_url, conversation)
+                    workers[0].kill_9()
+                    await _wait(lambda: _holder(pg_url, conversation) not in (None, held_by_a),
+                                "the third worker taking the conversation")
+                async with connect(workers[2].url) as ws_c:
+                    c = Client(ws_c)
+                    await c.start(project, agent_id=runtime["agent_id"],
+                                  conversation_id=runtime["conversation_id"],
+                                  after_event_seq=last)
+                    replay = await c.of_type("runtime_replay")
+                    done = await c.of_type("turn_finished", timeout=60, request_id="in-2")
+                assert replay["complete"] is True and replay["first_event_seq"] > last
+                assert done["stop_reason"] == "error" and "not run again" in done["error"]
+                start = c.seen.index(replay)
+                got = [(f["event_seq"], f["type"]) for f in c.seen[start + 1:]]
+                assert [s for s, _ in got] == sorted({s for s, _ in got})  # in order, once
+                from_a = [x for x, f in zip(got, c.seen[start + 1:], strict=True)
+                          if _instance(f) == owner]
+                sent_by_a = [(f["event_seq"], f["type"]) for f in a.seen
+                             if "event_seq" in f and f["event_seq"] > last]
+                n = min(len(from_a), len(sent_by_a))  # `a` read only so far; A wrote what it did
+                assert n > 0 and from_a[:n] == sent_by_a[:n]  # no gap among A's rows
+                assert any(t == "stream_delta" and "tool_return" in str(f.get("delta"))
+                           for (_, t), f in zip(got, c.seen[start + 1:], strict=True))
+
+            asyncio.run(scenario())
+            assert len(fake.requests) == 3 and fake.violations == []  # the hang never re-ran
+        finally:
+            for w in workers:
+                w.stop()
+
+
 def test_a_replay_from_before_the_pruned_rows_says_it_is_incomplete(
     tmp_path: Path, pg_url: str,
 ) -> None:
