@@ -341,8 +341,8 @@ class FleetEvents:
         for conversation, follower in list(self.followers.items()):
             for replay in list(follower.replays):
                 if replay.sub_id is not None and not replay.reading and self._published(replay):
-                    replay.reading = True
                     rows, pruned = events.read_replay(conn, conversation, replay.after)
+                    replay.reading = True  # not before: a failed read is tried again
                     with contextlib.suppress(RuntimeError):
                         loop.call_soon_threadsafe(self._replayed, follower, replay, rows, pruned)
         if now - self._pruned >= PRUNE_EVERY_S:

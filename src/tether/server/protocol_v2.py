@@ -8,11 +8,14 @@ Beyond the reference (tether extensions, `EXTENSION_FIELDS`):
 
 - `runtime_start{after_event_seq}`: a non-negative integer, the last `event_seq` this client saw
   of the runtime (e.g. before its worker died); anything else is a `FrameError` naming
-  `after_event_seq`. The server then sends `runtime_replay` and, before any live frame, every
-  frame of the runtime after that seq it can still replay, unchanged, then the live ones: none
-  missing, none twice (`server/event_replay.py`). `runtime_replay{complete: false,
-  missing_through}` says frames up to that seq are no longer kept (or, on a server without
-  `--store`, not kept at all): re-read the state with `sync`.
+  `after_event_seq`. After the `runtime_start_response` and its state frames, the server sends
+  `runtime_replay{after_event_seq, complete, missing_through, replayed, first_event_seq,
+  through_event_seq}`, then every frame of the runtime after that seq it can still replay,
+  unchanged (their own `event_seq`), then the live ones: none missing, none twice
+  (`server/event_replay.py`). With `--store` they come from the `fleet_events` rows, kept
+  `KEEP_S`; `complete: false` with `missing_through` says the frames up to that seq are no
+  longer kept (or, on a server without `--store`, were never kept): re-read the state with
+  `sync`. `sync{after_event_seq}` is not accepted yet (its answer is built outside this module).
 """
 
 from __future__ import annotations
