@@ -1,7 +1,9 @@
 """`tether cron add|list|get|runs|delete|remove|trigger`: scheduled prompts, as JSON (reference §13).
 
 Tasks live in `$TETHER_HOME/cron.db`; a `tether server` running on the same home fires them.
-`trigger` asks that server's scheduler to run a task now and waits for the outcome.
+With `--store postgresql://…` they are the fleet's, in that database (`runtime/cron/fleet.py`),
+fired by whichever `tether server --store` on it runs the schedules. `trigger` asks the running
+scheduler to run a task now and waits for the outcome.
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> _Parser:
     p = _Parser(prog="tether cron")
+    p.add_argument(
+        "--store", metavar="URL",
+        help="the fleet's schedules in PostgreSQL (postgresql://…, as `tether server --store`) "
+        "instead of $TETHER_HOME/cron.db",
+    )
     sub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
     add = sub.add_parser("add", help="schedule a prompt")
     add.add_argument(
@@ -76,7 +83,11 @@ def _run(ns: argparse.Namespace) -> int:
     from tether.runtime.session.session import tether_home
 
     home = tether_home(os.environ)
-    store = CronStore(home)
+    session = None
+    if ns.store:
+        session, store = _fleet_store(ns.store, home)
+    else:
+        store = CronStore(home)
     clock = clock_from_env(os.environ)
     try:
         if ns.action == "add":
@@ -100,6 +111,28 @@ def _run(ns: argparse.Namespace) -> int:
         return 0
     finally:
         store.close()
+        if session is not None:
+            session.close()
+
+
+def _fleet_store(url: str, home: Any) -> tuple[Any, Any]:
+    """A session on the fleet's database at `url` and its schedule store."""
+    import uuid
+    from urllib.parse import urlsplit
+
+    from tether.backends.postgres.connection import SCHEMES, PgSession, redact
+    from tether.backends.postgres.cron_tasks import CronTasks
+    from tether.backends.postgres.fires import CronFires
+    from tether.runtime.cron.fleet import FleetCronStore
+
+    scheme = urlsplit(url).scheme
+    if scheme not in SCHEMES:
+        raise UsageError(
+            f"tether cron: --store {redact(url)!r} is not a PostgreSQL URL: expected"
+            f" postgresql://… (got scheme {scheme or 'none'!r})"
+        )
+    session = PgSession(url, f"cron-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    return session, FleetCronStore(home, CronFires(session), CronTasks(session))
 
 
 def _add(ns: argparse.Namespace, home: Any, store: Any, now_ms: int) -> dict[str, Any]:
@@ -108,7 +141,7 @@ def _add(ns: argparse.Namespace, home: Any, store: Any, now_ms: int) -> dict[str
     agent_id = ns.agent or os.environ.get("TETHER_AGENT_ID") or os.environ.get("AGENT_ID")
     if not agent_id:
         raise UsageError("tether cron add needs --agent <id> (`tether agents list` shows them)")
-    if agent_id.startswith("agent-local-"):
+    if agent_id.startswith("agent-local-") and not ns.store:  # a fleet's agents are its store's
         from tether.backends.local.store import LocalStore
 
         local = LocalStore(home)
@@ -146,8 +179,9 @@ def _trigger(ns: argparse.Namespace, store: Any, clock: Any) -> int:
     if store.lease_holder(clock.now_ms()) is None:
         store.get(ns.id)  # an unknown id says so first
         raise TetherError(
-            "no scheduler is running on this TETHER_HOME: start `tether server` (it fires "
-            "schedules and triggers), then run `tether cron trigger` again"
+            "no scheduler is running on this TETHER_HOME (or, with --store, on that store): start "
+            "`tether server` (it fires schedules and triggers), then run `tether cron trigger` "
+            "again"
         )
     seq = store.request_trigger(ns.id, clock.now_ms())
     if ns.no_wait:
