@@ -67,7 +67,8 @@ class RuntimeSubmitter:
             return conversation
         _, resolved = self._start(agent_id, "new")
         scope = resolved.scope
-        _tag_scheduled(self.server, scope.agent_id, scope.conversation_id)
+        # the conversation record is the database's in a fleet: written off the event loop
+        await asyncio.to_thread(_tag_scheduled, self.server, scope.agent_id, scope.conversation_id)
         return str(scope.conversation_id)
 
     async def submit(

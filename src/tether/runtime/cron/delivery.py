@@ -139,7 +139,9 @@ class Deliveries:
             conversation = d.claim.conversation_id
             if problem is not None:
                 result = problem
-            elif takeover and self._landed(d.task["agent_id"], conversation, claim.text):
+            elif takeover and await call_store(  # the transcript is the store's in a fleet
+                self.store, self._landed, d.task["agent_id"], conversation, claim.text
+            ):
                 result = SubmitResult("queued", conversation, duplicate=True)
             else:
                 result = await self._submit(d.task["agent_id"], conversation, claim)

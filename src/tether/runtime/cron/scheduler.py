@@ -94,9 +94,10 @@ class Scheduler:
         self._lease_until = 0
         self._present_until = 0
         self._last_gc = 0
-        # One store connection, one transaction at a time: a fire holds its write transaction
-        # across the submit's awaits, so every use of the store in this process goes through
-        # this lock (a second connection here would block the event loop on SQLite's lock).
+        # One scheduler call on the store at a time: on cron.db (one connection) a fire holds
+        # its write transaction across the submit's awaits, so every use of the store by this
+        # scheduler goes through this lock (a second connection here would block the event loop
+        # on SQLite's lock); on the fleet's store the calls run in threads (`call_store`).
         self._lock = asyncio.Lock()
 
     # --- the loop -----------------------------------------------------------------------------
