@@ -58,6 +58,9 @@ def test_a_schedule_added_on_one_worker_is_listed_fired_and_deleted_by_another(
             listed = _ask(b, "cron_list", agent_id=task["agent_id"])
             assert [t["id"] for t in listed["tasks"]] == [task["id"]], listed
             assert not (tmp_path / "home-a" / "cron.db").exists()  # the database's, not a file
+            changed = _ask(b, "cron_update", task_id=task["id"], prompt="tick as changed on B")
+            assert changed["task"]["prompt"] == "tick as changed on B", changed
+            assert _ask(a, "cron_get", task_id=task["id"])["task"] == changed["task"]
             a.kill_9()
             first = _due(task, T0)
             clock.set(first)
@@ -75,7 +78,7 @@ def test_a_schedule_added_on_one_worker_is_listed_fired_and_deleted_by_another(
             found = _ask(again, "cron_get", task_id=task["id"])
         finally:
             _stop_all(workers)
-    assert len(prompts) == 1 and "(fire #1)" in prompts[0]
+    assert len(prompts) == 1 and "(fire #1)" in prompts[0] and "tick as changed on B" in prompts[0]
     assert len(fake.requests) == 1
     assert [k for k, _ in _fires(pg_url)] == [f"cron:{task['id']}:{first - task['jitter_offset_ms']}"]
     assert [(r["outcome"], r.get("fireState")) for r in runs] == [("queued", "done")]
