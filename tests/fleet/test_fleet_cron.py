@@ -4,11 +4,12 @@ done), the scheduler lease and each scheduler's presence are the database's, so 
 die by kill -9 (the worker running the conversation, the worker that had just claimed a fire)
 and new ones start, each due time reaches the conversation exactly once. The task definitions
 (added through a worker's `cron_add`), agents, conversations and transcripts are the store's
-too (separate homes: test_fleet_schedules_shared.py)."""
+too: every worker here has a TETHER_HOME of its own."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import signal
@@ -92,6 +93,14 @@ def _many_more_passes(clock: Clock) -> None:
         time.sleep(0.3)
 
 
+_homes = itertools.count()
+
+
+def _own_home(env: dict[str, str]) -> dict[str, str]:
+    """`env` with a TETHER_HOME no other worker uses: the fleet shares nothing but the store."""
+    return {**env, "TETHER_HOME": f"{env['TETHER_HOME']}-{next(_homes)}"}
+
+
 class Worker(ServerProcess):
     """A `tether server --store … --log-format json` whose stderr (one JSON object per line) is
     kept when it ends, however it ends."""
@@ -136,7 +145,7 @@ def test_a_schedule_fires_once_per_due_time_while_the_owner_dies(
     clock = Clock(tmp_path / "clock")
     with FakeProvider([{"text": "ticked"}] * 4) as fake:
         env = scheduled_env(fake.url, home, tmp_path, clock)
-        workers = [Worker(env, project, pg_url) for _ in range(3)]
+        workers = [Worker(_own_home(env), project, pg_url) for _ in range(3)]
         try:
             task = _add_hourly_task(workers[0], project)
             first = _due(task, T0)
@@ -177,18 +186,19 @@ def test_the_worker_that_claimed_a_fire_dies_and_another_finishes_it_once(
     held = tmp_path / "held"
     with FakeProvider([{"text": "ticked"}] * 4) as fake:
         env = scheduled_env(fake.url, home, tmp_path, clock)
-        claimer = Worker({**env, "TETHER_CRON_HOLD": f"claimed:{held}"}, project, pg_url)
+        claimer = Worker(_own_home({**env, "TETHER_CRON_HOLD": f"claimed:{held}"}), project,
+                         pg_url)
         workers = [claimer]
         try:
             task = _add_hourly_task(claimer, project)  # alone: the schedules are its to run
             first = _due(task, T0)
             clock.set(first)
             wait_until(held.exists, 60, "the first worker to claim the fire")
-            workers += [Worker(env, project, pg_url) for _ in range(2)]
+            workers += [Worker(_own_home(env), project, pg_url) for _ in range(2)]
             assert [s for _, s in _fires(pg_url)] == ["claimed"]
             assert _holder_pid(pg_url, "SELECT owner FROM cron_fires") == claimer.proc.pid
             claimer.kill_9()
-            workers.append(Worker(env, project, pg_url))  # a worker starts
+            workers.append(Worker(_own_home(env), project, pg_url))  # a worker starts
             wait_until(lambda: [s for _, s in _fires(pg_url)] == ["done"], 60,
                        "another worker to finish the dead one's fire")
             assert len(_fired_prompts(pg_url)) == 1
@@ -197,7 +207,7 @@ def test_the_worker_that_claimed_a_fire_dies_and_another_finishes_it_once(
             for w in workers[1:]:
                 if w.proc.pid == lease:
                     w.kill_9()  # the new schedule runner dies too, idle
-            workers.append(Worker(env, project, pg_url))
+            workers.append(Worker(_own_home(env), project, pg_url))
             clock.set(_due(task, first))
             wait_until(lambda: [s for _, s in _fires(pg_url)] == ["done", "done"], 60,
                        "the second due time to run")
