@@ -142,3 +142,21 @@ def test_a_migrated_homes_memory_is_served_as_it_is(tmp_path: Path, pg_url: str)
         assert sync(worker, repos, "worker-w").pushed
     finally:
         session.close()
+
+
+def test_a_home_copied_out_of_the_store_has_the_memory_its_workers_stored(
+    tmp_path: Path, repos: MemoryRepos, pg_url: str,
+) -> None:
+    from tether.backends.postgres.migrate_home import store_to_home
+    from tether.backends.postgres.migrate_local import refs_of
+
+    a = _repo(tmp_path / "a")
+    _write(a, "system/human.md", "Ada\n", "the user's name")
+    sync(a, repos, "worker-a")
+    session = PgSession(pg_url, "test-migrate-out")
+    try:
+        store_to_home(session, tmp_path / "back")  # verified against the digests, or refused
+    finally:
+        session.close()
+    back = tmp_path / "back" / "agents" / AGENT / "memory"
+    assert refs_of(back)["refs/heads/main"] == a.revision()
