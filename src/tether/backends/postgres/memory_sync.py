@@ -6,8 +6,8 @@ keyed by the repo's path under the home (`agents/<agent_id>/memory`): `bundle` a
 bundle` of `main` and the conflict branches, `refs` every ref in it plus `HEAD`, `config` the
 repo's `.git/config`. A migrated home's memory is therefore served as it is, and the store's
 head is one primary-key lookup (`refs->>'refs/heads/main'`). Each store also records the
-repo's refs digest and folders the way `store migrate` verifies a copy back (`home_digests`,
-`home_files`), so a home copied out of a store whose servers changed memory still verifies.
+repo's refs digest and folders the way `store migrate` verifies a copy back (`home_digests`),
+so a home copied out of a store whose servers changed memory still verifies.
 
 `sync` brings the two together: when the store's head is not the local one, it fetches the
 store's bundle and brings it into local `main` (a fast-forward; a local repo holding only its
@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -116,16 +115,13 @@ class MemoryRepos:
 def _record_for_migration(cur: Any, path: str, refs: dict[str, str]) -> None:
     """What `tether store migrate --from` checks the copied-back repo against (`home_digests`,
     as `migrate_local.home_digests` computes it: the folders by mode, the repo by its refs),
-    and the folders it makes (`home_files`): kept with every store, so a home copied out of a
-    store its servers changed memory in verifies (a migrated repo's recorded refs move on)."""
+    kept with every store, so a home copied out of a store its servers changed memory in
+    verifies (a migrated repo's recorded refs move on). The folders are made by the copy with
+    the default mode; no `home_files` rows are written for them (a reflection pass then starts
+    differently: tests/fleet/test_fleet_store_runtime.py saw an extra request)."""
     digest = "refs:" + hashlib.sha256(orjson.dumps(refs, option=orjson.OPT_SORT_KEYS)).hexdigest()
     parts = path.split("/")  # agents, agents/<id>, agents/<id>/memory
     folders = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
-    cur.executemany(
-        "INSERT INTO home_files (path, mode, content) VALUES (%s, %s, NULL)"
-        " ON CONFLICT (path) DO NOTHING",
-        [(folder, stat.S_IFDIR | 0o755) for folder in folders],
-    )
     cur.executemany(
         "INSERT INTO home_digests (path, digest) VALUES (%s, %s) ON CONFLICT (path) DO NOTHING",
         [(folder, "dir:755") for folder in folders],
