@@ -1,7 +1,8 @@
 """An agent's memory shared by a fleet (issue 31): two real `tether server --store` workers,
 each with a TETHER_HOME of its own, on one database. A memory change committed during a turn on
 one worker is in the agent's memory files and system prompt on its next turn on the other, and
-two turns of the same agent committing at the same time on both workers keep both changes."""
+two turns of the same agent committing at the same time on both workers keep both changes. The
+after-turn reflection commits after the turn ended: its commit is stored when it ends."""
 
 from __future__ import annotations
 
@@ -114,3 +115,66 @@ def test_two_workers_committing_at_once_both_keep_their_change(
     for home in ("home-a", "home-b"):
         for path, text in (("system/alpha.md", "Alpha fact."), ("system/beta.md", "Beta fact.")):
             assert text in _committed(tmp_path / home, agent, path)
+
+
+def _store_head(pg_url: str, agent_id: str) -> str | None:
+    import psycopg
+
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute("SELECT refs->>'refs/heads/main' FROM memory_repos WHERE path = %s",
+                           (f"agents/{agent_id}/memory",)).fetchone()
+    return row[0] if row else None
+
+
+def test_a_reflections_commit_is_stored_when_it_ends(tmp_path: Path, pg_url: str) -> None:
+    import time
+
+    from tests.server.requests_client import ask
+
+    project = tmp_path / "project"
+    project.mkdir()
+    notes = "---\ndescription: notes\n---\nlearned X\n"
+    reflect = [
+        {"tool_calls": [{"name": "Write", "arguments": {"file_path": "system/notes.md",
+                                                        "content": notes}}]},
+        {"tool_calls": [{"name": "Bash", "arguments": {
+            "command": "git add -A && git commit -q -m reflect", "description": "commit"}}]},
+        {"text": "recorded X"},
+    ]
+    with FakeProvider([{"text": "hi"}, *reflect, {"text": "on b"}]) as fake:
+        a = ServerProcess(server_env(fake.url, tmp_path / "home-a", tmp_path), project,
+                          "--store", pg_url)
+        b = ServerProcess(server_env(fake.url, tmp_path / "home-b", tmp_path), project,
+                          "--store", pg_url)
+        try:
+            async def on_a() -> str:
+                async with connect(a.url) as ws:
+                    c = Client(ws)
+                    runtime = (await c.start(project, create_agent={"body": {"model": MODEL}}))[
+                        "runtime"]
+                    done = await ask(c, "set_reflection_settings", runtime=runtime,
+                                     settings={"trigger": "step-count", "step_count": 1})
+                    assert done["success"], done
+                    await c.say(runtime, "hello", request_id="in-1", idempotency_key="k-a")
+                    await c.of_type("turn_finished", timeout=60)
+                    return str(runtime["agent_id"])
+
+            agent = asyncio.run(on_a())
+            root = tmp_path / "home-a" / "agents" / agent / "memory"
+            deadline = time.monotonic() + 60  # a bound on a hung reflection, not a timing claim
+            while True:
+                local = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, text=True,
+                                       capture_output=True).stdout.strip()
+                merged = "learned X" in subprocess.run(
+                    ["git", "show", "HEAD:system/notes.md"], cwd=root, text=True,
+                    capture_output=True).stdout
+                if merged and _store_head(pg_url, agent) == local:
+                    break
+                assert time.monotonic() < deadline, (merged, local, _store_head(pg_url, agent))
+                time.sleep(0.1)
+            asyncio.run(_turn(b.url, project, "and now?", agent_id=agent))
+        finally:
+            a.stop()
+            b.stop()
+        assert fake.violations == []
+        assert "learned X" in _system(fake.requests[-1]["body"])
