@@ -178,6 +178,8 @@ def probe_env(env: dict[str, str], tmp: str) -> str:
     )
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
     env["TETHER_LOOP_PROBE_DIR"] = str(out)
+    if os.environ.get("TETHER_LOOP_PROBE_TRACEMALLOC"):
+        env["TETHER_LOOP_PROBE_TRACEMALLOC"] = "1"
     return str(out)
 
 
@@ -190,6 +192,8 @@ def print_probe(out: str) -> None:
         print(f"  worker {i + 1} loop callbacks: {cb['n']} ran {cb['total_ms'] / 1000:.1f} s,"
               f" p50 {cb['p50_ms']} ms p99 {cb['p99_ms']} ms max {cb['max_ms']} ms;"
               f" by duration (ms<edge: count) {cb['buckets_ms<']}")
+        for line in data.get("grew_since_warm_up", [])[:12]:
+            print(f"    grew: {line}")
         for ms, at, what in data["slowest_callbacks"][:6]:
             print(f"    slow callback {ms:8.2f} ms at +{at:6.1f} s: {what}")
         for name, t in data["store_calls"].items():

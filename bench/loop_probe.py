@@ -6,7 +6,11 @@ as JSON to `$TETHER_LOOP_PROBE_DIR/<pid>.json` every few seconds and at exit.
 
 The store calls timed: the transcript append (`PgTranscript._write`), the effect checkpoint
 writes (`PgCheckpointStore.record_before`, `_swap`), the input queue's commits and marks, and
-the lease calls (`ConversationLeases.*`, `renew_all` being the keeper's round)."""
+the lease calls (`ConversationLeases.*`, `renew_all` being the keeper's round).
+
+With `TETHER_LOOP_PROBE_TRACEMALLOC=1` it also traces allocations and writes, at each dump,
+what grew most since the first dump after warm-up (by file and line, the 25 largest), to tell a
+leak from data the worker is meant to hold (a conversation's history grows with it)."""
 
 from __future__ import annotations
 
@@ -114,12 +118,34 @@ def _wrap(cls: Any, names: tuple[str, ...], label: str) -> None:
         setattr(cls, name, _timed_call(f"{label}.{name}", getattr(cls, name)))
 
 
-def dump() -> None:
+BASELINE: list[Any] = []  # the tracemalloc snapshot growth is measured from
+
+
+def _growth() -> list[str]:
+    import tracemalloc
+
+    if not tracemalloc.is_tracing():
+        return []
+    snap = tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(False, tracemalloc.__file__)])
+    if not BASELINE:
+        BASELINE.append(snap)
+        return []
+    return [str(d) for d in snap.compare_to(BASELINE[0], "lineno")[:25]]
+
+
+GREW: list[list[str]] = [[]]  # the last growth listing (the exit's dump keeps it: shutdown frees)
+
+
+def dump(at_exit: bool = False) -> None:
     out = os.environ.get("TETHER_LOOP_PROBE_DIR")
     if not out:
         return
+    if not at_exit:
+        GREW[0] = _growth()
+    grew = GREW[0]
     with LOCK:
-        data = {"loop_callbacks": LOOP.summary(), "slowest_callbacks": list(SLOWEST),
+        data = {"grew_since_warm_up": grew,"loop_callbacks": LOOP.summary(), "slowest_callbacks": list(SLOWEST),
                 "store_calls": {k: t.summary() for k, t in sorted(CALLS.items())}}
     path = os.path.join(out, f"{os.getpid()}.json")
     with open(path + ".tmp", "w") as f:
@@ -128,9 +154,13 @@ def dump() -> None:
 
 
 def _dumping() -> None:
+    every = DUMP_EVERY_S
+    if os.environ.get("TETHER_LOOP_PROBE_TRACEMALLOC"):
+        every = 30.0  # a snapshot of every traced block is slow
+        time.sleep(every)  # warm-up: the runtimes built
     while True:
-        time.sleep(DUMP_EVERY_S)
         dump()
+        time.sleep(every)
 
 
 def install() -> None:
@@ -145,5 +175,9 @@ def install() -> None:
     _wrap(PgInputQueue, ("accept_many", "mark"), "inputs")
     _wrap(ConversationLeases, ("acquire", "renew_all", "queued", "mark", "orphaned",
                                "release_all"), "leases")
-    atexit.register(dump)
+    if os.environ.get("TETHER_LOOP_PROBE_TRACEMALLOC"):
+        import tracemalloc
+
+        tracemalloc.start(1)
+    atexit.register(dump, at_exit=True)
     threading.Thread(target=_dumping, name="loop-probe", daemon=True).start()
