@@ -122,8 +122,14 @@ async def _managed_across_workers(a: str, b: str, project: Path, pg_url: str) ->
     assert got_settings["reflection_settings"] == {
         "agent_id": agent_id, "trigger": "step-count", "step_count": 7}
 
+    task = (await _ask(b, "cron_add", agent_id=agent_id, conversation_id="default", name="tick",
+                       prompt="tick once", cron="0 * * * *", recurring=True,
+                       timezone="UTC"))["task"]
+    assert [t["id"] for t in (await _ask(a, "cron_list", agent_id=agent_id))["tasks"]] \
+        == [task["id"]]
     await _ask(a, "agent_delete", agent_id=agent_id)
     assert (await _ask(b, "agent_list", query={}))["agents"] == []
+    assert (await _ask(b, "cron_list", agent_id=agent_id))["tasks"] == []  # gone with it
     await _refused(b, "agent_retrieve", agent_id=agent_id)
 
 

@@ -10,6 +10,7 @@ import orjson
 
 from tether.backends.local.store import LocalStore
 from tether.memory.memfs import MemFS
+from tether.runtime.cron.store import CronStore
 from tether.runtime.manage.removal import delete_agent
 
 
@@ -23,7 +24,7 @@ def test_deleting_an_agent_keeps_its_committed_memory_in_a_bundle(tmp_path: Path
         committed = memory.commit(["system/human.md"], "remember the user's taste")
     assert committed is not None
 
-    answer = delete_agent(store, agent.id)
+    answer = delete_agent(store, agent.id, CronStore(home))
 
     assert answer["deleted"] is True
     assert not memory.root.exists()  # the repo itself is gone with the agent
@@ -43,5 +44,5 @@ def test_an_agent_without_a_memory_repo_is_deleted_without_a_backup(tmp_path: Pa
     home = tmp_path / "home"
     store = LocalStore(home)
     agent = store.create_agent(model="anthropic/claude-test", system="s")
-    answer = delete_agent(store, agent.id)
+    answer = delete_agent(store, agent.id, CronStore(home))
     assert answer["deleted"] is True and answer["memory_backup"] is None

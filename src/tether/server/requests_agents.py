@@ -6,6 +6,7 @@ with a client on it, is not deleted."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from tether.errors import NotFound, UsageError
@@ -77,7 +78,14 @@ def agent_update(call: Call) -> dict[str, Any]:
 async def agent_delete(call: Call) -> dict[str, Any]:
     record = call.agent(call.text("agent_id"), change=True)
     await _stop_idle_runtimes(call, record.id, None)
-    removal.delete_agent(call.store, record.id)
+
+    def delete() -> None:  # store round trips, and a cron.db connection kept in its thread
+        from tether.server.cron_bridge import request_store
+
+        with request_store(call.server) as schedules:
+            removal.delete_agent(call.store, record.id, schedules)
+
+    await asyncio.to_thread(delete)
     call.notify("agent_updated", agent_id=record.id, agent=None, deleted=True)
     return {"agent_id": record.id}
 

@@ -20,6 +20,7 @@ from tether.errors import UsageError
 if TYPE_CHECKING:
     from tether.backends.local.records import AgentRecord
     from tether.backends.store_api import ConversationStore
+    from tether.runtime.cron.store import CronStore
 
 
 def delete_conversation(
@@ -38,9 +39,14 @@ def delete_conversation(
     return {"agent_id": record.agent_id, "conversation_id": record.id, "deleted": True}
 
 
-def delete_agent(store: ConversationStore, agent_id: str) -> dict[str, Any]:
-    """Remove the agent, every conversation of it, its memory repository, its scheduled
-    tasks and its secrets. Nothing is removed when any of its conversations is running a turn."""
+def delete_agent(
+    store: ConversationStore, agent_id: str, schedules: CronStore
+) -> dict[str, Any]:
+    """Remove the agent, every conversation of it, its memory repository, its scheduled tasks
+    (from `schedules`, the caller's: the home's cron.db, or the fleet's on the PostgreSQL store)
+    and its secrets. Nothing is removed when any of its conversations is running a turn. On a
+    store shared by workers, the repository this machine holds is bundled and removed; the
+    store's copy (`memory_repos`) stays there, as a backup every worker can reach."""
     from tether.memory.memfs import memory_dir
 
     home = store.home
@@ -55,7 +61,9 @@ def delete_agent(store: ConversationStore, agent_id: str) -> dict[str, Any]:
         backup = _keep_memory(home, record)
         conversations = store.delete_agent(record.id)
     shutil.rmtree(memory_dir(home, record.id), ignore_errors=True)
-    removed = _delete_schedules(home, record.id)
+    from tether.runtime.manage.cron_ops import delete_agent_tasks
+
+    removed = delete_agent_tasks(schedules, record.id)
     from tether.runtime.manage.secrets_ops import forget_agent
 
     forget_agent(store, record.id)  # its secrets go with it
@@ -80,18 +88,3 @@ def _keep_memory(home: Path, record: AgentRecord) -> str | None:
     write_atomic(backups_dir(memfs) / f"{backup.id}.agent.json",
                  orjson.dumps(record.to_dict(), option=orjson.OPT_INDENT_2) + b"\n")
     return str(backup.path)
-
-
-def _delete_schedules(home: Path, agent_id: str) -> int:
-    if not (home / "cron.db").exists():
-        return 0
-    from tether.runtime.cron.store import CronStore
-
-    cron = CronStore(home)
-    try:
-        tasks = cron.tasks(agent_id)
-        for task in tasks:
-            cron.delete(task["id"])
-        return len(tasks)
-    finally:
-        cron.close()
