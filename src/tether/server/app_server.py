@@ -213,7 +213,7 @@ class AppServer:
         for task in list(self._background):
             task.cancel()  # the fleet sweep: it would resume into runtimes being closed
         if self.ctx.fleet is not None:
-            self.ctx.fleet.stop()  # leases given up: another worker takes them at once
+            await self.ctx.fleet.stop_async()  # leases given up: another takes them at once
         if self._server is not None:
             self._server.close(close_connections=False)
         if self.bridge is not None:
@@ -242,7 +242,9 @@ class AppServer:
 
     # --- HTTP, before any upgrade -------------------------------------------------------------
 
-    def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+    async def process_request(
+        self, connection: ServerConnection, request: Request
+    ) -> Response | None:
         url = urlsplit(request.path)
         checked = auth.check_request(
             list(request.headers.raw_items()),
@@ -258,7 +260,7 @@ class AppServer:
                 rejection = metrics_refusal(checked)
             if rejection is not None and (rejection.status != 401 or url.path == "/metrics"):
                 return connection.respond(rejection.status, rejection.message + "\n")
-            return self._ops(connection, url.path)
+            return await self._ops(connection, url.path)
         if rejection is not None:
             return connection.respond(rejection.status, rejection.message + "\n")
         if url.path == "/app-server-info":
@@ -282,19 +284,20 @@ class AppServer:
         self._grants[connection] = checked
         return None
 
-    def _ops(self, connection: ServerConnection, path: str) -> Response:
+    async def _ops(self, connection: ServerConnection, path: str) -> Response:
         """/healthz: the process answers; /readyz: and its store does (503 naming why not);
-        /metrics: Prometheus text (the process's counters, the store's gauges)."""
+        /metrics: Prometheus text (the process's counters, the store's gauges). The store's
+        probe runs in a worker thread: it is a connection and a query."""
         from tether.server import ops
 
         if path == "/healthz":
             return connection.respond(200, "ok\n")
         if path == "/readyz":
-            ready, why = ops.health(self.options.store)
+            ready, why = await asyncio.to_thread(ops.health, self.options.store)
             return connection.respond(200 if ready else 503, why + "\n")
-        text = ops.metrics_text(
-            self.options.store, (len(rt.queue) for rt in self.runtimes.values()), len(self.runtimes)
-        )
+        depths = [len(rt.queue) for rt in self.runtimes.values()]  # read here, on the loop
+        text = await asyncio.to_thread(ops.metrics_text, self.options.store, depths,
+                                       len(self.runtimes))
         response = connection.respond(200, text)
         del response.headers["Content-Type"]
         response.headers["Content-Type"] = "text/plain; version=0.0.4; charset=utf-8"

@@ -54,11 +54,10 @@ class Follower:
 class Replay:
     """One resuming client's catch-up: asked before it subscribes (so `before`, the runtime's
     subscribers then, tells it apart until `sub_id` is bound on the next loop turn); read from
-    the rows once the publisher has handled `barrier` frames; `upto` bounds it on the holder."""
+    the rows once the publisher has handled `barrier` frames."""
 
     after: int
     barrier: int
-    upto: int | None
     before: frozenset[str]
     sub_id: str | None = None
     held: list[dict[str, Any]] = field(default_factory=list)
@@ -179,9 +178,8 @@ class FleetEvents:
         """Before the client resuming after `after` subscribes to `rt` (on this loop turn)."""
         self.follow(conversation, rt)
         follower = self.followers[conversation]
-        upto = rt.stream.last_seq if conversation in self.fleet.held else None
         barrier = self.publisher.put_count if self.publisher is not None else 0
-        replay = Replay(after, barrier, upto, frozenset(rt.subscribers))
+        replay = Replay(after, barrier, frozenset(rt.subscribers))
         follower.replays.append(replay)
         asyncio.get_running_loop().call_soon(self._bind, conversation, follower, replay)
 
@@ -207,8 +205,8 @@ class FleetEvents:
 
     def hold_back(self, conversation: str, sub_id: str, frame: dict[str, Any]) -> bool:
         """Whether `frame` waits for the replay of client `sub_id` (it is then sent after the
-        replay, unless replayed). The relay asks it; the holder's own broadcast does not yet (it
-        would order the holder's live frames after the replay too)."""
+        replay, unless replayed). The relay and the holder's own broadcast both ask it, so a
+        client's live frames always come after its replay."""
         follower = self.followers.get(conversation)
         if follower is None:
             return False
@@ -228,7 +226,7 @@ class FleetEvents:
         sub = follower.rt.subscribers.get(replay.sub_id or "")
         if sub is None:
             return  # gone meanwhile
-        frames = [frame for seq, _, frame in rows if replay.upto is None or seq <= replay.upto]
+        frames = [frame for _seq, _, frame in rows]
         answered: set[str] = set()
         for frame in frames:  # questions still open at the end of the replay can be answered here
             _note_approval(answered, frame)

@@ -203,10 +203,13 @@ class ConversationRuntime:
         release(self)  # which also closes it
 
     def broadcast(self, frame: dict[str, Any]) -> None:
+        key = self._fleet_key
         for sub in list(self.subscribers.values()):
-            sub.send_frame(frame)
-        if self._fleet_key is not None:
-            self.ctx.fleet.events.publish(self._fleet_key, frame)
+            # A client resuming from its last seq gets this after its replay (fleet_events).
+            if key is None or not self.ctx.fleet.events.hold_back(key, sub.id, frame):
+                sub.send_frame(frame)
+        if key is not None:
+            self.ctx.fleet.events.publish(key, frame)
 
     @property
     def sandboxed(self) -> bool:
