@@ -141,7 +141,8 @@ def test_a_reflections_commit_is_stored_when_it_ends(tmp_path: Path, pg_url: str
             "command": "git add -A && git commit -q -m reflect", "description": "commit"}}]},
         {"text": "recorded X"},
     ]
-    with FakeProvider([{"text": "hi"}, *reflect, {"text": "on b"}]) as fake:
+    # The step-count trigger is the agent's, on the store: B's turn is followed by a pass too.
+    with FakeProvider([{"text": "hi"}, *reflect, {"text": "on b"}, {"text": "nothing new"}]) as fake:
         a = ServerProcess(server_env(fake.url, tmp_path / "home-a", tmp_path), project,
                           "--store", pg_url)
         b = ServerProcess(server_env(fake.url, tmp_path / "home-b", tmp_path), project,
@@ -177,4 +178,5 @@ def test_a_reflections_commit_is_stored_when_it_ends(tmp_path: Path, pg_url: str
             a.stop()
             b.stop()
         assert fake.violations == []
-        assert "learned X" in _system(fake.requests[-1]["body"])
+        turns = [r for r in fake.requests if "reflection subagent" not in _system(r["body"])]
+        assert "learned X" in _system(turns[-1]["body"])

@@ -30,6 +30,13 @@ async def _turns(url: str, project: Path, texts: list[str], first: int,
         fields: dict[str, Any] = dict(scope) if scope else {
             "create_agent": {"body": {"model": MODEL, "system": "You are terse."}}}
         runtime = (await c.start(project, **fields))["runtime"]
+        if scope is None:  # the compaction would start a reflection pass (its default trigger),
+            # a provider call of its own in the background: not what these tests count
+            from tests.server.requests_client import ask
+
+            off = await ask(c, "set_reflection_settings", runtime=runtime,
+                            settings={"trigger": "off", "step_count": 25})
+            assert off["success"], off
         for n, text in enumerate(texts, first):
             await c.say(runtime, text, request_id=f"in-{n}", idempotency_key=f"k-{n}")
             await c.of_type("input_accepted", request_id=f"in-{n}")
