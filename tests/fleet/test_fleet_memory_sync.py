@@ -160,3 +160,4 @@ def test_a_home_copied_out_of_the_store_has_the_memory_its_workers_stored(
         session.close()
     back = tmp_path / "back" / "agents" / AGENT / "memory"
     assert refs_of(back)["refs/heads/main"] == a.revision()
+    assert (back / "system" / "human.md").read_text() == "Ada\n"  # the files, not only HEAD

@@ -259,7 +259,8 @@ def _sqlite_out(
 
 def _repo_out(repo: Path, bundle: bytes, refs: dict[str, str], config: bytes) -> None:
     """A memory repository cloned back from its bundle: every ref as it was, HEAD as it was,
-    its config, and the index matching HEAD (the work tree's files come from `home_files`)."""
+    its config, the index matching HEAD, and the work tree's files from `home_files`, or from
+    HEAD for those it does not hold."""
     git_dir = repo / ".git"
     if bundle:
         with tempfile.TemporaryDirectory(prefix="tether-migrate-") as scratch:
@@ -273,6 +274,10 @@ def _repo_out(repo: Path, bundle: bytes, refs: dict[str, str], config: bytes) ->
     (git_dir / "FETCH_HEAD").unlink(missing_ok=True)
     if len(refs) > 1:  # the index as HEAD has it (no reset: it would leave ORIG_HEAD behind)
         git("read-tree", "HEAD", cwd=repo)
+        # A file `home_files` did not hold (a repo a server made, a file its workers added)
+        # comes from HEAD; one it held stays as it was copied in (uncommitted edits included).
+        subprocess.run(["git", "checkout-index", "-a", "-q"], cwd=repo, capture_output=True,
+                       check=False)
         subprocess.run(["git", "update-index", "-q", "--refresh"], cwd=repo, capture_output=True,
                        check=False)
     got = refs_of(repo)
@@ -353,8 +358,8 @@ def _served_now(cur: Any, want: dict[str, str], scratch: Path) -> None:
     store it started empty) replaces the digests recorded then: records as their rows hold them
     now, a transcript grown by live (fenced) appends as its rows render it — its migrated rows
     still held to the recorded digest, so a changed copy is refused — and the folders new ones
-    sit in, and the documents a server keeps (secrets, reflection state) as their rows hold them
-    now. A file keeps its recorded
+    sit in, the documents a server keeps (secrets, reflection state) as their rows hold them
+    now, and a memory repository's files checked out from its HEAD. A file keeps its recorded
     mode."""
     def digest(rel: str, data: bytes) -> str:
         mode = want.get(rel, f"{stat.S_IMODE((scratch / rel).stat().st_mode):o}:").split(":", 1)[0]
@@ -370,6 +375,12 @@ def _served_now(cur: Any, want: dict[str, str], scratch: Path) -> None:
     for table in ("agents", "conversations"):
         for rel, raw in cur.execute(f"SELECT path, raw FROM {table}").fetchall():
             put(rel, bytes(raw))
+    for (repo,) in cur.execute("SELECT path FROM memory_repos").fetchall():
+        root = scratch / repo  # files checked out from HEAD (`_repo_out`), their refs verified
+        for path in sorted(root.rglob("*")):
+            rel = path.relative_to(scratch).as_posix()
+            if path.is_file() and ".git" not in path.relative_to(root).parts and rel not in want:
+                put(rel, path.read_bytes())
     for rel, content in cur.execute(  # kept live (`PgConversationStore.update_document`)
         "SELECT path, content FROM home_files WHERE path = ANY(%s) OR path LIKE %s",
         (list(LIVE_DOCUMENTS), "agents/%/reflection.json"),
