@@ -59,10 +59,11 @@ def _parser() -> _Parser:
     )
     p.add_argument(
         "--store", metavar="URL",
-        help="keep the input queue, idempotency keys and effect checkpoints in PostgreSQL "
-        "(postgresql://…; needs pip install 'tether[postgres]') so several servers share them; "
-        "agents, conversations and transcripts stay in TETHER_HOME, so every server of one "
-        "store must share one TETHER_HOME (default: the local store)",
+        help="keep agents, conversations, transcripts, the input queue, idempotency keys, "
+        "effect checkpoints, schedules, secrets, reflection settings and memory repositories "
+        "in PostgreSQL (postgresql://…; needs pip install 'tether[postgres]') so several "
+        "servers, each with a TETHER_HOME of its own, share them; settings, trusted folders "
+        "and subagents' own runs stay per machine (default: the local store)",
     )
     p.add_argument(
         "--lease-ttl", type=float, default=15.0, metavar="SECONDS",
