@@ -12,6 +12,8 @@ commands); `events.py` turn frames and commands between workers (`fleet_events`,
 `transcripts.py` `PgTranscript`, a transcript as ordered rows, appends fenced by the lease
 (`transcript_resume.py`: a first read resumes from the last compaction);
 `channel_journal.py` the channel gateway's journal shared by gateways (`--store`);
+`cron_tasks.py` schedules, their run logs and triggers as rows; `memory_sync.py` an agent's
+memory repository shared by the workers (pulled before a turn, pushed after it);
 `logs.py` structured fleet events (`tether.fleet`) and a JSON-lines formatter; `migrate.py` a home's
 `inputs.db` and `checkpoints.db` copied to the store and back, verified; `migrate_home.py` the
 rest of a home (records, transcripts, memory repositories, files). psycopg (the `postgres`
