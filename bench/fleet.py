@@ -5,7 +5,7 @@ size), each running M text turns against the fake provider answering after `--de
 Run: .venv/bin/python bench/fleet.py [--conversations 1000] [--turns 1] [--delay 1000]
                                      [--workers 1,2,4] [--store postgresql://…]
                                      [--rate N [--duration S] | --soak S --rate N]
-                                     [--loop-probe]
+                                     [--rotate T] [--loop-probe]
 
 Closed loop (the default): every conversation's turns start together, so on a small machine
 the overhead mostly measures the CPU queue. Open loop (`--rate N`): the conversations are opened
@@ -38,6 +38,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -101,23 +102,30 @@ def rss_mb(pid: int) -> float:
 
 
 async def open_loop(urls: list[str], cwd: str, n: int, rate: float, seconds: float,
-                    pids: list[int]) -> tuple[list[float], float, int, list[list[float]], int]:
+                    pids: list[int], rotate: int = 0,
+                    ) -> tuple[list[float], float, int, list[list[float]], int]:
     """Turns arriving at `rate` per second for `seconds` over `n` open conversations: each
     turn's time from its scheduled arrival to its turn_finished, the wall time, arrivals that
-    found their conversation busy, each worker's RSS samples, and failed turns."""
+    found their conversation busy, each worker's RSS samples, and failed turns. With `rotate`,
+    a conversation is closed after that many turns and a new one opened in its place (its
+    runtime released by the server once idle), so histories stop growing."""
     import json
 
     starts: list[float] = []
     agent = await single.conversation(urls[0], cwd, None, 0, [], starts)
-    opened = []
+    opened: list[tuple[Any, dict[str, Any], asyncio.Lock]] = []
     async with contextlib.AsyncExitStack() as stack:
-        for i in range(n):
+        async def start(i: int, lock: asyncio.Lock) -> tuple[Any, dict[str, Any], asyncio.Lock]:
             ws = await stack.enter_async_context(await single.open_ws(urls[i % len(urls)]))
             await ws.send(json.dumps({"type": "runtime_start", "request_id": "s", "cwd": cwd,
                                       "create_conversation": {}, "agent_id": agent}))
             started = await single.recv_until(ws, "runtime_start_response")
             assert started["success"], started
-            opened.append((ws, started["runtime"], asyncio.Lock()))
+            return ws, started["runtime"], lock
+
+        for i in range(n):
+            opened.append(await start(i, asyncio.Lock()))
+        done_in = [0] * n
         latencies: list[float] = []
         busy = failed = 0
         samples: list[list[float]] = [[] for _ in pids]
@@ -148,6 +156,10 @@ async def open_loop(urls: list[str], cwd: str, n: int, rate: float, seconds: flo
                     failed += 1
                     return
                 latencies.append(time.perf_counter() - due)
+                done_in[k % n] += 1
+                if rotate and done_in[k % n] % rotate == 0:
+                    await ws.close()
+                    opened[k % n] = await start(k % n, lock)
 
         sampler = asyncio.ensure_future(sample())
         tasks = []
@@ -202,7 +214,7 @@ def print_probe(out: str) -> None:
 
 
 def run_open(cluster: str, workers: int, n: int, rate: float, seconds: float, delay_ms: int,
-             soak: bool, probe: bool = False) -> None:
+             soak: bool, probe: bool = False, rotate: int = 0) -> None:
     url = database(cluster)
     fake, fake_url = single.start_fake(delay_ms, 0, int(rate * seconds) + n + 10)
     procs: list[subprocess.Popen[str]] = []
@@ -220,7 +232,7 @@ def run_open(cluster: str, workers: int, n: int, rate: float, seconds: float, de
                     env=env, cwd=tmp, stdout=subprocess.PIPE, text=True))
             urls = [p.stdout.readline().strip() for p in procs]  # type: ignore[union-attr]
             latencies, wall, busy, samples, failed = asyncio.run(
-                open_loop(urls, tmp, n, rate, seconds, [p.pid for p in procs]))
+                open_loop(urls, tmp, n, rate, seconds, [p.pid for p in procs], rotate))
         finally:
             for p in procs:
                 if p.poll() is None:
@@ -232,8 +244,9 @@ def run_open(cluster: str, workers: int, n: int, rate: float, seconds: float, de
             print_probe(probed)
     settled = states(url)
     over = [x - delay_ms / 1000 for x in latencies]
+    rotated = f" (each closed after {rotate} turns, a new one opened)" if rotate else ""
     print(f"{workers} worker(s) open loop {rate:g} turns/s for {seconds:g} s over {n}"
-          f" conversations: {len(latencies)} turns ({len(latencies) / wall:.1f}/s)"
+          f" conversations{rotated}: {len(latencies)} turns ({len(latencies) / wall:.1f}/s)"
           f"   overhead p50 {single.pct(over, 0.5):7.1f} ms   p99 {single.pct(over, 0.99):7.1f} ms"
           f"   max {max(over) * 1000:7.1f} ms   busy {busy} failed {failed}   inputs {settled}")
     for i, rss in enumerate(samples):
@@ -290,6 +303,9 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=30.0, help="open loop: seconds")
     parser.add_argument("--soak", type=float, help="open loop of this many seconds at --rate, "
                         "RSS of each worker checked flat")
+    parser.add_argument("--rotate", type=int, default=0, metavar="T",
+                        help="open loop: close each conversation after T turns and open a new "
+                        "one in its place (histories stop growing; default: never)")
     parser.add_argument("--loop-probe", action="store_true",
                         help="open loop: time the workers' loop callbacks and store calls")
     args = parser.parse_args()
@@ -314,7 +330,7 @@ def main() -> None:
             else:
                 run_open(cluster, workers, args.conversations, args.rate,
                          args.soak or args.duration, args.delay, args.soak is not None,
-                         args.loop_probe)
+                         args.loop_probe, args.rotate)
     finally:
         if started is not None:
             folder = parse_qs(urlsplit(cluster).query)["host"][0]
