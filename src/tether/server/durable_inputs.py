@@ -339,11 +339,18 @@ def _resume_conversation(
     for stored in reversed(again):
         rt.inbox.put(item_of(stored), front=True)
     for stored in again:
-        if stored.source == "openai":  # its HTTP client is gone: deny its asks as it would
-            from tether.server.turn_watch import ResumedWatch
-
-            rt.subscribe(ResumedWatch(rt, stored.request_id, stored.item_id))
+        watch_unattended(rt, stored)
     return len(again)
+
+
+def watch_unattended(rt: ConversationRuntime, stored: StoredInput) -> None:
+    """An OpenAI API request's input run here with its HTTP client not here (gone after a
+    restart, or waiting on another worker of the fleet): its asks are denied as the bridge
+    would (nobody can answer them over that API), so the turn never waits for an answer."""
+    if stored.source == "openai":
+        from tether.server.turn_watch import ResumedWatch
+
+        rt.subscribe(ResumedWatch(rt, stored.request_id, stored.item_id))
 
 
 def _begun_items(rt: ConversationRuntime) -> set[str]:

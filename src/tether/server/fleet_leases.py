@@ -174,7 +174,7 @@ class FleetLeases:
 
     def _run_pulled(self, conversation: str, lease: Any, stored: list[Any]) -> None:
         """On the loop: put what `_pulled` read into the conversation's inbox (once each)."""
-        from tether.server.durable_inputs import item_of, resume_stored
+        from tether.server.durable_inputs import item_of, resume_stored, watch_unattended
 
         if self.server is None or self.held.get(conversation) is not lease:
             return
@@ -188,6 +188,7 @@ class FleetLeases:
         else:
             for s in new:
                 rt.inbox.put(item_of(s))
+                watch_unattended(rt, s)
         self._saw(conversation, [s.item_id for s in new])
 
     def _adopt(self, conversation: str, lease: Any, left: list[Any] | None = None) -> None:

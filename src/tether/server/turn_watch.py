@@ -53,6 +53,16 @@ def join_first(watch: TurnWatch, key: str, answer: InputAnswer) -> None:
     )
 
 
+# `usage` keys from a relayed usage_statistics delta's wire names (`messages.usage_wire`).
+_RELAYED_USAGE = (
+    ("prompt", "prompt_tokens"),
+    ("completion", "completion_tokens"),
+    ("cached", "cached_input_tokens"),
+    ("cache_write", "cache_write_tokens"),
+    ("reasoning", "reasoning_tokens"),
+)
+
+
 class TurnWatch:
     """Subscribed to a runtime for one turn: keeps that turn's text and usage, denies its
     approvals; frames before its input leaves the queue belong to earlier turns."""
@@ -69,6 +79,7 @@ class TurnWatch:
         self.usage = dict.fromkeys((key for key, _ in _USAGE_FIELDS), 0)
         self._otid: str | None = None
         self.gave_up = False
+        self._relay_turn: list[dict[str, Any]] = []  # the holder's deltas of the turn running
 
     @property
     def started(self) -> bool:
@@ -77,7 +88,45 @@ class TurnWatch:
         )
 
     def send_frame(self, frame: dict[str, Any]) -> None:
-        """Frames are for websocket clients: this watch takes the turn typed (the methods below)."""
+        """Frames are for websocket clients: this watch takes the turn typed (the methods below),
+        except on a fleet worker that does not run the conversation, where the holder's relayed
+        frames are all there is (`_relayed`)."""
+        key = self.rt._fleet_key
+        if key is not None and key not in self.rt.ctx.fleet.held:
+            self._relayed(frame)
+
+    def _relayed(self, frame: dict[str, Any]) -> None:
+        """A frame of the holder's: each turn's text and usage kept until its `turn_finished`,
+        then taken when the turn was this request's (sent as one piece: which turn a delta
+        belongs to is known only at its end), else dropped. Its asks the holder denies
+        (`durable_inputs.watch_unattended`)."""
+        kind = frame.get("type")
+        if kind == "stream_delta":
+            delta = frame.get("delta")
+            if isinstance(delta, dict):
+                self._relay_turn.append(delta)
+            return
+        if kind != "turn_finished":
+            return
+        deltas, self._relay_turn = self._relay_turn, []
+        if frame.get("request_id") != self.request_id or self.done:
+            return
+        for delta in deltas:
+            kind = delta.get("message_type")
+            if kind == "assistant_message" and isinstance(delta.get("content"), str):
+                self.on_event(AssistantText(str(delta.get("otid")), delta["content"]))
+            elif kind == "usage_statistics":
+                for key, wire in _RELAYED_USAGE:
+                    value = delta.get(wire)
+                    self.usage[key] += value if isinstance(value, int) else 0
+            elif kind == "loop_error" and isinstance(delta.get("message"), str):
+                self.error = delta["message"]
+        run_ids = frame.get("run_ids")
+        self.on_turn_finished(TurnFinished(
+            str(frame.get("turn_id")), str(frame.get("stop_reason")),
+            tuple(str(r) for r in run_ids) if isinstance(run_ids, list) else (),
+            self.request_id, frame.get("error") if isinstance(frame.get("error"), str) else None,
+        ))
 
     def on_turn_finished(self, finished: TurnFinished) -> None:
         if not self.started or self.done or finished.request_id != self.request_id:
