@@ -135,6 +135,11 @@ class ConversationStore(Protocol):
         self, agent_id: str, conversation_id: str, *, cwd: str | None = None
     ) -> TranscriptLog: ...
 
+    def forget(self, agent_id: str, conversation_id: str) -> None:
+        """Drop what this process holds in memory of the conversation (its transcript's view,
+        kept between sends); the next use reads it again. A released runtime's is dropped."""
+        ...
+
     def messages(self, agent_id: str, conversation_id: str) -> list[Message]:
         """The conversation's active view, read without creating anything (a conversation never
         sent to has none)."""

@@ -92,6 +92,7 @@ def register_runtime(
         if runtimes.get(scope) is gone:
             del runtimes[scope]
         ctx.released[scope] = kept_of(gone)
+        ctx.store.forget(scope.agent_id, scope.conversation_id)  # its history: read again if used
         while len(ctx.released) > KEPT_RUNTIMES:
             ctx.released.popitem(last=False)
         closing = asyncio.ensure_future(gone.close())

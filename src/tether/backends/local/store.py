@@ -239,6 +239,9 @@ class LocalStore:
         self._transcripts[(agent_id, conversation_id)] = transcript
         return transcript
 
+    def forget(self, agent_id: str, conversation_id: str) -> None:
+        self._transcripts.pop((agent_id, conversation_id), None)
+
     def messages(self, agent_id: str, conversation_id: str) -> list[Message]:
         """The active view of messages.jsonl, read without creating anything."""
         cached = self._transcripts.get((agent_id, conversation_id))

@@ -294,6 +294,9 @@ class PgConversationStore:
         self._transcripts[(agent_id, conversation_id)] = transcript
         return transcript
 
+    def forget(self, agent_id: str, conversation_id: str) -> None:
+        self._transcripts.pop((agent_id, conversation_id), None)
+
     def messages(self, agent_id: str, conversation_id: str) -> list[Message]:
         """The active view of the conversation's rows; none (and nothing made) without any."""
         cached = self._transcripts.get((agent_id, conversation_id))
