@@ -13,7 +13,7 @@ import httpx
 from websockets.asyncio.client import connect
 
 from tests.fleet.test_pg_transcripts_e2e import _states, _wait_until
-from tests.server.support import MODEL, Client, ServerProcess, bash, server_env
+from tests.server.support import Client, ServerProcess, bash, server_env
 from tether.testing.fake_provider import FakeProvider
 
 
