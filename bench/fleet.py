@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -45,6 +46,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import server as single  # noqa: E402  (bench/server.py: its client and fake provider helpers)
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextlib.contextmanager
+def cluster_of(url: str | None) -> Iterator[str]:
+    """`url`, or a throwaway PostgreSQL cluster (`scripts/start-postgres`) stopped after."""
+    if url is not None:
+        yield url
+        return
+    started = subprocess.run([str(ROOT / "scripts" / "start-postgres")], capture_output=True,
+                             text=True, timeout=120, check=True)
+    cluster = started.stdout.strip().splitlines()[-1]
+    try:
+        yield cluster
+    finally:
+        folder = parse_qs(urlsplit(cluster).query)["host"][0]
+        subprocess.run([str(ROOT / "scripts" / "start-postgres"), "--stop", folder],
+                       timeout=60, check=False)
 
 
 def database(cluster: str) -> str:
@@ -316,14 +334,8 @@ def main() -> None:
     sizes = [int(w) for w in args.workers.split(",")]
     if min([args.conversations, args.turns, *sizes]) < 1:
         parser.error("--conversations, --turns and --workers must be >= 1")
-    cluster = args.store
-    started = None
-    if cluster is None:
-        started = subprocess.run([str(ROOT / "scripts" / "start-postgres")], capture_output=True,
-                                 text=True, timeout=120, check=True)
-        cluster = started.stdout.strip().splitlines()[-1]
     load = os.getloadavg()
-    try:
+    with cluster_of(args.store) as cluster:
         for workers in sizes:
             if args.rate is None:
                 run_fleet(cluster, workers, args.conversations, args.turns, args.delay)
@@ -331,11 +343,6 @@ def main() -> None:
                 run_open(cluster, workers, args.conversations, args.rate,
                          args.soak or args.duration, args.delay, args.soak is not None,
                          args.loop_probe, args.rotate)
-    finally:
-        if started is not None:
-            folder = parse_qs(urlsplit(cluster).query)["host"][0]
-            subprocess.run([str(ROOT / "scripts" / "start-postgres"), "--stop", folder],
-                           timeout=60, check=False)
     print(f"machine   {os.cpu_count()} cores; load average {load[0]:.1f} before, "
           f"{os.getloadavg()[0]:.1f} after; {args.conversations} conversations x {args.turns}"
           f" turn(s), provider {args.delay} ms per answer")

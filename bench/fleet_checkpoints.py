@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fleet  # noqa: E402  (bench/fleet.py: a fresh database per run)
@@ -85,21 +83,10 @@ def main() -> None:
     parser.add_argument("--threads", default="1,4")
     parser.add_argument("--store", help="a PostgreSQL cluster URL (default: a throwaway one)")
     args = parser.parse_args()
-    cluster = args.store
-    started = None
-    if cluster is None:
-        started = subprocess.run([str(ROOT / "scripts" / "start-postgres")], capture_output=True,
-                                 text=True, timeout=120, check=True)
-        cluster = started.stdout.strip().splitlines()[-1]
     load = os.getloadavg()
-    try:
+    with fleet.cluster_of(args.store) as cluster:
         for threads in [int(t) for t in args.threads.split(",")]:
             run(fleet.database(cluster), args.calls, threads)
-    finally:
-        if started is not None:
-            folder = parse_qs(urlsplit(cluster).query)["host"][0]
-            subprocess.run([str(ROOT / "scripts" / "start-postgres"), "--stop", folder],
-                           timeout=60, check=False)
     print(f"machine   {os.cpu_count()} cores; load average {load[0]:.1f} before,"
           f" {os.getloadavg()[0]:.1f} after")
 
