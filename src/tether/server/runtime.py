@@ -212,6 +212,11 @@ class ConversationRuntime:
             self.ctx.fleet.events.publish(key, frame)
 
     @property
+    def held_elsewhere(self) -> bool:
+        """Whether another worker of the fleet runs this conversation (its frames relayed here)."""
+        return self._fleet_key is not None and self._fleet_key not in self.ctx.fleet.held
+
+    @property
     def sandboxed(self) -> bool:
         """Whether the conversation's shell commands run in the workspace sandbox."""
         return self.p.services.sandbox is not None

@@ -91,13 +91,8 @@ class TurnWatch:
         """Frames are for websocket clients: this watch takes the turn typed (the methods below),
         except on a fleet worker that does not run the conversation, where the holder's relayed
         frames are all there is (`_relayed`)."""
-        if self._follows():
+        if self.rt.held_elsewhere:
             self._relayed(frame)
-
-    def _follows(self) -> bool:
-        """Whether another worker of the fleet runs this conversation."""
-        key = self.rt._fleet_key
-        return key is not None and key not in self.rt.ctx.fleet.held
 
     def _relayed(self, frame: dict[str, Any]) -> None:
         """A frame of the holder's: each turn's text and usage kept until its `turn_finished`,
@@ -179,7 +174,7 @@ class TurnWatch:
         withdrawn = self.queue_item_id is not None and self.rt.withdraw(
             self.queue_item_id, _WITHDRAWN.get(why, why)
         )
-        if not withdrawn and why == "lost" and self.started and not self._follows():
+        if not withdrawn and why == "lost" and self.started and not self.rt.held_elsewhere:
             self.rt.abort(None)  # (elsewhere, the turn running may be another input's: left)
         self.events.put_nowait((why, None))
 
