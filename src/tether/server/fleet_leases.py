@@ -1,8 +1,13 @@
 """Which worker of a fleet runs a conversation (`tether server --store`): the one holding its
 lease (`backends/postgres/leases.py`). A worker takes a conversation's lease at its first input
 (or when its holder died or stopped renewing) and keeps it, renewed by the worker's one
-`LeaseKeeper` thread (every held lease in one statement), while it lives; an input accepted by any other worker is only recorded, and its commit's NOTIFY wakes the
-holder (an `InputListener` thread here), which takes it from the queue and runs it once. A lost
+`LeaseKeeper` thread (every held lease in one statement), while the conversation has a runtime
+here: once it has had none for `UNUSED_LEASE_S` (released when idle, `idle_release.py`), the
+lease is given up, with what this worker remembered of it, so a worker's memory and renewal
+round follow its active conversations, not every one it ever ran. An input accepted by any
+other worker is only recorded, and its commit's NOTIFY wakes the holder (the listener thread
+here), which takes it from the queue and runs it once; with no holder, whichever worker accepts
+the next input takes the lease, or the sweep does. A lost
 lease (this worker was stopped past its ttl and another took over) aborts the conversation's
 runtime here: its queue marks are refused (`NotOwner`), its checkpoint writes fenced.
 
@@ -21,6 +26,7 @@ import asyncio
 import contextlib
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import TetherError
@@ -34,6 +40,9 @@ LISTEN_WAIT_S = 0.2  # also how soon a new follower is primed (fleet_events.Flee
 # Item ids remembered per conversation: far more than any inbox holds, and an older one's state
 # left `queued` long ago (marks commit in order), so a wake-up never finds it again.
 SEEN_MAX = 4096
+# A held lease whose conversation has had no runtime here this long is given up: longer than a
+# runtime takes to build after its lease was taken for it (the first input, a takeover).
+UNUSED_LEASE_S = 5.0
 
 
 class FleetLeases:
@@ -52,6 +61,9 @@ class FleetLeases:
         self.keeper = LeaseKeeper(self.leases)  # started with the first lease kept
         # Item ids put into a runtime here, per conversation, oldest first (SEEN_MAX kept).
         self.seen: dict[str, dict[str, None]] = {}
+        self._unused: dict[str, float] = {}  # held, no runtime here since (monotonic)
+        # Given up, the release maybe not yet committed: taking one again takes a new token.
+        self._releasing: set[str] = set()
         self.server: AppServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
@@ -67,7 +79,7 @@ class FleetLeases:
         if conversation in self.held:
             return True
         try:
-            lease = self.leases.acquire(conversation)
+            lease = self.leases.acquire(conversation, conversation in self._releasing)
         except TetherError as exc:
             sys.stderr.write(f"tether: {conversation}: cannot take its lease: {exc}\n")
             return False
@@ -82,8 +94,10 @@ class FleetLeases:
         """`holds`, with the lease taken in a worker thread, off the event loop."""
         if conversation in self.held:
             return True
+        anew = conversation in self._releasing
+
         def take() -> tuple[Any, list[Any] | None]:
-            lease = self.leases.acquire(conversation)
+            lease = self.leases.acquire(conversation, anew)
             return lease, (None if lease is None else self._left(conversation))
 
         try:
@@ -118,13 +132,47 @@ class FleetLeases:
         lease = self.held.get(conversation)
         if lease is None or lease.token != token:
             return
-        del self.held[conversation]
-        self.seen.pop(conversation, None)
+        self._forget(conversation)
         sys.stderr.write(f"tether: {conversation}: lease lost, its runtime here stops: {why}\n")
         rt = self._runtime(conversation)
         if rt is not None and self.server is not None:
             self.server.runtimes.pop(rt.scope, None)
             self.server._hold(asyncio.ensure_future(rt.close(timeout=1.0)))
+
+    def _forget(self, conversation: str) -> None:
+        del self.held[conversation]
+        self.seen.pop(conversation, None)
+        self._unused.pop(conversation, None)
+
+    def _unused_leases(self, now: float) -> list[Any]:
+        """On the loop: the held leases whose conversation has had no runtime here for
+        `UNUSED_LEASE_S`, forgotten here (to be released off the loop)."""
+        from tether.server.durable_inputs import conversation_key
+
+        if self.server is None:
+            return []
+        running = {conversation_key(rt.scope) for rt in self.server.runtimes.values()}
+        for conversation in [c for c in self._unused if c not in self.held or c in running]:
+            del self._unused[conversation]
+        unused = []
+        for conversation, lease in self.held.items():
+            if conversation not in running and \
+                    now - self._unused.setdefault(conversation, now) >= UNUSED_LEASE_S:
+                unused.append(lease)
+        for lease in unused:
+            self._forget(lease.conversation)
+            self._releasing.add(lease.conversation)
+        return unused
+
+    def _release(self, leases: list[Any]) -> None:
+        """Off the loop: stop renewing the leases (each only while it is still the kept one:
+        taken anew meanwhile, it is another token) and give them up."""
+        for lease in leases:
+            self.keeper.drop(lease.conversation, lease.token)
+        try:
+            self.leases.release_all(leases)
+        except TetherError as exc:  # they expire in a ttl; the keeper renews them no more
+            sys.stderr.write(f"tether: cannot give up {len(leases)} idle lease(s): {exc}\n")
 
     def note(self, conversation: str, item_id: str) -> None:
         self._saw(conversation, [item_id])
@@ -279,6 +327,12 @@ class FleetLeases:
         while True:
             await asyncio.sleep(SWEEP_EVERY_S)
             self._took(await asyncio.to_thread(self._take_orphaned))
+            unused = self._unused_leases(time.monotonic())
+            if unused:
+                try:
+                    await asyncio.to_thread(self._release, unused)
+                finally:
+                    self._releasing.difference_update(lease.conversation for lease in unused)
 
     def _listen(self) -> None:
         from tether.backends.postgres.events import COMMANDS_CHANNEL, EVENTS_CHANNEL

@@ -56,12 +56,16 @@ class LeaseKeeper:
             self._kept[lease.conversation] = _Kept(lease, on_lost)
             self.lost.pop(lease.conversation, None)
 
-    def drop(self, conversation: str) -> Lease | None:
-        """Stop renewing the conversation's lease (to release it, say); the lease it renewed.
-        Waits for a renewal round in flight (one round trip), so call it off the event loop."""
+    def drop(self, conversation: str, token: int | None = None) -> Lease | None:
+        """Stop renewing the conversation's lease (to release it, say; only while it is the one
+        of `token`, when given); the lease it renewed. Waits for a renewal round in flight (one
+        round trip), so call it off the event loop."""
         with self._round, self._lock:
-            kept = self._kept.pop(conversation, None)
-        return None if kept is None else kept.lease
+            kept = self._kept.get(conversation)
+            if kept is None or (token is not None and kept.lease.token != token):
+                return None
+            del self._kept[conversation]
+        return kept.lease
 
     def held(self) -> list[Lease]:
         """The leases being renewed now."""

@@ -53,9 +53,10 @@ class ConversationLeases:
 
     # --- the lease ----------------------------------------------------------------------------
 
-    def acquire(self, conversation: str) -> Lease | None:
+    def acquire(self, conversation: str, anew: bool = False) -> Lease | None:
         """The conversation's lease for this worker (a new token when it changes hands), or None
-        while another live worker holds it unexpired."""
+        while another live worker holds it unexpired. `anew`: even from this worker, under a new
+        token (it is giving the old one up: that release, running late, must not end this)."""
         with self.session.transaction("take a conversation's lease") as cur:
             cur.execute(
                 "INSERT INTO conversation_leases (conversation, holder, token, expires_at)"
@@ -72,10 +73,10 @@ class ConversationLeases:
             ).fetchone()
             assert row is not None  # inserted or present; leases are never deleted
             holder, token, expired, holder_alive = row
-            if holder == self.worker and not expired:
+            if holder == self.worker and not expired and not anew:
                 self._extend(cur, conversation, token)
                 return Lease(conversation, self.worker, token, (), events.last_seq(cur, conversation))
-            if not expired and holder_alive:
+            if holder != self.worker and not expired and holder_alive:
                 return None
             previous = (holder, token, "its lease expired" if expired else "its session ended")
             cur.execute(
@@ -86,6 +87,8 @@ class ConversationLeases:
             new = cur.fetchone()
             assert new is not None
             taken = self._settle(cur, Lease(conversation, self.worker, int(new[0])), holder)
+        if holder == self.worker:  # its own again (given up when idle): not a move
+            return taken
         logs.event(
             "lease_taken", f"{self.worker} took {conversation} (token {taken.token}) from"
             f" {previous[0]}: {previous[2]}", conversation=conversation,
