@@ -109,6 +109,11 @@ async def turn_phase(urls: list[str], cwd: str, n: int, turns: int, spread_s: fl
 
 RSS_EVERY_S = 5.0
 FLAT_BOUND = (1.10, 8.0)  # flat: the last RSS sample <= first (after warm-up) * 1.10 + 8 MB
+RISE_BOUND = (0.05, 2.0)  # and the fitted rise after warm-up <= that sample * 0.05 + 2 MB
+# A soak's warm-up: its first third. A server keeps an idle runtime for a minute
+# (`--idle-release-after`) and collects released ones' cycles in batches (gc_policy), so
+# with conversations rotating the live runtimes only reach their steady number after that.
+WARM_UP_SHARE = 1 / 3
 
 
 def rss_mb(pid: int) -> float:
@@ -270,11 +275,31 @@ def run_open(cluster: str, workers: int, n: int, rate: float, seconds: float, de
     for i, rss in enumerate(samples):
         if not rss:
             continue
-        base = rss[min(1, len(rss) - 1)]  # after the first sample: the runtimes are built
-        flat = rss[-1] <= base * FLAT_BOUND[0] + FLAT_BOUND[1]
-        verdict = ("flat" if flat else "GREW") if soak else ""
-        print(f"  worker {i + 1} RSS MB: first {rss[0]:.1f} after warm-up {base:.1f}"
-              f" last {rss[-1]:.1f} max {max(rss):.1f} ({len(rss)} samples) {verdict}")
+        print(f"  worker {i + 1} RSS MB: {rss_summary(rss, soak)}")
+
+
+def rss_summary(rss: list[float], soak: bool) -> str:
+    """One worker's RSS samples (every `RSS_EVERY_S`): first, after warm-up (the first third
+    of a soak; else the second sample), every sixth of the run, last, max, the slope of a
+    least-squares line through the samples after warm-up (MB/min), and for a soak the verdict:
+    flat when the last sample is within `FLAT_BOUND` of the one after warm-up and that line
+    rises by less than `RISE_BOUND` over the rest of the run."""
+    start = int(len(rss) * WARM_UP_SHARE) if soak else min(1, len(rss) - 1)
+    base, after = rss[start], rss[start:]
+    marks = " ".join(f"{rss[min(len(rss) - 1, len(rss) * k // 6)]:.1f}" for k in range(1, 6))
+    slope = 0.0
+    if len(after) > 1:
+        xs = [k * RSS_EVERY_S / 60 for k in range(len(after))]
+        mx, my = sum(xs) / len(xs), sum(after) / len(after)
+        slope = (sum((x - mx) * (y - my) for x, y in zip(xs, after, strict=True))
+                 / sum((x - mx) ** 2 for x in xs))
+    rise = slope * (len(after) - 1) * RSS_EVERY_S / 60
+    flat = (rss[-1] <= base * FLAT_BOUND[0] + FLAT_BOUND[1]
+            and rise <= base * RISE_BOUND[0] + RISE_BOUND[1])
+    verdict = (" flat" if flat else " GREW") if soak else ""
+    return (f"first {rss[0]:.1f} after warm-up {base:.1f} (sample {start + 1}), by sixths"
+            f" {marks}, last {rss[-1]:.1f} max {max(rss):.1f} ({len(rss)} samples), after"
+            f" warm-up {slope:+.2f} MB/min{verdict}")
 
 
 def run_fleet(cluster: str, workers: int, n: int, turns: int, delay_ms: int) -> None:
