@@ -9,6 +9,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from tether.core.prompt import SYSTEM_PRESETS  # the presets and their texts live there
 from tether.errors import UsageError
@@ -18,6 +19,15 @@ OUTPUT_FORMATS = ("text", "json", "stream-json")
 REFLECTION_TRIGGERS = ("off", "step-count", "compaction-event")
 MEMFS_STARTUP = ("blocking", "background", "skip")
 SKILL_SOURCES = ("all", "bundled", "global", "agent", "project")
+
+
+@dataclass(slots=True)
+class CommandLineFlags(RunFlags):
+    """The run's choices as the command line gave them, with what only a command-line run has:
+    `--store` (a headless run's agents, conversations and transcripts on the PostgreSQL store
+    of a fleet, `cli/headless.py`; None: TETHER_HOME's files)."""
+
+    store: str | None = None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -87,19 +97,22 @@ def _parser() -> _Parser:
                    help="start only the MCP servers of --mcp-config, none from settings or .mcp.json")
     p.add_argument("--backend", help="local | cloud (a Letta server; `api` is the same); "
                    "default: `tether backend`'s saved choice, else local")
+    p.add_argument("--store", help="postgresql://… : run headless on a fleet's PostgreSQL store")
     from tether.cli.help_text import apply_help  # every option's words and the examples
 
     apply_help(p)
     return p
 
 
-def parse_run_flags(argv: Sequence[str], *, stdin_is_tty: bool | None = None) -> RunFlags:
+def parse_run_flags(
+    argv: Sequence[str], *, stdin_is_tty: bool | None = None
+) -> CommandLineFlags:
     ns = _parser().parse_intermixed_args(list(argv))
     if stdin_is_tty is None:
         stdin_is_tty = sys.stdin is not None and sys.stdin.isatty()
     words = " ".join(ns.prompt_words).strip()
     headless = bool(ns.prompt) or (not words and not stdin_is_tty) or ns.input_format is not None
-    flags = RunFlags(headless=headless, prompt=words or None)
+    flags = CommandLineFlags(headless=headless, prompt=words or None)
     flags.model = ns.model
     flags.agent = ns.agent
     flags.new_agent = ns.new_agent
@@ -166,7 +179,14 @@ def parse_run_flags(argv: Sequence[str], *, stdin_is_tty: bool | None = None) ->
         from tether.runtime.session.backend_choice import parse_backend
 
         flags.backend = parse_backend(ns.backend)
+    if ns.store is not None:
+        from tether.server.fleet_store import check_store_url  # psycopg only with --store
+
+        flags.store = check_store_url(ns.store)
+        # agents on the store are local ones: a saved `tether backend cloud` does not apply
+        flags.backend = flags.backend or "local"
     _check_conflicts(flags)
+    _check_store_conflicts(flags)
     return flags
 
 
@@ -231,6 +251,22 @@ def _check_conflicts(f: RunFlags) -> None:
                          "--agent or --conversation")
     if f.agent and f.new_agent:
         raise UsageError("--agent cannot be combined with --new-agent")
+
+
+def _check_store_conflicts(f: CommandLineFlags) -> None:
+    """`--store` runs one headless run on the fleet's store; what reads this machine's own
+    records or another backend cannot go with it."""
+    if f.store is None:
+        return
+    if not f.headless:
+        raise UsageError("--store runs headless only: add -p (the interactive view uses "
+                         "TETHER_HOME's conversations)")
+    if f.continue_last:
+        raise UsageError("-c/--continue cannot be combined with --store (it looks in this "
+                         "machine's TETHER_HOME); pass --conversation <id>")
+    if f.backend == "cloud":
+        raise UsageError("--store cannot be combined with --backend cloud: a cloud agent lives "
+                         "on its Letta server, not in the PostgreSQL store")
 
 
 def _choice(flag: str, value: str, choices: Sequence[str]) -> str:

@@ -5,17 +5,25 @@ Exit codes: 0 success, 1 error, 130 / 143 / 129 after SIGINT / SIGTERM / SIGHUP 
 tool's process group is killed and the transcript keeps an answer for every tool call; see
 `cli/stopping.py`). tether's own state failing (a full disk, a read-only TETHER_HOME, the effect
 store) is an error naming the path and the cause, with a `result` line for stream-json.
+
+With `--store postgresql://…` the run's agents, conversations, transcript and effect checkpoints
+are the fleet's (`StoreRun`): the run is a worker of its own on the store and holds the lease of
+each conversation it writes for as long as it runs, so a conversation a server worker (or
+another run) is running is refused before anything is written, and one this run holds is
+refused to them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tether.backends.local.locks import state_failure
-from tether.cli.flags import RunFlags
+from tether.cli.flags import CommandLineFlags, RunFlags
 from tether.cli.output import Renderer, StdoutGone, init_fields, report_failure, say
 from tether.cli.stopping import RunStop
 from tether.core.approvals import JudgedCall
@@ -204,17 +212,113 @@ def check_for_updates(prepared: Prepared) -> Prepared:
     return prepared
 
 
+class StoreRun:
+    """`--store`: this run as a worker of the fleet's PostgreSQL store (`tether server
+    --store`'s session pieces, `server/fleet_store.py`), with its own name, the store's
+    `PgConversationStore` whose writes take and are fenced by this run's leases
+    (`backends/postgres/solo_lease.py`), and the store's effect checkpoints."""
+
+    def __init__(self, url: str) -> None:
+        from tether.backends.postgres.agents import PgConversationStore
+        from tether.backends.postgres.solo_lease import SoloLeases
+        from tether.runtime.session.session import tether_home
+        from tether.server.fleet_store import open_pg_store
+
+        self.worker = f"headless-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.pg = open_pg_store(url, self.worker)  # unreachable: fails here, naming it
+        self.leases = SoloLeases(self.pg.session, on_lost=_lost)
+        self.store = PgConversationStore(
+            self.pg.session, tether_home(os.environ), self.leases.lease_of
+        )
+
+    def hold_named(self, flags: RunFlags) -> None:
+        """The lease of the conversation the flags name, before anything is assembled: one
+        another worker runs fails the run with nothing written."""
+        from tether.backends.store_api import conversation_ref
+
+        if flags.conversation not in (None, "default"):
+            agent_id = self.store.get_conversation(flags.conversation).agent_id
+            self.leases.take(conversation_ref(agent_id, flags.conversation))
+        elif flags.conversation == "default" and flags.agent:
+            self.leases.take(conversation_ref(flags.agent, "default"))
+
+    def hold(self, prepared: Prepared) -> Prepared:
+        """The lease of the conversation the run resolved (a new one's), before its first turn;
+        its effect checkpoints go to the store under this worker's name, as a server's do."""
+        from tether.backends.store_api import conversation_ref
+
+        session = prepared.session
+        self.leases.take(conversation_ref(session.agent.id, session.conversation_id))
+        prepared.checkpoint_store = (self.pg.checkpoints, self.worker)
+        prepared.shared_checkpoints = True  # closed with the session, by `close`
+        return prepared
+
+    def close(self) -> None:
+        """Give the leases up (a server worker may take the conversations at once), then end
+        the session (and with it this worker's presence)."""
+        try:
+            self.leases.close()
+        finally:
+            self.pg.session.close()
+
+
+def _lost(conversation: str, why: str) -> None:
+    say(f"tether: this run lost conversation {conversation.partition('/')[2]} to another worker "
+        f"({why}); its further writes there are refused")
+
+
+def _prepare(flags: RunFlags, store_run: StoreRun | None) -> Prepared:
+    """`cli/runner.prepare`, on the fleet's store with `--store`."""
+    from tether.cli.runner import prepare
+
+    if store_run is None:
+        return check_for_updates(prepare(flags))
+    from tether.cli.runner import print_warnings, process_spec
+    from tether.runtime.session import gc_policy
+    from tether.runtime.session.assembly import prepare as assemble
+
+    store_run.hold_named(flags)
+    spec = process_spec()
+    spec.store = store_run.store
+    try:
+        prepared = assemble(flags, spec)
+    finally:
+        print_warnings(spec.warnings)
+    store_run.hold(prepared)
+    if prepared.flags.permission_mode == "plan":  # as cli/runner.prepare
+        from tether.runtime.turns.plan_mode import enter_plan_mode
+
+        enter_plan_mode(prepared)
+    gc_policy.startup_done()
+    return check_for_updates(prepared)
+
+
 def run_headless(flags: RunFlags) -> int:
+    url = flags.store if isinstance(flags, CommandLineFlags) else None
+    if url is None:
+        return _run_headless(flags, None)
+    try:
+        store_run = StoreRun(url)
+    except TetherError as exc:  # a database that cannot be reached, named without its password
+        say(f"Error: {exc}")
+        return 1
+    try:
+        return _run_headless(flags, store_run)
+    finally:
+        store_run.close()
+
+
+def _run_headless(flags: RunFlags, store_run: StoreRun | None) -> int:
     started = time.monotonic()
     try:
-        from tether.cli.runner import prepare, read_prompt
+        from tether.cli.runner import read_prompt
 
         if flags.input_format == "stream-json":
             from tether.cli.bidirectional import run_bidirectional
 
-            return run_bidirectional(check_for_updates(prepare(flags)))
+            return run_bidirectional(_prepare(flags, store_run))
         prompt = read_prompt(flags)
-        prepared = check_for_updates(prepare(flags))
+        prepared = _prepare(flags, store_run)
     except (TetherError, OSError) as exc:
         message = state_failure(exc)
         if message is None:

@@ -46,6 +46,10 @@ OPTION_HELP: dict[str, tuple[str, str]] = {
     "backend": ("model and agent", "where the agent runs: local (files under ~/.tether) or "
                 "cloud (a Letta server; `api` is the same); default: `tether backend`'s saved "
                 "choice, else local"),
+    "store": ("model and agent", "headless only: keep this run's agents, conversations and "
+              "transcript in the PostgreSQL store of a fleet (`tether server --store`) instead "
+              "of TETHER_HOME; the conversation runs here only while no server worker runs it "
+              "(its subagents use the same store)"),
     "max_turns": ("headless output", "stop after N model steps (a positive integer)"),
     "output_format": ("headless output", "text (default), json (one result object) or "
                       "stream-json (one JSON event a line, Letta Code's wire format)"),
@@ -108,7 +112,8 @@ OPTION_HELP: dict[str, tuple[str, str]] = {
 # dest -> the placeholder shown for its value (only where the option has none of its own)
 METAVARS = {
     "model": "HANDLE", "agent": "ID", "conversation": "ID", "system": "PRESET",
-    "system_custom": "TEXT", "system_append": "TEXT", "backend": "local|cloud", "max_turns": "N",
+    "system_custom": "TEXT", "system_append": "TEXT", "backend": "local|cloud", "store": "URL",
+    "max_turns": "N",
     "output_format": "FORMAT", "input_format": "FORMAT", "permission_mode": "MODE",
     "allowed_tools": "RULES", "disallowed_tools": "RULES", "skill_sources": "SOURCES",
     "skills_dir": "DIR", "tools": "TOOLS", "init_blocks": "LABELS", "memory_blocks": "JSON",
@@ -130,6 +135,7 @@ examples:
   tether -p --output-format stream-json "fix the lint errors" --allowedTools 'Bash(ruff:*),Edit'
   tether -m ollama/qwen3 -p "summarise README.md"
   tether -C conv-123 -p "and now the tests"  continue a conversation
+  tether -p --store postgresql://db/tether -C local-conv-7 "go on"   on a fleet's store
   tether connect anthropic --api-key sk-...  store a key (or set ANTHROPIC_API_KEY)
   tether -- update the changelog             words that start like a command, as a prompt
   tether completion bash > ~/.local/share/bash-completion/completions/tether

@@ -115,6 +115,20 @@ class ParentScope:
     # (`--backend cloud`, TETHER_BACKEND and `backend_env`); None: found by `with_parent_backend`.
     backend: str | None = None
     backend_env: tuple[tuple[str, str], ...] = ()  # LETTA_BASE_URL / LETTA_API_KEY for the child
+    # The parent's PostgreSQL store (a fleet server's, or `tether -p --store`'s): the child runs
+    # with `--store <it>`, so its agent and transcript are the fleet's, not this machine's.
+    store_url: str | None = None
+
+
+def store_url(store: object) -> str | None:
+    """The URL of `store` when it is the PostgreSQL store (`PgConversationStore`), else None.
+    Nothing of the postgres backend is imported here: a store of a module never imported is
+    not one of its instances."""
+    module = sys.modules.get("tether.backends.postgres.agents")
+    if module is None or not isinstance(store, module.PgConversationStore):
+        return None
+    url = store.session.url
+    return url if isinstance(url, str) else None
 
 
 def with_parent_backend(scope: ParentScope, env: Mapping[str, str]) -> ParentScope:
@@ -123,6 +137,8 @@ def with_parent_backend(scope: ParentScope, env: Mapping[str, str]) -> ParentSco
     its Letta server is where `env` and `tether connect letta` point, as for the parent."""
     if scope.backend is not None:
         return scope
+    if scope.store_url is not None:  # agents on the PostgreSQL store are local ones
+        return replace(scope, backend="local")
     from tether.backends.local.store import LocalStore
     from tether.errors import NotFound
     from tether.runtime.session.session import tether_home
@@ -200,6 +216,9 @@ def child_argv(
         argv.append("--strict-mcp-config")
     if scope.backend == "cloud":  # the reference passes `--backend` to its children too
         argv += ["--backend", "cloud"]
+    if scope.store_url is not None:
+        # On argv like the server's own `--store` (whose command line already shows it).
+        argv += ["--store", scope.store_url]
     return argv
 
 

@@ -1,9 +1,10 @@
 """Which existing agent or conversation a Task (`Agent`) call may run its subagent in (§11).
 
 The grant: a parent agent reaches itself and the agents it created (tagged `parent:<parent
-id>`, as every subagent is), nothing else. `agent_id` runs the child as that agent in a new
-conversation (made here, before the child starts), `conversation_id` continues that
-conversation (`default` with an `agent_id`: that agent's primary history). Refused: a target
+id>`, as every subagent is), nothing else, as the parent's own store holds them (TETHER_HOME's
+files, or the fleet's PostgreSQL store for a server conversation or `tether -p --store`).
+`agent_id` runs the child as that agent in a new conversation (made here, in that store,
+before the child starts), `conversation_id` continues that conversation (`default` with an `agent_id`: that agent's primary history). Refused: a target
 outside the grant — unknown and unreachable are told apart by nothing, so the model learns no
 other agent's existence —, the parent's own conversation (it is mid-turn), a cloud parent
 (its agents live on the Letta server), and any type but `general-purpose`, as the reference.
@@ -13,10 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.errors import NotFound
+
+if TYPE_CHECKING:
+    from tether.backends.store_api import ConversationStore
 
 TARGET_TYPES = ("general-purpose",)
 
@@ -39,10 +42,11 @@ class Target:
 
 def target_conversation(
     args: Mapping[str, Any], *, kind: str, parent_agent: str, parent_conversation: str,
-    home: Path, backend: str | None,
+    store: ConversationStore, backend: str | None,
 ) -> Target | None:
     """The agent and conversation the child continues (created for a bare `agent_id`), or None when the
-    call names no target."""
+    call names no target. Looked up in, and created through, the parent's `store`: the files
+    under TETHER_HOME, or a fleet's PostgreSQL store, where the child then runs too."""
     agent_id = args.get("agent_id") or None
     conversation_id = args.get("conversation_id") or None
     if agent_id is None and conversation_id is None:
@@ -56,9 +60,8 @@ def target_conversation(
     if backend == "cloud":
         raise TargetRefused("agent_id / conversation_id target local agents; this agent runs on "
                             "a Letta server (--backend cloud)")
-    from tether.backends.local.store import DEFAULT_CONVERSATION, LocalStore
+    from tether.backends.local.store import DEFAULT_CONVERSATION
 
-    store = LocalStore(home)
     outside = TargetRefused(
         f"{'conversation ' + repr(conversation_id) if conversation_id else 'agent ' + repr(agent_id)}"
         f" is not one this agent may reach: a subagent can target this agent ({parent_agent}) "

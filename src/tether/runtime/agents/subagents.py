@@ -79,6 +79,7 @@ from tether.runtime.agents.subagent_log import LoggedTask, TaskLog
 from tether.runtime.agents.subagent_targets import Target, TargetRefused, target_conversation
 
 if TYPE_CHECKING:
+    from tether.backends.store_api import ConversationStore
     from tether.sandbox import SandboxStatus, WrappedCommand
 
 __all__ = [  # the launch module's names, re-exported: callers import them from here
@@ -162,9 +163,13 @@ class Subagents:
         command: Sequence[str] | None = None,
         sandbox_status: SandboxStatus | None = None,
         env: Mapping[str, str] | None = None,
+        store: ConversationStore | None = None,
     ) -> None:
         self.scope = scope
         self.env = env  # the run's environment (where its Letta server is); None: os.environ
+        # The parent's store, where a Task call's agent_id / conversation_id targets are looked
+        # up and a target's new conversation made; None: the files under the scope's home.
+        self.store = store
         self.types = dict(types)
         self.scratch = scratch
         self.on_stop = on_stop  # SubagentStop hooks
@@ -232,8 +237,8 @@ class Subagents:
             )
         # a cloud parent's children are cloud runs on its server (found once, at the first launch)
         self.scope = with_parent_backend(self.scope, self.env if self.env is not None else os.environ)
-        try:
-            target = self._target(args, kind.name)
+        try:  # store round trips (PostgreSQL's, on a fleet) stay off the event loop
+            target = await asyncio.to_thread(self._target, args, kind.name)
         except (TargetRefused, TetherError) as exc:
             return ToolResult(str(exc), True)
         if sum(t.running for t in self._tasks.values()) >= MAX_RUNNING:
@@ -275,13 +280,17 @@ class Subagents:
         (runtime/agents/subagent_targets.py); None for a new subagent agent."""
         if not args.get("agent_id") and not args.get("conversation_id"):
             return None
-        from tether.runtime.session.session import tether_home
+        store = self.store
+        if store is None:
+            from tether.backends.local.store import LocalStore
+            from tether.runtime.session.session import tether_home
 
-        env = self.env if self.env is not None else os.environ
-        home = (self.scope.tether_home or tether_home(env)).expanduser().absolute()
+            env = self.env if self.env is not None else os.environ
+            store = LocalStore((self.scope.tether_home or tether_home(env)).expanduser().absolute())
         return target_conversation(
             args, kind=kind, parent_agent=self.scope.agent_id,
-            parent_conversation=self.scope.conversation_id, home=home, backend=self.scope.backend,
+            parent_conversation=self.scope.conversation_id, store=store,
+            backend=self.scope.backend,
         )
 
     def _log_path(self, task_id: str) -> Path:

@@ -364,6 +364,7 @@ def _add_mcp(prepared: Prepared) -> None:
 
 
 def _add_subagents(prepared: Prepared) -> None:
+    from tether.runtime.agents.subagent_launch import store_url
     from tether.runtime.agents.subagents import ParentScope, Subagents, discover_types
     from tether.tools.task import AgentTool
 
@@ -382,6 +383,7 @@ def _add_subagents(prepared: Prepared) -> None:
         tether_home=prepared.store.home,
         mcp_config=tuple(flags.mcp_config),
         strict_mcp_config=flags.strict_mcp_config,
+        store_url=store_url(prepared.store),
     )
     hooks = prepared.hooks
 
@@ -393,5 +395,6 @@ def _add_subagents(prepared: Prepared) -> None:
     session = prepared.session  # the task log: interrupted tasks and pending notifications
     task_log = prepared.store.conversation_dir(session.agent.id, session.conversation_id) / "tasks.jsonl"
     prepared.services.subagents = Subagents(scope, types, prepared.scratch, on_stop=subagent_stop,
-                                               task_log=task_log, env=prepared.env)
+                                               task_log=task_log, env=prepared.env,
+                                               store=prepared.store)
     prepared.registry.register(AgentTool({t.name: t.description for t in types.values()}))
