@@ -1,8 +1,9 @@
 """Subagents of a fleet server live in the fleet's store, and `tether -p --store` runs on it: a
 Task call's new agent and its transcript are PostgreSQL rows (nothing of them in the worker's
 TETHER_HOME), a Task call may target the parent agent there, and a headless run refuses a
-conversation a server worker is running, with nothing written. Real `tether server --store`
-processes, real `tether -p` children and a real database; the model is the fake provider."""
+conversation a server worker is running, with nothing written; a run's leases are never taken
+back once lost. Real `tether server --store` processes, real `tether -p` children and a real
+database; the model is the fake provider."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from websockets.asyncio.client import connect
 
 from tests.e2e.support import TETHER
@@ -129,6 +131,9 @@ def test_a_new_subagent_of_a_fleet_conversation_lives_in_the_store(
     assert f"agent_id={child}" in returned and "child report" in returned
     assert _texts(parent_rows, "assistant")[-1] == "parent done"
     _no_records_in(home)
+    # its memory repository is the fleet's too, stored when the child ended
+    assert _query(pg_url, "SELECT path FROM memory_repos WHERE path = %s",
+                  f"agents/{child}/memory") == [(f"agents/{child}/memory",)]
     # the child gave its lease up when it ended: a server worker may take it at once
     (expired,) = _query(pg_url, "SELECT expires_at < clock_timestamp() FROM conversation_leases"
                         " WHERE conversation = %s", f"{child}/default")
@@ -225,3 +230,38 @@ def test_headless_store_run_keeps_its_run_in_the_store_and_refuses_a_bad_url(
     interactive = subprocess.run([TETHER, "--store", pg_url, "hi"], env=env, cwd=project,
                                  capture_output=True, text=True, timeout=60, check=False)
     assert interactive.returncode == 1 and "--store runs headless only" in interactive.stderr
+
+
+def test_solo_leases_refuse_a_held_conversation_and_never_take_a_lost_one_back(
+    pg_url: str,
+) -> None:
+    from tether.backends.postgres.connection import LeaseLost, PgSession
+    from tether.backends.postgres.solo_lease import HeldElsewhere, SoloLeases
+
+    sessions = [PgSession(pg_url, name) for name in ("run-a", "run-b", "run-c")]
+    try:
+        a, b, c = (SoloLeases(s, ttl_s=0.3) for s in sessions)
+        ref = "agent-x/local-conv-1"
+        mine = a.take(ref)
+        assert a.take(ref) == mine and a.keeper.started
+        with pytest.raises(HeldElsewhere, match=r"conversation local-conv-1 \(agent agent-x\) is "
+                           "running elsewhere: worker run-a holds it"):
+            b.take(ref)
+        a.keeper.stop()  # run-a stops renewing (a stopped process) past the ttl
+        time.sleep(0.5)
+        theirs = b.take(ref)
+        assert theirs.token > mine.token
+        # run-a's writes stay fenced by its old lease: refused, never re-taken behind b's back
+        assert a.lease_of(ref) == mine
+        with pytest.raises(LeaseLost):
+            a.leases.append(mine, [{"late": True}])
+        a.close()  # releases nothing of run-b's
+        assert b.leases.current(ref) == ("run-b", theirs.token)
+        with pytest.raises(HeldElsewhere):
+            c.take(ref)
+        b.close()  # given up at once: the next run takes it without waiting for the ttl
+        assert c.take(ref).token == theirs.token + 1
+        c.close()
+    finally:
+        for s in sessions:
+            s.close()

@@ -6,8 +6,8 @@ tool's process group is killed and the transcript keeps an answer for every tool
 `cli/stopping.py`). tether's own state failing (a full disk, a read-only TETHER_HOME, the effect
 store) is an error naming the path and the cause, with a `result` line for stream-json.
 
-With `--store postgresql://…` the run's agents, conversations, transcript and effect checkpoints
-are the fleet's (`StoreRun`): the run is a worker of its own on the store and holds the lease of
+With `--store postgresql://…` the run's agents, conversations, transcript, effect checkpoints
+and memory repository are the fleet's (`StoreRun`): the run is a worker of its own on the store and holds the lease of
 each conversation it writes for as long as it runs, so a conversation a server worker (or
 another run) is running is refused before anything is written, and one this run holds is
 refused to them.
@@ -230,6 +230,7 @@ class StoreRun:
         self.store = PgConversationStore(
             self.pg.session, tether_home(os.environ), self.leases.lease_of
         )
+        self.prepared: Prepared | None = None
 
     def hold_named(self, flags: RunFlags) -> None:
         """The lease of the conversation the flags name, before anything is assembled: one
@@ -251,15 +252,38 @@ class StoreRun:
         self.leases.take(conversation_ref(session.agent.id, session.conversation_id))
         prepared.checkpoint_store = (self.pg.checkpoints, self.worker)
         prepared.shared_checkpoints = True  # closed with the session, by `close`
+        self.prepared = prepared
+        self.sync_memory()  # the store's memory commits, before the first prompt is built
         return prepared
 
+    def sync_memory(self) -> None:
+        """The agent's memory repo here and the store's copy brought to one head, as a server
+        worker does at a turn's boundaries (`backends/postgres/memory_sync.py`); a failure is
+        logged and never the run's."""
+        if self.prepared is None:
+            return
+        from tether.backends.postgres.memory_sync import MemoryRepos, sync_logged
+        from tether.memory.memfs import MemFS, memory_dir
+
+        agent = self.prepared.session.agent
+        memfs = MemFS(memory_dir(self.store.home, agent.id), agent_id=agent.id,
+                      agent_name=agent.name)
+        if memfs.exists:  # none when git is off
+            sync_logged(memfs, MemoryRepos(self.pg.session), self.worker)
+
     def close(self) -> None:
-        """Give the leases up (a server worker may take the conversations at once), then end
-        the session (and with it this worker's presence)."""
+        """Store what the run committed to memory (its reflection included), give the leases
+        up (a server worker may take the conversations at once), then end the session (and
+        with it this worker's presence)."""
         try:
-            self.leases.close()
+            self.sync_memory()
+        except (TetherError, OSError) as exc:  # the run's answer stands; say what was left
+            say(f"tether: while shutting down: the memory repository was not stored: {exc}")
         finally:
-            self.pg.session.close()
+            try:
+                self.leases.close()
+            finally:
+                self.pg.session.close()
 
 
 def _lost(conversation: str, why: str) -> None:
