@@ -265,3 +265,29 @@ def test_solo_leases_refuse_a_held_conversation_and_never_take_a_lost_one_back(
     finally:
         for s in sessions:
             s.close()
+
+
+
+def test_a_memory_subagent_on_a_unix_socket_store_keeps_its_records_here_and_says_so(
+    tmp_path: Path, pg_url: str,
+) -> None:
+    """Its sandbox refuses Unix sockets (the test cluster's only way in): the child runs on
+    TETHER_HOME as before fleets, the run says why once, and the parent's turn completes."""
+    project, home = tmp_path / "project", tmp_path / "tether-home"
+    project.mkdir()
+    call = agent_call()
+    call["tool_calls"][0]["arguments"].update(subagent_type="memory", model=MODEL)
+    script = [call, {"text": "memory tidied"}, {"text": "parent done"}]
+    with FakeProvider(script) as fake:
+        env = server_env(fake.url, home, tmp_path)
+        done = _headless(["--store", pg_url, "--model", MODEL, "--yolo", "--output-format",
+                          "json", "tidy up"], env, project)
+        returned = json.dumps(fake.requests[-1]["body"]["messages"][-1])
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["result"] == "parent done"
+    assert "status=completed" in returned and "memory tidied" in returned
+    assert done.stderr.count("memory subagents keep their own records in this machine's "
+                             "TETHER_HOME: the PostgreSQL store is reached through a Unix "
+                             "socket") == 1
+    assert len(_agents(pg_url)) == 1  # the parent only: the child's record is local
+    assert len(list(home.glob("agents/*.json"))) == 1

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -219,6 +218,8 @@ class StoreRun:
     (`backends/postgres/solo_lease.py`), and the store's effect checkpoints."""
 
     def __init__(self, url: str) -> None:
+        import uuid
+
         from tether.backends.postgres.agents import PgConversationStore
         from tether.backends.postgres.solo_lease import SoloLeases
         from tether.runtime.session.session import tether_home

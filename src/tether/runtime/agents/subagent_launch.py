@@ -131,6 +131,42 @@ def store_url(store: object) -> str | None:
     return url if isinstance(url, str) else None
 
 
+def store_for_child(
+    scope: ParentScope, kind: SubagentType, env: Mapping[str, str]
+) -> tuple[ParentScope, str | None]:
+    """The scope a child of `kind` is launched with, and why it leaves the parent's store out
+    (None: it does not). A memory-sandboxed child cannot open a Unix socket (the sandbox's
+    seccomp filter refuses AF_UNIX, or any daemon on the machine would be in reach), so with a
+    store libpq reaches through one it runs on this machine's TETHER_HOME, as before fleets:
+    what it is for, the parent's memory, still reaches the store with the parent's next sync."""
+    if scope.store_url is None or kind.launch_profile != MEMORY_PROFILE:
+        return scope, None
+    if env.get("TETHER_FS_SANDBOX", "").strip().lower() in ("0", "false"):
+        return scope, None  # runs unconfined on purpose: it can reach the store
+    if not unix_socket_store(scope.store_url, env):
+        return scope, None
+    return replace(scope, store_url=None), (
+        "memory subagents keep their own records in this machine's TETHER_HOME: the "
+        "PostgreSQL store is reached through a Unix socket, which their sandbox refuses (reach "
+        "it over TCP to keep them in the store; the parent's memory is synced either way)"
+    )
+
+
+def unix_socket_store(url: str, env: Mapping[str, str]) -> bool:
+    """Whether libpq reaches the store at `url` through a Unix socket: a host that is a path
+    (or `@abstract`), or none at all (its default socket directory), unless `hostaddr` names
+    an address."""
+    from urllib.parse import parse_qs, unquote, urlsplit
+
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    if query.get("hostaddr"):
+        return False
+    hosts = query.get("host") or [unquote(parts.netloc.rpartition("@")[2].partition(":")[0])]
+    host = hosts[-1] or env.get("PGHOST", "")
+    return any(h == "" or h.startswith(("/", "@")) for h in host.split(","))
+
+
 def with_parent_backend(scope: ParentScope, env: Mapping[str, str]) -> ParentScope:
     """The scope with the parent's backend filled in when its builder did not say: a cloud
     parent's agent is mirrored locally with `backend: cloud` (runtime/session/backend_choice.py), and

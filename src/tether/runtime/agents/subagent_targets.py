@@ -4,7 +4,8 @@ The grant: a parent agent reaches itself and the agents it created (tagged `pare
 id>`, as every subagent is), nothing else, as the parent's own store holds them (TETHER_HOME's
 files, or the fleet's PostgreSQL store for a server conversation or `tether -p --store`).
 `agent_id` runs the child as that agent in a new conversation (made here, in that store,
-before the child starts), `conversation_id` continues that conversation (`default` with an `agent_id`: that agent's primary history). Refused: a target
+before the child starts), `conversation_id` continues that conversation (`default` with an
+`agent_id`: that agent's primary history). Refused: a target
 outside the grant — unknown and unreachable are told apart by nothing, so the model learns no
 other agent's existence —, the parent's own conversation (it is mid-turn), a cloud parent
 (its agents live on the Letta server), and any type but `general-purpose`, as the reference.

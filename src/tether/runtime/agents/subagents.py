@@ -6,7 +6,11 @@ with the prompt on stdin, in the parent's working directory, in its own session 
 group), with env `TETHER_AGENT_ROLE=subagent`, `TETHER_PARENT_AGENT_ID=<parent agent>` and
 `USER_CWD`. A call naming `agent_id` / `conversation_id` runs the child as that existing agent
 instead (`--conversation <id>`: no new agent, the agent's own model and system prompt); which
-targets a parent may reach is in `subagent_targets.py`. The exact grant it receives:
+targets a parent may reach is in `subagent_targets.py`, checked in the parent's own store. A
+parent on a fleet's PostgreSQL store (a `tether server --store` conversation, or `tether -p
+--store`) gives its child `--store <the same URL>`: the child's agent, conversation, transcript
+and memory are the fleet's, and it holds its conversation's lease while it runs. The exact
+grant it receives:
 
 - `--permission-mode unrestricted`, which only skips asking: the child runs only after the
   parent admitted the Task call (in `standard` mode that takes an approval, a rule or `--yolo`);
@@ -73,6 +77,7 @@ from tether.runtime.agents.subagent_launch import (
     discover_types,
     memory_sandboxed,
     parse_type,
+    store_for_child,
     with_parent_backend,
 )
 from tether.runtime.agents.subagent_log import LoggedTask, TaskLog
@@ -182,6 +187,7 @@ class Subagents:
         self._counter = itertools.count(1)
         self._closing = False
         self._warned_unconfined = False
+        self._warned_local = False  # memory subagents off the store: said once
 
     # --- notifications ----------------------------------------------------------------------
 
@@ -256,7 +262,12 @@ class Subagents:
             log_path = self._log_path(task_id)
         task = SubagentTask(task_id, kind.name, description, log_path, background, tool_call_id)
         self._tasks[task.id] = task
-        argv = child_argv(kind, self.scope, model, self.command, target.argv() if target else ())
+        scope, local = store_for_child(self.scope, kind,
+                                       self.env if self.env is not None else os.environ)
+        if local is not None and not self._warned_local:
+            self._warned_local = True
+            print(f"tether: {local}", file=sys.stderr)
+        argv = child_argv(kind, scope, model, self.command, target.argv() if target else ())
         prompt = str(args["prompt"])
         if not background:
             runner = asyncio.ensure_future(self._run(task, kind, argv, prompt))
