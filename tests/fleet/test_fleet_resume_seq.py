@@ -4,7 +4,8 @@ runs, its worker is killed (kill -9) mid-turn, and it reconnects to the third wo
 `runtime_start{after_event_seq: N}`: it receives `runtime_replay` and then exactly the owner's
 frames N+1.. (the same seqs, in order, none twice, none missing) through the turn's end, part
 replayed from the `fleet_events` rows and part live. When the rows after N were pruned, the
-replay says so (`complete: false`, from which seq)."""
+replay says so (`complete: false`, from which seq). A client that stays connected asks the same
+with `sync{after_event_seq}`."""
 
 from __future__ import annotations
 
@@ -222,6 +223,59 @@ def test_a_replay_from_before_the_pruned_rows_says_it_is_incomplete(
                         assert again["event_seq"] == second["event_seq"]  # what is kept, replayed
 
             asyncio.run(scenario())
+        finally:
+            for w in workers:
+                w.stop()
+
+
+def test_a_client_that_stays_asks_sync_after_a_seq_and_gets_the_owners_frames_after_it(
+    tmp_path: Path, pg_url: str,
+) -> None:
+    """`sync{after_event_seq}` on a worker that does not run the conversation: after its state
+    frames, `runtime_replay` and the owner's frames after that seq, read from the rows (the
+    same the owner's own client saw), then the live ones."""
+    project, home = tmp_path / "project", tmp_path / "tether-home"
+    project.mkdir()
+    script = [{"text": "warm"}, {"text": "step", "tool_calls": [bash("echo one")]},
+              {"text": "done"}]
+    with FakeProvider(script) as fake:
+        env = server_env(fake.url, home, tmp_path)
+        workers = [ServerProcess(env, project, "--store", pg_url) for _ in range(2)]
+        try:
+            async def scenario() -> None:
+                async with connect(workers[0].url) as ws_a, connect(workers[1].url) as ws_b:
+                    a, b = Client(ws_a), Client(ws_b)
+                    runtime = (await a.start(project, mode="unrestricted"))["runtime"]
+                    await a.say(runtime, "warm up", request_id="in-1")  # worker 0 owns it now
+                    warm = await a.of_type("turn_finished", request_id="in-1")
+                    owner = _instance(warm)
+                    await b.start(project, agent_id=runtime["agent_id"],
+                                  conversation_id=runtime["conversation_id"])
+                    await asyncio.sleep(0.5)  # b's worker is following the conversation
+                    await a.say(runtime, "one step", request_id="in-2")
+                    end = await a.of_type("turn_finished", request_id="in-2")
+                    await b.of_type("turn_finished", request_id="in-2")
+                    b.seen.clear()
+                    await b.send({"type": "sync", "request_id": "y-1", "runtime": runtime,
+                                  "after_event_seq": warm["event_seq"]})
+                    replay = await b.of_type("runtime_replay")
+                    await b.of_type("turn_finished", request_id="in-2")
+                    kinds = [f["type"] for f in b.seen]
+                    assert "update_device_status" in kinds[:kinds.index("runtime_replay")]
+                    assert replay["complete"] is True and replay["runtime"] == runtime
+                    assert replay["after_event_seq"] == warm["event_seq"]
+                    assert replay["through_event_seq"] == end["event_seq"]
+                    replayed = _owner_frames(b, owner, warm["event_seq"], end["event_seq"])
+                    # Everything the owner broadcast (its input_accepted went to `a` alone).
+                    broadcast = [f for f in _owner_frames(a, owner, warm["event_seq"],
+                                                          end["event_seq"])
+                                 if f[1] != "input_accepted"]
+                    assert replayed == broadcast, (replayed, broadcast)
+                    assert replayed[0][0] == replay["first_event_seq"]
+                    assert len(_tool_returns(b)) == 1
+
+            asyncio.run(scenario())
+            assert len(fake.requests) == 3 and fake.violations == []
         finally:
             for w in workers:
                 w.stop()

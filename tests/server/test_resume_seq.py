@@ -14,7 +14,7 @@ import pytest
 
 from tests.server.support import MODEL, Client, InProcess, point_at
 from tether.server.frame_reader import FrameError
-from tether.server.protocol_v2 import RuntimeStart, parse_frame
+from tether.server.protocol_v2 import RuntimeStart, Sync, parse_frame
 from tether.testing.fake_provider import FakeProvider
 
 
@@ -80,5 +80,53 @@ def test_without_a_store_the_answer_says_whether_frames_were_missed(
                     await c.start(tmp_path, after_event_seq=last, **ids)
                     replay = await c.of_type("runtime_replay")
                     assert replay["complete"] is True and replay["missing_through"] is None
+
+        asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("value", [-1, "12", 1.5, True])
+def test_a_bad_sync_after_event_seq_is_refused_naming_the_field(value: Any) -> None:
+    import orjson
+
+    frame = {"type": "sync", "request_id": "y-1",
+             "runtime": {"agent_id": "a", "conversation_id": "c"}, "after_event_seq": value}
+    with pytest.raises(FrameError) as caught:
+        parse_frame(orjson.dumps(frame))
+    assert "'after_event_seq' must be a non-negative integer" in str(caught.value)
+    assert caught.value.frame_type == "sync"
+    good = parse_frame(orjson.dumps({**frame, "after_event_seq": 5}))
+    assert isinstance(good, Sync) and good.after_event_seq == 5
+
+
+def test_sync_after_a_seq_answers_after_its_state_frames(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FakeProvider([{"text": "one"}]) as fake:
+        point_at(fake, monkeypatch)
+
+        async def scenario() -> None:
+            async with InProcess(tmp_path) as srv, srv.connect() as ws:
+                a = Client(ws)
+                runtime = (await a.start(tmp_path))["runtime"]
+                await a.say(runtime, "hello", request_id="in-1")
+                done = await a.of_type("turn_finished", request_id="in-1")
+                last = max(f["event_seq"] for f in a.seen if "event_seq" in f)
+                for after, complete in ((last, True), (done["event_seq"] - 2, False)):
+                    a.seen.clear()
+                    await a.send({"type": "sync", "runtime": runtime, "after_event_seq": after})
+                    replay = await a.of_type("runtime_replay")
+                    assert replay["complete"] is complete and replay["after_event_seq"] == after
+                    if complete:
+                        assert replay["missing_through"] is None
+                    else:
+                        assert replay["missing_through"] >= done["event_seq"]
+                    kinds = [f["type"] for f in a.seen]
+                    # The state frames `sync` sends come first, the replay's answer after them.
+                    assert "update_device_status" in kinds[:kinds.index("runtime_replay")]
+                    last = max(f["event_seq"] for f in a.seen if "event_seq" in f)
+                await a.send({"type": "sync", "runtime": runtime})  # without: no replay answer
+                await a.of_type("update_device_status")
+                await asyncio.sleep(0.2)
+                assert [f for f in a.seen if f["type"] == "runtime_replay"] == [replay]
 
         asyncio.run(scenario())

@@ -437,6 +437,10 @@ class AppServer:
                     v2_frames.abort_message_response(frame.request_id, aborted=aborted)
                 )
         elif isinstance(frame, Sync):
+            if frame.after_event_seq is not None:  # answered after the state frames
+                from tether.server.event_replay import replay_to
+
+                replay_to(self.ctx, rt, conn.id, frame.after_event_seq)
             for state in rt.state_frames():
                 conn.send_frame(state)
         elif isinstance(frame, ExternalToolsUpdate):

@@ -174,14 +174,17 @@ class FleetEvents:
         if current is not None and current.rt is rt:
             del self.followers[conversation]
 
-    def resume(self, conversation: str, rt: ConversationRuntime, after: int) -> None:
-        """Before the client resuming after `after` subscribes to `rt` (on this loop turn)."""
+    def resume(self, conversation: str, rt: ConversationRuntime, after: int,
+               sub_id: str | None = None) -> None:
+        """Before the client resuming after `after` subscribes to `rt` (on this loop turn), or
+        for `sub_id`, a client of `rt` already (`sync{after_event_seq}`)."""
         self.follow(conversation, rt)
         follower = self.followers[conversation]
         barrier = self.publisher.put_count if self.publisher is not None else 0
-        replay = Replay(after, barrier, frozenset(rt.subscribers))
+        replay = Replay(after, barrier, frozenset(rt.subscribers), sub_id)
         follower.replays.append(replay)
-        asyncio.get_running_loop().call_soon(self._bind, conversation, follower, replay)
+        if sub_id is None:
+            asyncio.get_running_loop().call_soon(self._bind, conversation, follower, replay)
 
     def _bind(self, conversation: str, follower: Follower, replay: Replay) -> None:
         bound = {r.sub_id for r in follower.replays}

@@ -15,7 +15,10 @@ Beyond the reference (tether extensions, `EXTENSION_FIELDS`):
   (`server/event_replay.py`). With `--store` they come from the `fleet_events` rows, kept
   `KEEP_S`; `complete: false` with `missing_through` says the frames up to that seq are no
   longer kept (or, on a server without `--store`, were never kept): re-read the state with
-  `sync`. `sync{after_event_seq}` is not accepted yet (its answer is built outside this module).
+  `sync`.
+- `sync{after_event_seq}`: the same, for a client already on the runtime (e.g. one that saw a
+  gap in the seqs): after the state frames `sync` sends, `runtime_replay` and the frames after
+  that seq, then the live ones.
 """
 
 from __future__ import annotations
@@ -126,6 +129,7 @@ class AbortMessage:
 class Sync:
     request_id: str | None
     runtime: RuntimeScope
+    after_event_seq: int | None = None  # replay after this seq (an extension: module docstring)
 
 
 ClientFrame = (
@@ -151,7 +155,10 @@ FRAME_TYPES = (
     "runtime_external_tools_update",
 )
 # Fields tether accepts beyond the reference's (the module docstring says what each does).
-EXTENSION_FIELDS: dict[str, frozenset[str]] = {"runtime_start": frozenset({"after_event_seq"})}
+EXTENSION_FIELDS: dict[str, frozenset[str]] = {
+    "runtime_start": frozenset({"after_event_seq"}),
+    "sync": frozenset({"after_event_seq"}),
+}
 
 
 def parse_frame(raw: str | bytes) -> ClientFrame:
@@ -182,7 +189,7 @@ def parse_frame(raw: str | bytes) -> ClientFrame:
     if kind == "abort_message":
         return AbortMessage(request_id, RuntimeScope(*reader.runtime()), reader.opt_str("run_id"))
     if kind == "sync":
-        return Sync(request_id, RuntimeScope(*reader.runtime()))
+        return Sync(request_id, RuntimeScope(*reader.runtime()), _after_event_seq(reader))
     if kind == "external_tool_call_response":
         return parse_call_response(reader)
     if kind == "runtime_external_tools_update":
