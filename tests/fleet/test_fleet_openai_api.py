@@ -61,3 +61,50 @@ def test_a_completion_sent_to_a_non_holder_is_answered_from_the_holders_turn(
     assert second.json()["choices"][0]["message"]["content"] == "second answer"
     assert "requires approval" in asked  # the holder denied it as this API does
     assert not (project / "made-by-the-completion").exists()
+
+
+def test_a_streamed_completion_on_a_non_holder_streams_the_holders_text_as_it_comes(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """The holder's text reaches the non-holder's SSE client while the turn still runs: the
+    first piece (before a tool call) arrives seconds before the answer the provider gives
+    late, not all at once at the turn's end."""
+    import time
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("the answer is 42\n")
+    script = [
+        {"text": "hi"},
+        {"text": "looking at the notes", "tool_calls": [
+            {"name": "Read", "arguments": {"file_path": str(project / "notes.txt")}}]},
+        {"text": "it says 42", "delay_ms": 3000},
+    ]
+    with FakeProvider(script) as fake:
+        a = ServerProcess(server_env(fake.url, tmp_path / "home-a", tmp_path), project,
+                          "--store", pg_url, "--openai-api")
+        b = ServerProcess(server_env(fake.url, tmp_path / "home-b", tmp_path), project,
+                          "--store", pg_url, "--openai-api")
+        pieces: list[tuple[float, str]] = []
+        try:
+            agent = asyncio.run(_hold(a.url, project))
+            body = {"model": agent, "stream": True,
+                    "messages": [{"role": "user", "content": "what do the notes say?"}]}
+            with httpx.stream("POST", f"{b.http_base}/v1/chat/completions", json=body,
+                              timeout=60) as response:
+                assert response.status_code == 200
+                for line in response.iter_lines():
+                    if not line.startswith("data: {"):
+                        continue
+                    delta = json.loads(line[len("data: "):])["choices"][0]["delta"]
+                    if delta.get("content"):
+                        pieces.append((time.monotonic(), delta["content"]))
+        finally:
+            a.stop()
+            b.stop()
+        assert fake.violations == [] and len(fake.requests) == 3
+    text = "".join(piece for _, piece in pieces)
+    assert text == "looking at the notes\n\nit says 42", pieces
+    first_seen = next(t for t, _ in pieces)
+    answer_seen = next(t for t, piece in pieces if "42" in piece)
+    assert answer_seen - first_seen > 2.0, pieces  # streamed, not one piece at the end

@@ -80,6 +80,7 @@ class TurnWatch:
         self._otid: str | None = None
         self.gave_up = False
         self._relay_turn: list[dict[str, Any]] = []  # the holder's deltas of the turn running
+        self._relay_mine = False  # the holder began this request's turn: its deltas stream
 
     @property
     def started(self) -> bool:
@@ -95,37 +96,52 @@ class TurnWatch:
             self._relayed(frame)
 
     def _relayed(self, frame: dict[str, Any]) -> None:
-        """A frame of the holder's: each turn's text and usage kept until its `turn_finished`,
-        then taken when the turn was this request's (sent as one piece: which turn a delta
-        belongs to is known only at its end), else dropped. Its asks the holder denies
-        (`durable_inputs.watch_unattended`)."""
+        """A frame of the holder's. Its queue update naming this request's input as taken
+        (the holder announces every input another worker recorded) begins this request's turn:
+        its text and usage are taken as they come, streamed. A turn's deltas seen without that
+        are kept until its `turn_finished`, then taken (as one piece) when the turn was this
+        request's, else dropped. Its asks the holder denies (`durable_inputs.watch_unattended`)."""
         kind = frame.get("type")
+        if kind == "update_queue":
+            removed = frame.get("removed")
+            if self.queue_item_id is not None and isinstance(removed, list) \
+                    and self.queue_item_id in removed:
+                self._relay_mine, self._relay_turn = True, []
+            return
         if kind == "stream_delta":
             delta = frame.get("delta")
             if isinstance(delta, dict):
-                self._relay_turn.append(delta)
+                if self._relay_mine:
+                    self._take_relayed(delta)
+                else:
+                    self._relay_turn.append(delta)
             return
         if kind != "turn_finished":
             return
         deltas, self._relay_turn = self._relay_turn, []
+        mine, self._relay_mine = self._relay_mine, False
         if frame.get("request_id") != self.request_id or self.done:
             return
-        for delta in deltas:
-            kind = delta.get("message_type")
-            if kind == "assistant_message" and isinstance(delta.get("content"), str):
-                self.on_event(AssistantText(str(delta.get("otid")), delta["content"]))
-            elif kind == "usage_statistics":
-                for key, wire in _RELAYED_USAGE:
-                    value = delta.get(wire)
-                    self.usage[key] += value if isinstance(value, int) else 0
-            elif kind == "loop_error" and isinstance(delta.get("message"), str):
-                self.error = delta["message"]
+        if not mine:
+            for delta in deltas:
+                self._take_relayed(delta)
         run_ids = frame.get("run_ids")
         self.on_turn_finished(TurnFinished(
             str(frame.get("turn_id")), str(frame.get("stop_reason")),
             tuple(str(r) for r in run_ids) if isinstance(run_ids, list) else (),
             self.request_id, frame.get("error") if isinstance(frame.get("error"), str) else None,
         ))
+
+    def _take_relayed(self, delta: dict[str, Any]) -> None:
+        kind = delta.get("message_type")
+        if kind == "assistant_message" and isinstance(delta.get("content"), str):
+            self.on_event(AssistantText(str(delta.get("otid")), delta["content"]))
+        elif kind == "usage_statistics":
+            for key, wire in _RELAYED_USAGE:
+                value = delta.get(wire)
+                self.usage[key] += value if isinstance(value, int) else 0
+        elif kind == "loop_error" and isinstance(delta.get("message"), str):
+            self.error = delta["message"]
 
     def on_turn_finished(self, finished: TurnFinished) -> None:
         if not self.started or self.done or finished.request_id != self.request_id:
