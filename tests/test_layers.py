@@ -36,7 +36,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("tether.cli.channels_cmd", "tether.channels.plugins"): CLI_DISPATCH,
     ("tether.cli.server_cmd", "tether.server.app_server"): CLI_DISPATCH,
     ("tether.cli.server_cmd", "tether.server.auth"): "`tether server`'s auth flags become its policy",
-    ("tether.cli.server_cmd", "tether.server.fleet_store"): "`--store URL` is checked before start",
     ("tether.cli.server_cmd", "tether.server.runtime_start"): "`--cwd` is checked before start",
     # L0 sideways
     ("tether.protocol.messages", "tether.errors"): "every layer raises the one error tree",

@@ -21,7 +21,7 @@ def test_a_refused_checkpoint_write_is_one_json_event(
     from tether.backends.postgres.connection import LeaseLost
     from tether.backends.postgres.leases import ConversationLeases
     from tether.backends.postgres.logs import JsonLogFormatter
-    from tether.server.fleet_store import open_pg_store
+    from tether.runtime.session.pg_store import open_pg_store
 
     old, new = open_pg_store(pg_url, "worker-old"), open_pg_store(pg_url, "worker-new")
     try:

@@ -81,8 +81,8 @@ def test_a_dropped_lease_is_not_renewed_and_the_interval_must_be_positive(pg_url
 async def _hold_fifty_then_lose_one(pg_url: str) -> None:
     from tether.backends.postgres.connection import PgSession
     from tether.backends.postgres.leases import ConversationLeases
+    from tether.runtime.session.pg_store import open_pg_store
     from tether.server.fleet_leases import FleetLeases
-    from tether.server.fleet_store import open_pg_store
 
     ttl = 2.0
     store = await asyncio.to_thread(open_pg_store, pg_url, "worker-1")

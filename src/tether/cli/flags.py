@@ -180,7 +180,7 @@ def parse_run_flags(
 
         flags.backend = parse_backend(ns.backend)
     if ns.store is not None:
-        from tether.server.fleet_store import check_store_url  # psycopg only with --store
+        from tether.runtime.session.pg_store import check_store_url  # psycopg only with --store
 
         flags.store = check_store_url(ns.store)
         # agents on the store are local ones: a saved `tether backend cloud` does not apply

@@ -213,7 +213,7 @@ def check_for_updates(prepared: Prepared) -> Prepared:
 
 class StoreRun:
     """`--store`: this run as a worker of the fleet's PostgreSQL store (`tether server
-    --store`'s session pieces, `server/fleet_store.py`), with its own name, the store's
+    --store`'s session pieces, `runtime/session/pg_store.py`), with its own name, the store's
     `PgConversationStore` whose writes take and are fenced by this run's leases
     (`backends/postgres/solo_lease.py`), and the store's effect checkpoints."""
 
@@ -222,8 +222,8 @@ class StoreRun:
 
         from tether.backends.postgres.agents import PgConversationStore
         from tether.backends.postgres.solo_lease import SoloLeases
+        from tether.runtime.session.pg_store import open_pg_store
         from tether.runtime.session.session import tether_home
-        from tether.server.fleet_store import open_pg_store
 
         self.worker = f"headless-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.pg = open_pg_store(url, self.worker)  # unreachable: fails here, naming it

@@ -62,8 +62,9 @@ def _parser() -> _Parser:
         help="keep agents, conversations, transcripts, the input queue, idempotency keys, "
         "effect checkpoints, schedules, secrets, reflection settings and memory repositories "
         "in PostgreSQL (postgresql://…; needs pip install 'tether[postgres]') so several "
-        "servers, each with a TETHER_HOME of its own, share them; settings, trusted folders "
-        "and subagents' own runs stay per machine (default: the local store)",
+        "servers, each with a TETHER_HOME of its own, share them (subagents too: they run "
+        "as tether -p --store); settings and trusted folders stay per machine (default: the "
+        "local store)",
     )
     p.add_argument(
         "--lease-ttl", type=float, default=15.0, metavar="SECONDS",
@@ -111,7 +112,7 @@ def options_from_argv(argv: Sequence[str]) -> ServerOptions:
     if not ns.lease_ttl > 0:
         raise UsageError(f"--lease-ttl must be more than 0 seconds, not {ns.lease_ttl}")
     if ns.store is not None:
-        from tether.server.fleet_store import check_store_url
+        from tether.runtime.session.pg_store import check_store_url
 
         check_store_url(ns.store)
     options = ServerOptions(

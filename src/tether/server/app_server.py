@@ -81,7 +81,7 @@ class ServerOptions:
     openai_api: bool = False  # also serve /v1/* (server/openai_bridge.py)
     max_connections_per_ip: int = 64  # open websockets one address may hold (slowloris, e10)
     idle_release_after: float = 60.0  # seconds before an idle runtime is released (issue 22)
-    store: str | None = None  # a postgresql:// URL (server/fleet_store.py); None: the local store
+    store: str | None = None  # a postgresql:// URL (runtime/session/pg_store.py); None: the local store
     log_format: str = "text"
     lease_ttl: float = 15.0  # seconds a stopped worker keeps its conversations (--store)
 
@@ -504,8 +504,8 @@ def make_context(options: ServerOptions, env: dict[str, str]) -> ServerContext:
     checkpoints: Any = None
     fleet: Any = None
     if options.store is not None:  # one session: the owner is the worker's name in the store
+        from tether.runtime.session.pg_store import open_pg_store
         from tether.server.fleet_leases import FleetLeases
-        from tether.server.fleet_store import open_pg_store
 
         pg = open_pg_store(options.store, owner)
         inputs, checkpoints = pg.inputs, pg.checkpoints

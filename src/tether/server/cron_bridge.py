@@ -185,7 +185,7 @@ def _schedule_store(server: AppServer) -> tuple[CronStore, str | None]:
     from tether.backends.postgres.fires import CronFires
     from tether.runtime.cron.fleet import FleetCronStore
 
-    session = server.ctx.fleet.leases.session  # the worker's PgSession (server/fleet_store.py)
+    session = server.ctx.fleet.leases.session  # the worker's PgSession (runtime/session/pg_store.py)
     return FleetCronStore(home, CronFires(session), CronTasks(session)), str(session.worker)
 
 

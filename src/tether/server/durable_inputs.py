@@ -280,7 +280,7 @@ def resume_inputs(server: AppServer) -> int:
 
 def resume_stored(server: AppServer, orphans: Sequence[StoredInput]) -> int:
     """Queue `orphans` (claimed by this server) again or report them, per conversation in
-    order: at start-up, or when a fleet worker takes over a dead one's (`fleet_store.sweep`)."""
+    order: at start-up, or when a fleet worker takes over a dead one's (`fleet_leases.FleetLeases.sweep_once`)."""
     queue = server.ctx.inputs
     if queue is None or not orphans:
         return 0

@@ -19,7 +19,7 @@ memory repository shared by the workers (pulled before a turn, pushed after it);
 rest of a home (records, transcripts, memory repositories, files). psycopg (the `postgres`
 extra) is imported only inside this package, so nothing here is on the start path of a local run.
 
-Wired into `tether server --store postgresql://…` by `server/fleet_store.py` (one `PgSession`
+Wired into `tether server --store postgresql://…` by `runtime/session/pg_store.py` (one `PgSession`
 per worker; `PgInputQueue` and `PgCheckpointStore` as the server's `InputQueue` and checkpoint
 store, with `runtime/turns/input_queue.py`'s public row codec) and `server/fleet_leases.py` (a
 conversation runs where its `ConversationLeases` lease is, kept by a `LeaseKeeper` whose loss
