@@ -293,29 +293,14 @@ def _lost(conversation: str, why: str) -> None:
 
 
 def _prepare(flags: RunFlags, store_run: StoreRun | None) -> Prepared:
-    """`cli/runner.prepare`, on the fleet's store with `--store`."""
+    """`cli/runner.prepare`, on the fleet's store with `--store` (the named conversation held
+    before anything is assembled, the resolved one before the first turn)."""
     from tether.cli.runner import prepare
 
     if store_run is None:
         return check_for_updates(prepare(flags))
-    from tether.cli.runner import print_warnings, process_spec
-    from tether.runtime.session import gc_policy
-    from tether.runtime.session.assembly import prepare as assemble
-
     store_run.hold_named(flags)
-    spec = process_spec()
-    spec.store = store_run.store
-    try:
-        prepared = assemble(flags, spec)
-    finally:
-        print_warnings(spec.warnings)
-    store_run.hold(prepared)
-    if prepared.flags.permission_mode == "plan":  # as cli/runner.prepare
-        from tether.runtime.turns.plan_mode import enter_plan_mode
-
-        enter_plan_mode(prepared)
-    gc_policy.startup_done()
-    return check_for_updates(prepared)
+    return check_for_updates(store_run.hold(prepare(flags, store_run.store)))
 
 
 def run_headless(flags: RunFlags) -> int:

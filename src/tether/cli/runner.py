@@ -16,6 +16,7 @@ from tether.errors import TetherError
 from tether.runtime.session.prepared import Prepared
 
 if TYPE_CHECKING:
+    from tether.backends.store_api import ConversationStore
     from tether.runtime.session.assembly import RunSpec
 
 __all__ = ["apply_continue", "prepare", "process_spec", "read_prompt"]
@@ -29,13 +30,16 @@ def process_spec() -> RunSpec:
     return RunSpec(cwd=Path.cwd(), env=env, home=Path(env.get("HOME") or Path.home()))
 
 
-def prepare(flags: RunFlags) -> Prepared:
-    """Assemble the run in this process's folder and environment; the assembly's warnings go to
-    stderr (also when it fails: they may say why)."""
+def prepare(flags: RunFlags, store: ConversationStore | None = None) -> Prepared:
+    """Assemble the run in this process's folder and environment (on `store`, `tether -p
+    --store`'s; None: TETHER_HOME's); the assembly's warnings go to stderr (also when it fails:
+    they may say why)."""
     from tether.runtime.session import gc_policy
     from tether.runtime.session.assembly import prepare as assemble
 
     spec = process_spec()
+    if store is not None:
+        spec.store = store
     try:
         prepared = assemble(flags, spec)
     finally:
