@@ -232,7 +232,8 @@ def run_one(world: World, raw: str) -> None:
     elif "--backend cloud" in command:  # no Letta server here: it must get as far as asking one
         proc = world.run(command, env={"LETTA_BASE_URL": "http://127.0.0.1:9"})
         world.expect(command, proc, code=1, said="cannot reach the Letta server at")
-    elif command.startswith("tether store migrate"):  # no PostgreSQL here: as far as asking it
+    elif command.startswith("tether store migrate") or (
+            command.startswith("tether -p") and "--store" in command):  # no PostgreSQL here
         world.expect(command, world.run(command), code=1, said="PostgreSQL store")
     elif command == "tether update":  # a clone's editable install is updated with git
         world.expect(command, world.run(command), code=1, said="update it with git")
