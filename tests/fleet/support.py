@@ -3,6 +3,7 @@ PostgreSQL queue, inputs, and reading the workers' JSON-line logs."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -56,3 +57,22 @@ def wait_for(logs: Path, match: Callable[[dict[str, Any]], bool], what: str,
         time.sleep(0.05)
     raise AssertionError(f"no worker reported {what} within {deadline_s} s; last events:"
                          f" {read_events(logs)[-30:]}")
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Poll `check` until true; fails naming `what` after `timeout` (a bound on a hung fleet,
+    not a timing claim)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+async def wait_for_async(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """`wait_until` on an event loop (its sleeps yield to the loop)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)

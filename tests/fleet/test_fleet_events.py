@@ -8,12 +8,11 @@ again for it."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
-from typing import Any
 
 from websockets.asyncio.client import connect
 
+from tests.fleet.support import wait_for_async
 from tests.server.support import Client, ServerProcess, bash, server_env
 from tether.testing.fake_provider import FakeProvider
 
@@ -24,13 +23,6 @@ def _turn_frames(client: Client, after: int = 0) -> list[tuple[int, str]]:
     return [(f["event_seq"], f["type"]) for f in client.seen
             if f.get("type") in TURN_FRAMES and f["event_seq"] > after]
 
-
-async def _wait(check: Any, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout  # a bound on a hung fleet, not a timing claim
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def test_a_client_of_a_non_owner_sees_the_whole_turn_and_answers_its_approval(
@@ -100,7 +92,7 @@ def test_kill_9_of_the_owner_mid_turn_is_reported_interrupted_to_another_workers
                     await asyncio.sleep(0.5)
                     await b.say(runtime, "hang", request_id="in-2")
                     await b.of_type("input_accepted", request_id="in-2")
-                    await _wait(lambda: len(fake.requests) == 2, "the hanging turn's request")
+                    await wait_for_async(lambda: len(fake.requests) == 2, "the hanging turn's request")
                     workers[0].kill_9()
                     done = await b.of_type("turn_finished", timeout=60, request_id="in-2")
                     assert done["stop_reason"] == "error" and "not run again" in done["error"]
@@ -135,7 +127,7 @@ def test_abort_from_a_non_owner_aborts_the_owners_turn(tmp_path: Path, pg_url: s
                                   conversation_id=runtime["conversation_id"])
                     await asyncio.sleep(0.5)
                     await b.say(runtime, "hang", request_id="in-2")
-                    await _wait(lambda: len(fake.requests) == 2, "the hanging turn's request")
+                    await wait_for_async(lambda: len(fake.requests) == 2, "the hanging turn's request")
                     await b.send({"type": "abort_message", "runtime": runtime,
                                   "request_id": "abort-1"})
                     answer = await b.of_type("abort_message_response", request_id="abort-1")

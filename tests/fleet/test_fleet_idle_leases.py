@@ -10,7 +10,8 @@ import asyncio
 import time
 from pathlib import Path
 
-from tests.fleet.test_fleet_server import _start_and_say, _states, _user_texts, _wait_until
+from tests.fleet.support import wait_until
+from tests.fleet.test_fleet_server import _start_and_say, _states, _user_texts
 from tests.server.support import ServerProcess, server_env
 from tether.backends.postgres.connection import PgSession
 from tether.backends.postgres.keeper import LeaseKeeper
@@ -47,26 +48,26 @@ def test_an_idle_conversations_lease_is_given_up_and_the_next_input_elsewhere_ta
             one = asyncio.run(_start_and_say(first.url, project, "one", 1))
             scope = one["runtime"]
             conversation = f"{scope['agent_id']}/{scope['conversation_id']}"
-            _wait_until(lambda: _states(pg_url) == [("in-1", "done")], "the first turn")
+            wait_until(lambda: _states(pg_url) == [("in-1", "done")], "the first turn")
             holder, token, _ = _lease(pg_url, conversation)
             # The client left, the runtime was released (idle at once), and after
             # UNUSED_LEASE_S with no runtime the lease itself: expired, not renewed.
             began = time.monotonic()
-            _wait_until(lambda: _lease(pg_url, conversation)[2], "the idle lease given up")
+            wait_until(lambda: _lease(pg_url, conversation)[2], "the idle lease given up")
             assert time.monotonic() - began < UNUSED_LEASE_S + 10  # not the 60 s ttl
             assert _lease(pg_url, conversation)[:2] == (holder, token)
 
             two = asyncio.run(_start_and_say(second.url, project, "two", 2, **scope))
             assert two["disposition"] == "started"  # this worker took the lease at once
-            _wait_until(lambda: _states(pg_url)[-1] == ("in-2", "done"), "the second turn")
+            wait_until(lambda: _states(pg_url)[-1] == ("in-2", "done"), "the second turn")
             after_two = _lease(pg_url, conversation)
             assert after_two[1] == token + 1 and after_two[0] != holder
 
             # Back on the first worker once the second has given it up too: a new token.
-            _wait_until(lambda: _lease(pg_url, conversation)[2], "the second lease given up")
+            wait_until(lambda: _lease(pg_url, conversation)[2], "the second lease given up")
             three = asyncio.run(_start_and_say(first.url, project, "three", 3, **scope))
             assert three["disposition"] == "started"
-            _wait_until(lambda: _states(pg_url)[-1] == ("in-3", "done"), "the third turn")
+            wait_until(lambda: _states(pg_url)[-1] == ("in-3", "done"), "the third turn")
             assert _lease(pg_url, conversation)[:2] == (holder, token + 2)
         finally:
             first.stop()

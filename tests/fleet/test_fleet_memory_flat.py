@@ -24,6 +24,10 @@ BATCH = 40
 # What a released conversation leaves by design (its `Kept`: the scope, its folder, the
 # answers to its inputs' keys), bounded by KEPT_RUNTIMES.
 KEPT_TYPES = {"Kept", "RuntimeScope", "InputAnswer", "PosixPath", "tuple", "list"}
+# asyncio keeps a cancelled timer (a released runtime's idle timer, a closed connection's
+# keepalive sleep), with its Context, in the loop's heap until its time comes or the loop purges
+# them (when over half the heap and over 100 are cancelled): bounded by asyncio, not by us.
+LOOP_TYPES = {"TimerHandle", "Context"}
 
 
 def _live() -> Counter[str]:
@@ -85,7 +89,7 @@ def test_conversations_run_and_released_leave_only_their_bounded_kept_state(
                     "followers": 0}
     assert held["released"] <= KEPT_RUNTIMES
     grew = {kind: second[kind] - first[kind] for kind in second
-            if second[kind] - first[kind] >= BATCH // 2 and kind not in KEPT_TYPES}
+            if second[kind] - first[kind] >= BATCH // 2 and kind not in KEPT_TYPES | LOOP_TYPES}
     assert grew == {}, f"live objects that grow with the conversations run: {grew}"
     kept = second["Kept"] - first["Kept"]
     assert kept == BATCH

@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 from websockets.asyncio.client import connect
 
-from tests.fleet.test_pg_transcripts_e2e import _states, _wait_until
+from tests.fleet.support import wait_until
+from tests.fleet.test_pg_transcripts_e2e import _states
 from tests.server.support import Client, ServerProcess, bash, server_env
 from tether.testing.fake_provider import FakeProvider
 
@@ -49,7 +50,7 @@ def test_a_completion_sent_to_a_non_holder_is_answered_from_the_holders_turn(
             first = httpx.post(f"{b.http_base}/v1/chat/completions", json=body, timeout=60)
             body["messages"][0]["content"] = "and again"
             second = httpx.post(f"{b.http_base}/v1/chat/completions", json=body, timeout=60)
-            _wait_until(lambda: [s for _, s in _states(pg_url)] == ["done"] * 3, "three inputs")
+            wait_until(lambda: [s for _, s in _states(pg_url)] == ["done"] * 3, "three inputs")
         finally:
             a.stop()
             b.stop()

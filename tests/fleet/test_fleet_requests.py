@@ -12,7 +12,8 @@ from typing import Any
 
 from websockets.asyncio.client import connect
 
-from tests.fleet.test_pg_transcripts_e2e import _states, _wait_until
+from tests.fleet.support import wait_until
+from tests.fleet.test_pg_transcripts_e2e import _states
 from tests.server.requests_client import ask
 from tests.server.support import Client, ServerProcess, bash, server_env
 from tether.testing.fake_provider import FakeProvider
@@ -96,7 +97,7 @@ async def _managed_across_workers(a: str, b: str, project: Path, pg_url: str) ->
 
     # A turn on A; B reads its messages, forks it, and A reads the fork.
     await _turn(a, project, agent_id, conv_id, "what is six times seven?")
-    _wait_until(lambda: _states(pg_url)[-1:] == [("in-1", "done")], "the turn on a")
+    wait_until(lambda: _states(pg_url)[-1:] == [("in-1", "done")], "the turn on a")
     page = await _ask(b, "conversation_messages_list", conversation_id=conv_id,
                       agent_id=agent_id)
     assert "what is six times seven?" in " ".join(_texts(page))

@@ -10,12 +10,12 @@ with `sync{after_event_seq}`."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.client import connect
 
+from tests.fleet.support import wait_for_async
 from tests.server.support import Client, ServerProcess, bash, server_env
 from tether.testing.fake_provider import FakeProvider
 
@@ -29,13 +29,6 @@ def _owner_frames(client: Client, owner: str, after: int, through: int) -> list[
     return [(f["event_seq"], f["type"]) for f in client.seen
             if "event_seq" in f and _instance(f) == owner and after < f["event_seq"] <= through]
 
-
-async def _wait(check: Any, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout  # a bound on a hung fleet, not a timing claim
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def _tool_returns(client: Client) -> list[dict[str, Any]]:
@@ -147,10 +140,10 @@ def test_when_the_owner_dies_too_the_resumed_client_gets_the_interrupted_report(
                     workers[1].kill_9()
                     await ws_b.close()
                     await a.wait_for(lambda f: len(_tool_returns(a)) == 1, timeout=30)
-                    await _wait(lambda: len(fake.requests) == 3, "the hanging request")
+                    await wait_for_async(lambda: len(fake.requests) == 3, "the hanging request")
                     held_by_a = _holder(pg_url, conversation)
                     workers[0].kill_9()
-                    await _wait(lambda: _holder(pg_url, conversation) not in (None, held_by_a),
+                    await wait_for_async(lambda: _holder(pg_url, conversation) not in (None, held_by_a),
                                 "the third worker taking the conversation")
                 async with connect(workers[2].url) as ws_c:
                     c = Client(ws_c)
@@ -205,7 +198,7 @@ def test_a_replay_from_before_the_pruned_rows_says_it_is_incomplete(
                         with psycopg.connect(pg_url) as conn:
                             return events.last_seq(conn, conversation) >= first["event_seq"]
 
-                    await _wait(published, "the first turn's rows")
+                    await wait_for_async(published, "the first turn's rows")
                     with psycopg.connect(pg_url, autocommit=True) as conn:
                         assert events.prune(conn, keep_s=0) > 0
                     await a.say(runtime, "second", request_id="in-2")

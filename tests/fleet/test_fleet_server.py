@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import httpx
 from websockets.asyncio.client import connect
 
 from tests.e2e.support import TETHER
+from tests.fleet.support import wait_until
 from tests.server.support import Client, ServerProcess, server_env
 from tether.testing.fake_provider import FakeProvider
 
@@ -40,13 +40,6 @@ def _user_texts(url: str, home: Path) -> list[str]:
         if line.get("message", {}).get("role") == "user"
     ]
 
-
-def _wait_until(check: Any, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout  # a bound on a hung fleet, not a timing claim
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def _states(url: str) -> list[tuple[str, str]]:
@@ -109,9 +102,9 @@ def test_kill_9_of_the_worker_running_a_turn_moves_its_inputs_to_another_worker(
                         assert accepted["accepted"], accepted
 
             asyncio.run(queue_three())
-            _wait_until(lambda: len(fake.requests) == 1, "the first turn's provider request")
+            wait_until(lambda: len(fake.requests) == 1, "the first turn's provider request")
             owner.kill_9()
-            _wait_until(lambda: [s for _, s in _states(pg_url)] == ["interrupted", "done", "done"],
+            wait_until(lambda: [s for _, s in _states(pg_url)] == ["interrupted", "done", "done"],
                         "another worker settling the dead one's inputs")
             assert _user_texts(pg_url, home) == ["one", "two", "three"]  # each once, in order
             assert len(fake.requests) == 3 and fake.violations == []  # nothing re-ran
@@ -238,10 +231,10 @@ def test_an_input_sent_to_a_worker_that_does_not_hold_the_conversation_runs_once
         owner, other = (ServerProcess(env, project, "--store", pg_url) for _ in range(2))
         try:
             first = asyncio.run(_start_and_say(owner.url, project, "one", 1))
-            _wait_until(lambda: _states(pg_url) == [("in-1", "done")], "the owner's first turn")
+            wait_until(lambda: _states(pg_url) == [("in-1", "done")], "the owner's first turn")
             second = asyncio.run(_start_and_say(other.url, project, "two", 2, **first["runtime"]))
             assert second["disposition"] == "queued"  # recorded here, run by the owner
-            _wait_until(lambda: _states(pg_url) == [("in-1", "done"), ("in-2", "done")],
+            wait_until(lambda: _states(pg_url) == [("in-1", "done"), ("in-2", "done")],
                         "the owner running the input another worker recorded")
             turns = [_value(httpx.get(w.http_base + "/metrics", timeout=10).text,
                             'tether_turns_total{stop_reason="end_turn"}') for w in (owner, other)]
@@ -269,11 +262,11 @@ def test_a_stopped_owner_loses_the_conversation_and_its_late_marks_are_refused(
                                       "--log-format", "json") for _ in range(2))
         try:
             first = asyncio.run(_start_and_say(owner.url, project, "one", 1))
-            _wait_until(lambda: len(fake.requests) == 1, "the owner's provider request")
+            wait_until(lambda: len(fake.requests) == 1, "the owner's provider request")
             owner.proc.send_signal(signal.SIGSTOP)
             # Its lease expires; the other worker's sweep takes it: the started input is
             # interrupted (its outcome unknown), never run again.
-            _wait_until(lambda: _states(pg_url) == [("in-1", "interrupted")], "the lease moving")
+            wait_until(lambda: _states(pg_url) == [("in-1", "interrupted")], "the lease moving")
             owner.proc.send_signal(signal.SIGCONT)
             scope = first["runtime"]
             lock = LocalStore(home).conversation_dir(
@@ -288,10 +281,10 @@ def test_a_stopped_owner_loses_the_conversation_and_its_late_marks_are_refused(
                     fcntl.flock(f, fcntl.LOCK_UN)
                     return True
 
-            _wait_until(turn_over, "the woken owner's turn ending")
+            wait_until(turn_over, "the woken owner's turn ending")
             second = asyncio.run(_start_and_say(other.url, project, "two", 2, **scope))
             assert second["disposition"] == "started"  # the other worker holds it now
-            _wait_until(lambda: _states(pg_url)[-1] == ("in-2", "done"), "the second turn")
+            wait_until(lambda: _states(pg_url)[-1] == ("in-2", "done"), "the second turn")
         finally:
             logs = {}
             for name, w in (("owner", owner), ("other", other)):

@@ -13,7 +13,8 @@ from typing import Any
 
 from websockets.asyncio.client import connect
 
-from tests.fleet.test_pg_transcripts_e2e import _rows, _states, _wait_until
+from tests.fleet.support import wait_until
+from tests.fleet.test_pg_transcripts_e2e import _rows, _states
 from tests.server.support import Client, ServerProcess, server_env
 from tether.testing.fake_provider import FakeProvider
 
@@ -58,14 +59,14 @@ def test_a_compaction_on_one_worker_is_where_another_resumes(tmp_path: Path, pg_
         try:
             texts = ["part 0: " + "lorem ipsum " * 150, "part 1: " + "dolor sit " * 300]
             scope = asyncio.run(_turns(a.url, project, texts, 1))
-            _wait_until(lambda: [s for _, s in _states(pg_url)] == ["done"] * 2, "two turns")
+            wait_until(lambda: [s for _, s in _states(pg_url)] == ["done"] * 2, "two turns")
         finally:
             a.stop()
         b = ServerProcess({**server_env(fake.url, tmp_path / "home-b", tmp_path), **WINDOW},
                           project, "--store", pg_url)
         try:
             asyncio.run(_turns(b.url, project, ["part 3: short"], 3, scope))
-            _wait_until(lambda: _states(pg_url)[-1] == ("in-3", "done"), "the third turn")
+            wait_until(lambda: _states(pg_url)[-1] == ("in-3", "done"), "the third turn")
         finally:
             b.stop()
         assert fake.violations == [] and len(fake.requests) == 4
@@ -95,7 +96,7 @@ def test_a_clients_compaction_is_written_by_a_worker_only_with_the_lease(
                           "--store", pg_url)
         try:
             scope = asyncio.run(_turns(a.url, project, ["hello", "hello again"], 1))
-            _wait_until(lambda: [s for _, s in _states(pg_url)] == ["done"] * 2, "two turns")
+            wait_until(lambda: [s for _, s in _states(pg_url)] == ["done"] * 2, "two turns")
 
             async def compact() -> dict[str, Any]:
                 async with connect(b.url) as ws:

@@ -18,6 +18,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from tests.e2e.support import TETHER
+from tests.fleet.support import wait_until
 from tests.server.support import MODEL, Client, ServerProcess, server_env
 from tether.testing.fake_provider import FakeProvider
 
@@ -59,13 +60,6 @@ def _texts(entries: list[dict[str, Any]], role: str) -> list[str]:
 def _states(url: str) -> list[str]:
     return [str(s) for (s,) in _query(url, "SELECT state FROM inputs ORDER BY seq")]
 
-
-def _wait_until(check: Any, what: str, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout  # a bound on a hung fleet, not a timing claim
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def _no_records_in(home: Path) -> None:
@@ -110,7 +104,7 @@ def test_a_new_subagent_of_a_fleet_conversation_lives_in_the_store(
         server = ServerProcess(server_env(fake.url, home, tmp_path), project, "--store", pg_url)
         try:
             runtime = asyncio.run(_one_turn(server.url, project, "delegate it"))
-            _wait_until(lambda: _states(pg_url) == ["done"], "the parent's turn")
+            wait_until(lambda: _states(pg_url) == ["done"], "the parent's turn", timeout=90)
         finally:
             server.stop()
         assert fake.violations == []
@@ -152,7 +146,7 @@ def test_a_task_call_for_the_parent_agent_runs_in_a_new_conversation_of_it_in_th
         try:
             runtime = asyncio.run(_one_turn(server.url, project, "ask yourself",
                                             agent_id=parent, create_conversation={}))
-            _wait_until(lambda: _states(pg_url) == ["done"], "the parent's turn")
+            wait_until(lambda: _states(pg_url) == ["done"], "the parent's turn", timeout=90)
         finally:
             server.stop()
         assert fake.violations == []
@@ -184,7 +178,7 @@ def test_headless_store_run_refuses_a_conversation_a_server_worker_is_running(
         server = ServerProcess(env, project, "--store", pg_url)
         try:
             runtime = asyncio.run(_one_turn(server.url, project, "take a while"))
-            _wait_until(lambda: len(fake.requests) == 1, "the server's turn reaching the model")
+            wait_until(lambda: len(fake.requests) == 1, "the server's turn reaching the model", timeout=90)
             before = _query(pg_url, "SELECT conversation, seq FROM transcript ORDER BY 1, 2")
             conversation = runtime["conversation_id"]
             refused = _headless(["--store", pg_url, "--conversation", conversation, "hello"],

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.client import connect
 
+from tests.fleet.support import wait_until
 from tests.server.support import Client, ServerProcess, server_env
 from tether.testing.fake_provider import FakeProvider
 
@@ -39,13 +39,6 @@ def _texts(url: str) -> list[tuple[str, str]]:
         out.append((message.get("role"), text))
     return out
 
-
-def _wait_until(check: Any, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout  # a bound on a hung fleet, not a timing claim
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 async def _say(url: str, project: Path, text: str, n: int, **scope: Any) -> dict[str, Any]:
@@ -82,14 +75,14 @@ def test_a_turn_is_rows_in_the_store_and_another_worker_with_its_own_home_resume
         first = ServerProcess(server_env(fake.url, home_a, tmp_path), project, "--store", pg_url)
         try:
             said = asyncio.run(_say(first.url, project, "one", 1))
-            _wait_until(lambda: _states(pg_url) == [("in-1", "done")], "the first turn")
+            wait_until(lambda: _states(pg_url) == [("in-1", "done")], "the first turn")
         finally:
             first.stop()  # gives its leases up
         scope = said["runtime"]
         second = ServerProcess(server_env(fake.url, home_b, tmp_path), project, "--store", pg_url)
         try:
             asyncio.run(_say(second.url, project, "two", 2, **scope))
-            _wait_until(lambda: _states(pg_url)[-1] == ("in-2", "done"), "the second turn")
+            wait_until(lambda: _states(pg_url)[-1] == ("in-2", "done"), "the second turn")
         finally:
             second.stop()
         assert len(fake.requests) == 2 and fake.violations == []
@@ -124,17 +117,17 @@ def test_a_woken_worker_whose_lease_moved_cannot_append_to_the_transcript(
                                       "--log-format", "json") for _ in range(2))
         try:
             first = asyncio.run(_say(owner.url, project, "one", 1))
-            _wait_until(lambda: len(fake.requests) == 1, "the owner's provider request")
+            wait_until(lambda: len(fake.requests) == 1, "the owner's provider request")
             owner.proc.send_signal(signal.SIGSTOP)
             with psycopg.connect(pg_url, autocommit=True) as conn:  # as 30 s stopped would
                 conn.execute("UPDATE conversation_leases SET expires_at = clock_timestamp()"
                              " - interval '1 ms'")
-            _wait_until(lambda: _states(pg_url) == [("in-1", "interrupted")],
+            wait_until(lambda: _states(pg_url) == [("in-1", "interrupted")],
                         "the other worker's sweep taking the lease")
             owner.proc.send_signal(signal.SIGCONT)  # its answer comes; it appends, refused
-            _wait_until(lambda: "write_refused" in _drain(owner), "the woken owner's refusal")
+            wait_until(lambda: "write_refused" in _drain(owner), "the woken owner's refusal")
             asyncio.run(_say(other.url, project, "two", 2, **first["runtime"]))
-            _wait_until(lambda: _states(pg_url)[-1] == ("in-2", "done"), "the second turn")
+            wait_until(lambda: _states(pg_url)[-1] == ("in-2", "done"), "the second turn")
         finally:
             owner.proc.send_signal(signal.SIGCONT)
             owner.stop()
@@ -176,7 +169,7 @@ def test_a_migrated_home_is_served_with_its_history(tmp_path: Path, pg_url: str)
         try:
             said = asyncio.run(_say(local.url, project, "remember 42", 1))
             scope = said["runtime"]
-            _wait_until(lambda: any(b"before the move" in f.read_bytes()
+            wait_until(lambda: any(b"before the move" in f.read_bytes()
                                     for f in home.glob("conversations/*/messages.jsonl")),
                         "the local turn")
         finally:
@@ -187,7 +180,7 @@ def test_a_migrated_home_is_served_with_its_history(tmp_path: Path, pg_url: str)
                                "--store", pg_url)
         try:
             asyncio.run(_say(served.url, project, "what was it?", 2, **scope))
-            _wait_until(lambda: ("in-2", "done") in _states(pg_url), "the served turn")
+            wait_until(lambda: ("in-2", "done") in _states(pg_url), "the served turn")
         finally:
             served.stop()
         assert len(fake.requests) == 2
