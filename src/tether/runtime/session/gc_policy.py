@@ -16,14 +16,10 @@ flight (issue 20 item 4). So there, whatever survives any collection is frozen a
 only what was allocated since the previous one (under 1 ms). Frozen objects are still freed by
 reference counting; only garbage *cycles* among them wait, for a deep collection that unfreezes
 everything and walks it. Turns leave few (~1 object per turn in bench/server.py); released
-runtimes are where they come from, but few since the store forgets a released conversation's
-history (`ConversationStore.forget`): 18-39 objects each (an in-process server, 60 released
-after 2 turns each, on either store). A deep collection's pause grows with the *live* ones
-(175-256 ms at ~110 live runtimes per worker in `bench/fleet.py --rotate 10 --loop-probe`, the
-fleet's four workers at once on two cores). So `released()` runs one, from the event loop, only
-once `RELEASES_PER_LIVE` times as many conversations were released as remain live (at least
-`DEEP_AFTER_RELEASES`), and one is due `DEEP_EVERY_S` after the last, at the next full
-collection. Measure: bench/server.py (and its `--soak`), bench/fleet.py `--soak --rotate`.
+runtimes are where they come from, so `released()` runs one, from the event loop, once as many
+conversations were released as remain live (at least `DEEP_AFTER_RELEASES`), and one is due
+`DEEP_EVERY_S` after the last, at the next full collection. Measure: bench/server.py (and its
+`--soak`).
 """
 
 from __future__ import annotations
@@ -35,7 +31,6 @@ _DEFAULT_THRESHOLDS = gc.get_threshold()
 _STARTUP_THRESHOLDS = (100_000, 50, 100)  # a young collection per 100k net allocations
 DEEP_EVERY_S = 300.0
 DEEP_AFTER_RELEASES = 64
-RELEASES_PER_LIVE = 8
 _state = {"done": False}
 
 
@@ -108,18 +103,16 @@ def serving() -> None:
 
 
 def released(live: int) -> None:
-    """A conversation runtime was let go and `live` remain: collect deeply once
-    `RELEASES_PER_LIVE` times as many were released since the last deep collection as remain
-    (at least `DEEP_AFTER_RELEASES`).
+    """A conversation runtime was let go and `live` remain: collect deeply once as many were
+    released since the last deep collection as remain (at least `DEEP_AFTER_RELEASES`).
 
-    What a released runtime leaves in cycles, only a deep collection frees; its pause grows
-    with the live conversations, so waiting for a multiple of them keeps its cost per released
-    conversation small and its pauses rare, while the uncollected garbage (a few dozen objects a
-    runtime) stays bounded by that multiple of the live ones."""
+    A released runtime's history is garbage held in cycles, which only a deep collection frees;
+    its pause grows with the live conversations, so waiting for as many releases keeps its cost
+    per released conversation constant and the uncollected ones at most as many as the live."""
     if _serving is None:
         return
     _serving.released += 1
-    if _serving.released >= max(DEEP_AFTER_RELEASES, RELEASES_PER_LIVE * live):
+    if _serving.released >= max(DEEP_AFTER_RELEASES, live):
         _serving.deep()
 
 
